@@ -1,0 +1,1 @@
+"""Edges: the aiohttp load client, scenario files, result files, terminal output."""

@@ -1,0 +1,1 @@
+"""The open-loop load generator: scheduling, the aiohttp client, SSE parsing and retries."""

@@ -1,0 +1,236 @@
+"""Arrival processes and the planned send offsets they produce for one phase.
+
+A plan is a pure function of the process, the phase duration and a caller-seeded ``random.Random``:
+the same seed always gives the same offsets. Offsets are seconds from the phase start, increasing,
+within ``[0, duration)``. Step and spike processes are piecewise Poisson (memoryless, so each segment
+can start afresh at its boundary).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from cliffwatch.domain.validation import Problems, Reader
+
+
+@dataclass(frozen=True, kw_only=True)
+class Constant:
+    """Evenly spaced sends at ``rate`` per second, the first at the phase start."""
+
+    rate: float
+
+    def mean_rate(self, duration_s: float) -> float:
+        return self.rate
+
+    def peak_rate(self) -> float:
+        return self.rate
+
+    def describe(self) -> str:
+        return f"constant {self.rate:g}/s"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Poisson:
+    """Exponential gaps with mean ``1/rate``."""
+
+    rate: float
+
+    def mean_rate(self, duration_s: float) -> float:
+        return self.rate
+
+    def peak_rate(self) -> float:
+        return self.rate
+
+    def describe(self) -> str:
+        return f"poisson {self.rate:g}/s"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Gamma:
+    """Gamma-distributed gaps with mean ``1/rate``; ``burstiness`` is the shape, as vLLM's ``--burstiness``.
+
+    Burstiness 1 is Poisson; below 1 arrivals clump into bursts, above 1 they are more regular.
+    """
+
+    rate: float
+    burstiness: float
+
+    def mean_rate(self, duration_s: float) -> float:
+        return self.rate
+
+    def peak_rate(self) -> float:
+        return self.rate
+
+    def describe(self) -> str:
+        return f"gamma {self.rate:g}/s burstiness {self.burstiness:g}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Step:
+    rate: float
+    duration_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Steps:
+    """Poisson arrivals whose rate changes at fixed times; the steps cover the phase exactly."""
+
+    steps: tuple[Step, ...]
+
+    def mean_rate(self, duration_s: float) -> float:
+        return sum(s.rate * s.duration_s for s in self.steps) / duration_s
+
+    def peak_rate(self) -> float:
+        return max(s.rate for s in self.steps)
+
+    def describe(self) -> str:
+        return "steps " + " → ".join(f"{s.rate:g}/s×{s.duration_s:g}s" for s in self.steps)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Spike:
+    """Poisson at ``base_rate`` with square bursts at ``burst_rate`` lasting ``burst_s`` every ``period_s``.
+
+    The first burst starts ``offset_s`` into the phase.
+    """
+
+    base_rate: float
+    burst_rate: float
+    burst_s: float
+    period_s: float
+    offset_s: float
+
+    def mean_rate(self, duration_s: float) -> float:
+        busy = sum(end - start for start, end in self.bursts(duration_s))
+        return (self.base_rate * (duration_s - busy) + self.burst_rate * busy) / duration_s
+
+    def peak_rate(self) -> float:
+        return max(self.base_rate, self.burst_rate)
+
+    def bursts(self, duration_s: float) -> Iterator[tuple[float, float]]:
+        start = self.offset_s
+        while start < duration_s:
+            yield start, min(start + self.burst_s, duration_s)
+            start += self.period_s
+
+    def describe(self) -> str:
+        return (f"spike {self.base_rate:g}/s with {self.burst_rate:g}/s bursts of {self.burst_s:g}s "
+                f"every {self.period_s:g}s")
+
+
+Arrival = Constant | Poisson | Gamma | Steps | Spike
+
+PROCESSES = ("constant", "poisson", "gamma", "step", "spike")
+
+
+def plan_offsets(arrival: Arrival, duration_s: float, rng: random.Random) -> Iterator[float]:
+    """Send offsets (seconds from the phase start) in increasing order, all ``< duration_s``."""
+    if isinstance(arrival, Constant):
+        gap = 1.0 / arrival.rate
+        index = 0
+        while (offset := index * gap) < duration_s:
+            yield offset
+            index += 1
+    elif isinstance(arrival, Poisson):
+        yield from _poisson(arrival.rate, 0.0, duration_s, rng)
+    elif isinstance(arrival, Gamma):
+        scale = 1.0 / (arrival.rate * arrival.burstiness)
+        offset = rng.gammavariate(arrival.burstiness, scale)
+        while offset < duration_s:
+            yield offset
+            offset += rng.gammavariate(arrival.burstiness, scale)
+    elif isinstance(arrival, Steps):
+        start = 0.0
+        for step in arrival.steps:
+            end = min(start + step.duration_s, duration_s)
+            yield from _poisson(step.rate, start, end, rng)
+            start = end
+    else:
+        cursor = 0.0
+        for burst_start, burst_end in arrival.bursts(duration_s):
+            yield from _poisson(arrival.base_rate, cursor, burst_start, rng)
+            yield from _poisson(arrival.burst_rate, burst_start, burst_end, rng)
+            cursor = burst_end
+        yield from _poisson(arrival.base_rate, cursor, duration_s, rng)
+
+
+def _poisson(rate: float, start: float, end: float, rng: random.Random) -> Iterator[float]:
+    if rate <= 0 or end <= start:
+        return
+    offset = start + rng.expovariate(rate)
+    while offset < end:
+        yield offset
+        offset += rng.expovariate(rate)
+
+
+def parse_arrival(value: object, path: str, problems: Problems, *, duration_s: float | None) -> Arrival | None:
+    """An arrival process from its YAML form; ``duration_s`` (when known) checks steps and bursts fit."""
+    reader = Reader.of(value, path, problems)
+    if reader is None:
+        return None
+    process = reader.string("process", choices=PROCESSES)
+    result: Arrival | None = None
+    if process in ("constant", "poisson"):
+        rate = reader.number("rate", gt=0)
+        if rate is not None:
+            result = Constant(rate=rate) if process == "constant" else Poisson(rate=rate)
+    elif process == "gamma":
+        rate = reader.number("rate", gt=0)
+        burstiness = reader.number("burstiness", gt=0, le=100)
+        if rate is not None and burstiness is not None:
+            result = Gamma(rate=rate, burstiness=burstiness)
+    elif process == "step":
+        result = _parse_steps(reader, duration_s)
+    elif process == "spike":
+        result = _parse_spike(reader, duration_s)
+    else:
+        for key in reader.data:
+            reader.raw(key, None)
+    reader.done()
+    return result
+
+
+def _parse_steps(reader: Reader, duration_s: float | None) -> Steps | None:
+    steps: list[Step] = []
+    ok = True
+    for path, item in reader.items("steps", nonempty=True):
+        step_reader = Reader.of(item, path, reader.problems)
+        if step_reader is None:
+            ok = False
+            continue
+        rate = step_reader.number("rate", ge=0)
+        step_duration = step_reader.number("duration_s", gt=0)
+        step_reader.done()
+        if rate is None or step_duration is None:
+            ok = False
+            continue
+        steps.append(Step(rate=rate, duration_s=step_duration))
+    if not ok or not steps:
+        return None
+    total = sum(s.duration_s for s in steps)
+    if duration_s is not None and abs(total - duration_s) > 1e-6:
+        reader.error("steps", f"durations must add up to the phase's duration_s ({duration_s:g}), got {total:g}")
+        return None
+    if all(s.rate == 0 for s in steps):
+        reader.error("steps", "at least one step must have rate > 0")
+        return None
+    return Steps(steps=tuple(steps))
+
+
+def _parse_spike(reader: Reader, duration_s: float | None) -> Spike | None:
+    base = reader.number("base_rate", ge=0)
+    burst = reader.number("burst_rate", gt=0)
+    burst_s = reader.number("burst_s", gt=0)
+    period_s = reader.number("period_s", gt=0)
+    offset_s = reader.number("offset_s", 0, ge=0)
+    if None in (base, burst, burst_s, period_s, offset_s):
+        return None
+    if burst_s >= period_s:
+        reader.error("burst_s", f"must be shorter than period_s ({period_s:g})")
+        return None
+    if duration_s is not None and offset_s >= duration_s:
+        reader.error("offset_s", f"must be inside the phase (< duration_s {duration_s:g})")
+        return None
+    return Spike(base_rate=base, burst_rate=burst, burst_s=burst_s, period_s=period_s, offset_s=offset_s)

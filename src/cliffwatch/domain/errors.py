@@ -1,0 +1,97 @@
+"""Every error cliffwatch raises on purpose; each formats its own message from the facts it carries."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+class CliffwatchError(Exception):
+    """Root of cliffwatch's errors: catching it catches everything we raise deliberately."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Problem:
+    """One thing wrong with an input document: where (a dotted path) and why."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}" if self.path else self.message
+
+
+class ScenarioInvalid(CliffwatchError):
+    """A scenario document (or an override applied to one) breaks the rules; lists every problem found."""
+
+    def __init__(self, problems: Sequence[Problem], *, source: str | None = None) -> None:
+        self.problems = tuple(problems)
+        self.source = source
+        where = f"{source}: " if source else ""
+        lines = "\n".join(f"  {p}" for p in self.problems)
+        super().__init__(f"{where}invalid scenario ({len(self.problems)} problem(s)):\n{lines}")
+
+
+class TargetConfigInvalid(CliffwatchError):
+    """The built-in target's parameters are inconsistent."""
+
+    def __init__(self, problems: Sequence[Problem]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("invalid target configuration: " + "; ".join(str(p) for p in self.problems))
+
+
+class TargetNotAllowed(CliffwatchError):
+    """A run was aimed at a host outside the configured allowlist."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        self.url = url
+        self.reason = reason
+        super().__init__(f"target {url} is not allowed: {reason}")
+
+
+class TargetUnreachable(CliffwatchError):
+    """The target did not answer the pre-flight check, so no load was sent."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        self.url = url
+        self.reason = reason
+        super().__init__(f"target {url} is unreachable, no load was sent: {reason}")
+
+
+class BuiltinTargetFailed(CliffwatchError):
+    """The built-in simulated target could not be started."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"the built-in target did not start: {reason}")
+
+
+class RunAborted(CliffwatchError):
+    """A run stopped early because one of its abort conditions fired."""
+
+    def __init__(self, reason: str, *, at_s: float) -> None:
+        self.reason = reason
+        self.at_s = at_s
+        super().__init__(f"run aborted at {at_s:.1f}s: {reason}")
+
+
+class FaultInjectionFailed(CliffwatchError):
+    """A fault could not be applied or removed; names the proxy, the toxic and what went wrong."""
+
+    def __init__(self, *, proxy: str, toxic: str | None, reason: str, status: int | None = None) -> None:
+        self.proxy = proxy
+        self.toxic = toxic
+        self.status = status
+        self.reason = reason
+        what = f"toxic {toxic!r} on proxy {proxy!r}" if toxic else f"proxy {proxy!r}"
+        code = f" (HTTP {status})" if status is not None else ""
+        super().__init__(f"fault injection failed for {what}{code}: {reason}")
+
+
+class ResultInvalid(CliffwatchError):
+    """A saved result document cannot be read back."""
+
+    def __init__(self, source: str, reason: str) -> None:
+        self.source = source
+        self.reason = reason
+        super().__init__(f"{source}: not a cliffwatch result: {reason}")

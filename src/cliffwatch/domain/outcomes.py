@@ -1,0 +1,150 @@
+"""What happened to one logical request: its attempts, and the outcome class they add up to.
+
+Times are integer nanoseconds on the run's monotonic clock, counted from the run's start. Latencies
+that judge the SLO are measured from the request's *scheduled* time, so a generator (or a queue) that
+delays sending cannot hide the wait: the coordinated-omission-free view, as in wrk2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from cliffwatch.domain.retry import FailureKind
+
+NS_PER_MS = 1_000_000
+NS_PER_S = 1_000_000_000
+SHED_STATUSES = frozenset({429, 503})
+
+
+class Outcome(StrEnum):
+    ON_TIME = "on_time"  # succeeded within every SLO bound
+    LATE = "late"  # succeeded, but broke a latency bound
+    SHED = "shed"  # the final answer was 429 or 503: the target refused the work
+    TIMEOUT = "timeout"  # the attempt timeout or the request deadline ran out
+    ERROR = "error"  # any other failure: connection, truncated stream, other status
+    NOT_SENT = "not_sent"  # never attempted (the run stopped first, or the generator could not send it)
+
+
+OUTCOMES = tuple(Outcome)
+
+
+class TokenSource(StrEnum):
+    USAGE = "usage"  # the server's own count (``usage.completion_tokens``)
+    CHUNKS = "chunks"  # counted content chunks: one per token on the servers we know
+    NONE = "none"  # no tokens in this response (plain HTTP, or nothing received)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Slo:
+    """Per-request latency bounds; ``timeout_ms`` is when the client gives up on the request altogether."""
+
+    e2e_ms: float
+    timeout_ms: float
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Attempt:
+    number: int  # 1 for the first try
+    sent_ns: int  # when the request was handed to the client, before waiting for a connection
+    end_ns: int  # when the attempt finished, either way
+    failure: FailureKind | None = None  # None: a complete, successful response
+    status: int | None = None
+    error: str | None = None
+    pool_wait_ns: int = 0  # time spent waiting for a pooled connection
+    first_byte_ns: int | None = None  # response headers received
+    first_token_ns: int | None = None  # first chunk carrying generated text
+    chunk_times_ns: tuple[int, ...] = ()  # arrival of each token-carrying chunk
+    output_tokens: int = 0
+    token_source: TokenSource = TokenSource.NONE
+    retry_after_s: float | None = None
+
+    @property
+    def succeeded(self) -> bool:
+        return self.failure is None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RequestRecord:
+    """One logical request as the user saw it, with every attempt made for it."""
+
+    id: int
+    phase: int
+    scheduled_ns: int
+    prompt_tokens: int
+    max_tokens: int
+    attempts: tuple[Attempt, ...]
+    outcome: Outcome
+    not_sent_reason: str | None = None
+
+    @property
+    def final(self) -> Attempt | None:
+        return self.attempts[-1] if self.attempts else None
+
+    @property
+    def finished_ns(self) -> int | None:
+        final = self.final
+        return final.end_ns if final is not None else None
+
+    @property
+    def e2e_ms(self) -> float | None:
+        """From the scheduled time to the end of the final attempt (success or not)."""
+        final = self.final
+        return None if final is None else (final.end_ns - self.scheduled_ns) / NS_PER_MS
+
+    @property
+    def ttft_ms(self) -> float | None:
+        final = self.final
+        if final is None or not final.succeeded or final.first_token_ns is None:
+            return None
+        return (final.first_token_ns - self.scheduled_ns) / NS_PER_MS
+
+    @property
+    def tpot_ms(self) -> float | None:
+        final = self.final
+        if final is None or not final.succeeded:
+            return None
+        return time_per_output_token_ms(final)
+
+    @property
+    def schedule_lag_ms(self) -> float | None:
+        """How late the first attempt left relative to its plan: the generator's own delay."""
+        return None if not self.attempts else (self.attempts[0].sent_ns - self.scheduled_ns) / NS_PER_MS
+
+
+def time_per_output_token_ms(attempt: Attempt) -> float | None:
+    """Mean time between tokens after the first (the usual TPOT); None with fewer than two tokens."""
+    if attempt.first_token_ns is None or attempt.output_tokens < 2:
+        return None
+    return (attempt.end_ns - attempt.first_token_ns) / NS_PER_MS / (attempt.output_tokens - 1)
+
+
+def classify(attempts: tuple[Attempt, ...], *, scheduled_ns: int, slo: Slo) -> Outcome:
+    """The outcome class of a logical request from its attempts; only the final attempt decides it."""
+    if not attempts:
+        return Outcome.NOT_SENT
+    final = attempts[-1]
+    if final.succeeded:
+        return Outcome.ON_TIME if meets_slo(final, scheduled_ns=scheduled_ns, slo=slo) else Outcome.LATE
+    if final.failure is FailureKind.STATUS and final.status in SHED_STATUSES:
+        return Outcome.SHED
+    if final.failure is FailureKind.TIMEOUT:
+        return Outcome.TIMEOUT
+    return Outcome.ERROR
+
+
+def meets_slo(attempt: Attempt, *, scheduled_ns: int, slo: Slo) -> bool:
+    """Whether a successful attempt met every configured bound, measured from the scheduled time."""
+    if (attempt.end_ns - scheduled_ns) / NS_PER_MS > slo.e2e_ms:
+        return False
+    if slo.ttft_ms is not None:
+        first = attempt.first_token_ns if attempt.first_token_ns is not None else attempt.end_ns
+        if (first - scheduled_ns) / NS_PER_MS > slo.ttft_ms:
+            return False
+    if slo.tpot_ms is not None:
+        tpot = time_per_output_token_ms(attempt)
+        if tpot is not None and tpot > slo.tpot_ms:
+            return False
+    return True

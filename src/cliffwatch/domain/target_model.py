@@ -1,0 +1,104 @@
+"""Parameters of the built-in simulated LLM target, and the throughput they imply.
+
+The simulator behaves like a continuous-batching inference engine: a FIFO waiting queue; up to
+``max_batch`` sequences decoded together, one token each per step; a step takes
+``decode_base_ms + decode_per_seq_ms × batch`` plus the prefill of every sequence admitted in it
+(``prefill_base_ms + prefill_per_token_ms × prompt_tokens``). Aggregate tokens/s therefore rises with
+batch size while each sequence slows down, which is what makes the cliff.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from enum import StrEnum
+from typing import Any
+
+from cliffwatch.domain.errors import TargetConfigInvalid
+from cliffwatch.domain.validation import Problems, Reader
+
+
+class Admission(StrEnum):
+    NONE = "none"  # unbounded queue: requests wait, and time out at the client
+    QUEUE_LIMIT = "queue_limit"  # 429 with Retry-After when the waiting queue is full
+    DEADLINE = "deadline"  # 503 for requests that waited longer than max_queue_wait_ms
+
+
+@dataclass(frozen=True, kw_only=True)
+class TargetModel:
+    model: str = "sim-llm"
+    max_batch: int = 16
+    prefill_base_ms: float = 4.0
+    prefill_per_token_ms: float = 0.02
+    decode_base_ms: float = 20.0
+    decode_per_seq_ms: float = 1.5
+    admission: Admission = Admission.NONE
+    max_queue: int = 64
+    retry_after_s: float = 1.0
+    max_queue_wait_ms: float = 2_000.0
+    step_jitter: float = 0.0
+    max_prompt_tokens: int = 32_768
+    default_max_tokens: int = 256
+    seed: int = 0
+
+    def step_ms(self, batch: int) -> float:
+        """Decode step time with ``batch`` running sequences, before any prefill."""
+        return self.decode_base_ms + self.decode_per_seq_ms * batch
+
+    def prefill_ms(self, prompt_tokens: int) -> float:
+        return self.prefill_base_ms + self.prefill_per_token_ms * prompt_tokens
+
+    def peak_tokens_per_s(self) -> float:
+        """Output tokens/s with a full batch and no prefill: the ceiling of the token throughput chart."""
+        return self.max_batch * 1000.0 / self.step_ms(self.max_batch)
+
+    def saturation_rps(self, prompt_tokens: float, output_tokens: float) -> float:
+        """Requests/s the engine completes when always full (throughput ceiling, not SLO-bound capacity).
+
+        Each second holds ``steps × step_ms(B) + λ × prefill_ms(P)`` ms of work, with ``steps × B = λ × L``
+        (every request needs L decode steps in a batch of B), so λ = 1000 / (L·step(B)/B + prefill(P)).
+        """
+        per_request_ms = output_tokens * self.step_ms(self.max_batch) / self.max_batch
+        return 1000.0 / (per_request_ms + self.prefill_ms(round(prompt_tokens)))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: (getattr(self, f.name).value if f.name == "admission" else getattr(self, f.name))
+                for f in fields(self)}
+
+
+def parse_target_model(value: object, path: str, problems: Problems) -> TargetModel | None:
+    """A target model from a mapping of overrides; every field is optional and defaults as above."""
+    reader = Reader.of(value, path, problems)
+    if reader is None:
+        return None
+    base = TargetModel()
+    values: dict[str, Any] = {
+        "model": reader.string("model", base.model),
+        "max_batch": reader.number("max_batch", base.max_batch, ge=1, le=4096, integer=True),
+        "prefill_base_ms": reader.number("prefill_base_ms", base.prefill_base_ms, ge=0, le=60_000),
+        "prefill_per_token_ms": reader.number("prefill_per_token_ms", base.prefill_per_token_ms, ge=0, le=1_000),
+        "decode_base_ms": reader.number("decode_base_ms", base.decode_base_ms, gt=0, le=60_000),
+        "decode_per_seq_ms": reader.number("decode_per_seq_ms", base.decode_per_seq_ms, ge=0, le=60_000),
+        "admission": reader.string("admission", base.admission.value, choices=tuple(a.value for a in Admission)),
+        "max_queue": reader.number("max_queue", base.max_queue, ge=0, le=1_000_000, integer=True),
+        "retry_after_s": reader.number("retry_after_s", base.retry_after_s, ge=0, le=3_600),
+        "max_queue_wait_ms": reader.number("max_queue_wait_ms", base.max_queue_wait_ms, gt=0, le=3_600_000),
+        "step_jitter": reader.number("step_jitter", base.step_jitter, ge=0, le=0.9),
+        "max_prompt_tokens": reader.number("max_prompt_tokens", base.max_prompt_tokens, ge=1, integer=True),
+        "default_max_tokens": reader.number("default_max_tokens", base.default_max_tokens, ge=1, integer=True),
+        "seed": reader.number("seed", base.seed, ge=0, integer=True),
+    }
+    reader.done()
+    if any(v is None for v in values.values()):
+        return None
+    values["admission"] = Admission(values["admission"])
+    return TargetModel(**values)
+
+
+def target_model_from(overrides: Mapping[str, Any]) -> TargetModel:
+    """A target model from overrides, raising ``TargetConfigInvalid`` listing every bad field."""
+    problems = Problems()
+    model = parse_target_model(dict(overrides), "", problems)
+    if problems or model is None:
+        raise TargetConfigInvalid(problems.items)
+    return model

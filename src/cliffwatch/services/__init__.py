@@ -1,0 +1,1 @@
+"""Orchestration written against small ports: run a scenario, aggregate, score."""

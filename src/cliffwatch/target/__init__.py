@@ -1,0 +1,1 @@
+"""The built-in simulated LLM inference server (OpenAI-compatible, continuous batching)."""
