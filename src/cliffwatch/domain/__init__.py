@@ -1,1 +1,1 @@
-"""Pure core: scenario values and validation, arrival plans, outcomes, metrics and scoring. No I/O, no clock."""
+"""Pure core: scenario values and validation, arrival plans, outcomes, metrics, scoring. No I/O, no clock."""

@@ -116,8 +116,10 @@ class Spike:
             start += self.period_s
 
     def describe(self) -> str:
-        return (f"spike {self.base_rate:g}/s with {self.burst_rate:g}/s bursts of {self.burst_s:g}s "
-                f"every {self.period_s:g}s")
+        return (
+            f"spike {self.base_rate:g}/s with {self.burst_rate:g}/s bursts of {self.burst_s:g}s "
+            f"every {self.period_s:g}s"
+        )
 
 
 Arrival = Constant | Poisson | Gamma | Steps | Spike

@@ -11,6 +11,7 @@ import math
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass
+
 from cliffwatch.domain.validation import Problems, Reader, check_number
 
 
@@ -133,8 +134,9 @@ def _parse_lognormal(reader: Reader, minimum: int) -> LogNormal | None:
 
 
 def _parse_choice(reader: Reader, minimum: int) -> Choice | None:
-    values = [check_number(v, p, reader.problems, ge=minimum, integer=True) for p, v in
-              reader.items("values", nonempty=True)]
+    values = [
+        check_number(v, p, reader.problems, ge=minimum, integer=True) for p, v in reader.items("values", nonempty=True)
+    ]
     weights_given = reader.has("weights")
     weights = [check_number(w, p, reader.problems, ge=0) for p, w in reader.items("weights", None)]
     if not values or None in values or None in weights:

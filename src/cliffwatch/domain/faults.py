@@ -35,14 +35,18 @@ TOXIC_ATTRIBUTES: Mapping[ToxicType, Mapping[str, tuple[bool, int]]] = {
     ToxicType.TIMEOUT: {"timeout": (True, 0)},  # ms; 0 holds the data until the toxic is removed
     ToxicType.RESET_PEER: {"timeout": (False, 0)},  # ms before the reset
     ToxicType.SLOW_CLOSE: {"delay": (True, 0)},  # ms
-    ToxicType.SLICER: {"average_size": (True, 0), "size_variation": (False, 0), "delay": (False, 0)},  # bytes, µs
+    ToxicType.SLICER: {
+        "average_size": (True, 0),
+        "size_variation": (False, 0),
+        "delay": (False, 0),
+    },  # bytes, µs
     ToxicType.LIMIT_DATA: {"bytes": (True, 0)},
 }
 
 
 @dataclass(frozen=True, kw_only=True)
 class ProxySpec:
-    """A Toxiproxy proxy: ``listen`` is host:port (port 0 picks a free one); ``upstream`` defaults to the target."""
+    """A Toxiproxy proxy: ``listen`` is host:port (port 0: any free one); ``upstream`` defaults to the target."""
 
     name: str
     listen: str
@@ -92,7 +96,8 @@ def parse_fault(value: object, path: str, problems: Problems) -> FaultSpec | Non
     attrs_reader = Reader.of(reader.raw("attributes", {}), reader.child("attributes"), reader.problems)
     if kind is not None and attrs_reader is not None:
         parsed = {
-            name: attrs_reader.number(name, ge=0, integer=True) if required
+            name: attrs_reader.number(name, ge=0, integer=True)
+            if required
             else attrs_reader.number(name, default, ge=0, integer=True)
             for name, (required, default) in TOXIC_ATTRIBUTES[ToxicType(kind)].items()
         }
@@ -108,8 +113,13 @@ def parse_fault(value: object, path: str, problems: Problems) -> FaultSpec | Non
     reader.done()
     if None in (proxy, kind, stream, toxicity) or attributes is None:
         return None
-    return FaultSpec(proxy=proxy, type=ToxicType(kind), stream=Stream(stream), toxicity=float(toxicity),
-                     attributes=attributes)
+    return FaultSpec(
+        proxy=proxy,
+        type=ToxicType(kind),
+        stream=Stream(stream),
+        toxicity=float(toxicity),
+        attributes=attributes,
+    )
 
 
 def _is_host_port(text: str) -> bool:

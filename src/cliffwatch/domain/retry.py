@@ -68,7 +68,7 @@ class RetryPolicy:
             return failure.value in self.retry_on
         if status is None:
             return False
-        return (str(status) in self.retry_on or f"{status // 100}xx" in self.retry_on)
+        return str(status) in self.retry_on or f"{status // 100}xx" in self.retry_on
 
     def backoff_s(self, retry_number: int, rng: random.Random) -> float:
         """The delay before retry number ``retry_number`` (1 for the first retry), jitter applied."""
@@ -123,10 +123,18 @@ class RetryDecision:
     reason: str = ""
 
 
-def decide_retry(policy: RetryPolicy, *, failure: FailureKind, status: int | None, retries_done: int,
-                 retry_after_s: float | None, remaining_s: float, rng: random.Random,
-                 budget: RetryBudgetState) -> RetryDecision:
-    """Whether to retry a failed attempt and after how long; ``remaining_s`` is the time left to the deadline."""
+def decide_retry(
+    policy: RetryPolicy,
+    *,
+    failure: FailureKind,
+    status: int | None,
+    retries_done: int,
+    retry_after_s: float | None,
+    remaining_s: float,
+    rng: random.Random,
+    budget: RetryBudgetState,
+) -> RetryDecision:
+    """Whether to retry a failed attempt, and after how long; ``remaining_s`` is what is left to the deadline."""
     if policy.kind is RetryKind.NONE or retries_done >= policy.max_retries:
         return RetryDecision(retry=False, reason="no retries left")
     if not policy.retries_on(failure, status):
@@ -173,24 +181,31 @@ def parse_retry(value: object, path: str, problems: Problems) -> RetryPolicy | N
     if reader.has("budget") and budget is None:
         return None
     return RetryPolicy(
-        kind=RetryKind(kind), max_retries=max_retries, retry_on=retry_on,
-        base_ms=base if base is not None else 0.0, cap_ms=cap if cap is not None else 0.0,
-        multiplier=multiplier if multiplier is not None else 1.0, jitter=Jitter(jitter or Jitter.NONE),
-        honour_retry_after=honour, retry_after_cap_ms=retry_after_cap, budget=budget,
+        kind=RetryKind(kind),
+        max_retries=max_retries,
+        retry_on=retry_on,
+        base_ms=base if base is not None else 0.0,
+        cap_ms=cap if cap is not None else 0.0,
+        multiplier=multiplier if multiplier is not None else 1.0,
+        jitter=Jitter(jitter or Jitter.NONE),
+        honour_retry_after=honour,
+        retry_after_cap_ms=retry_after_cap,
+        budget=budget,
     )
 
 
 def _parse_retry_on(reader: Reader) -> frozenset[str] | None:
-    if not reader.has("on"):
-        reader.raw("on", None)
+    if not reader.has("retry_on"):
+        reader.raw("retry_on", None)
         return DEFAULT_RETRY_ON
     words: set[str] = set()
     ok = True
-    for path, item in reader.items("on", nonempty=True):
+    for path, item in reader.items("retry_on", nonempty=True):
         word = str(item) if isinstance(item, int) and not isinstance(item, bool) else item
         if not isinstance(word, str) or not (word in RETRY_ON_WORDS or _STATUS.match(word)):
-            reader.problems.add(path, f"must be one of {', '.join(RETRY_ON_WORDS)} or a 4xx/5xx status code, "
-                                      f"got {item!r}")
+            reader.problems.add(
+                path, f"must be one of {', '.join(RETRY_ON_WORDS)} or a 4xx/5xx status code, got {item!r}"
+            )
             ok = False
         else:
             words.add(word)

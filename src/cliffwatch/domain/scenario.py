@@ -10,7 +10,7 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 from urllib.parse import urlsplit
@@ -43,8 +43,11 @@ class Role(StrEnum):
     RECOVERY = "recovery"
 
 
-_DEFAULT_PATHS = {Api.OPENAI_CHAT: "/v1/chat/completions", Api.OPENAI_COMPLETIONS: "/v1/completions",
-                  Api.HTTP: "/"}
+_DEFAULT_PATHS = {
+    Api.OPENAI_CHAT: "/v1/chat/completions",
+    Api.OPENAI_COMPLETIONS: "/v1/completions",
+    Api.HTTP: "/",
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,7 +86,7 @@ class ClientSpec:
     read_timeout_ms: float | None = None  # longest silence between reads; None: only the attempt timeout
     attempt_timeout_ms: float | None = None  # None: the SLO's timeout_ms
     max_in_flight: int = 5_000  # beyond this the generator stops sending and says so
-    retry: RetryPolicy = RetryPolicy()
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,7 +108,7 @@ class BaselineGuard:
 
 @dataclass(frozen=True, kw_only=True)
 class ErrorRateGuard:
-    """Abort when, over the last ``window_s``, the share of finished requests in ``outcomes`` exceeds the limit."""
+    """Abort when, over the last ``window_s``, the share of finished requests in ``outcomes`` is over the limit."""
 
     window_s: float
     max_ratio: float
@@ -177,8 +180,13 @@ def parse_scenario(document: object, *, source: str | None = None) -> Scenario:
     return replace(scenario, content_hash=content_hash(document))
 
 
-def with_overrides(scenario: Scenario, *, target_url: str | None = None, seed: int | None = None,
-                   threshold: float | None = None) -> Scenario:
+def with_overrides(
+    scenario: Scenario,
+    *,
+    target_url: str | None = None,
+    seed: int | None = None,
+    threshold: float | None = None,
+) -> Scenario:
     """The scenario with command-line overrides applied, each validated like the file's own fields."""
     problems = Problems()
     target = scenario.target
@@ -193,7 +201,9 @@ def with_overrides(scenario: Scenario, *, target_url: str | None = None, seed: i
     if problems:
         raise ScenarioInvalid(problems.items)
     return replace(
-        scenario, target=target, seed=scenario.seed if seed is None else seed,
+        scenario,
+        target=target,
+        seed=scenario.seed if seed is None else seed,
         score=scenario.score if threshold is None else replace(scenario.score, threshold=float(threshold)),
     )
 
@@ -204,8 +214,10 @@ def _parse(document: object, problems: Problems) -> Scenario | None:
         return None
     name = reader.string("name")
     if name is not None and not _NAME.match(name):
-        reader.error("name", "must be lowercase letters, digits, '.', '_' or '-' (at most 100), "
-                             "starting with a letter or digit")
+        reader.error(
+            "name",
+            "must be lowercase letters, digits, '.', '_' or '-' (at most 100), starting with a letter or digit",
+        )
         name = None
     description = reader.string("description", "", nonempty=False)
     seed = reader.number("seed", 0, ge=0, le=2**63 - 1, integer=True)
@@ -219,12 +231,28 @@ def _parse(document: object, problems: Problems) -> Scenario | None:
     reader.done()
     _check_references(reader, proxies, target, phases)
     _check_plan_size(reader, phases)
-    if None in (name, description, seed, slo, target, client, abort, score) or problems:
+    if (
+        None in (name, description, seed)
+        or slo is None
+        or target is None
+        or client is None
+        or abort is None
+        or score is None
+        or problems
+    ):
         return None
-    assert slo is not None and target is not None and client is not None and abort is not None
-    assert score is not None
-    return Scenario(name=name, description=description, target=target, slo=slo, client=client,
-                    phases=tuple(phases), seed=seed, proxies=tuple(proxies), abort=abort, score=score)
+    return Scenario(
+        name=name,
+        description=description,
+        target=target,
+        slo=slo,
+        client=client,
+        phases=tuple(phases),
+        seed=seed,
+        proxies=tuple(proxies),
+        abort=abort,
+        score=score,
+    )
 
 
 def _parse_slo(reader: Reader | None) -> Slo | None:
@@ -235,8 +263,12 @@ def _parse_slo(reader: Reader | None) -> Slo | None:
     ttft = reader.number("ttft_ms", None, gt=0, le=3_600_000)
     tpot = reader.number("tpot_ms", None, gt=0, le=3_600_000)
     reader.done()
-    if e2e is None or timeout is None or (reader.has("ttft_ms") and ttft is None) or \
-            (reader.has("tpot_ms") and tpot is None):
+    if (
+        e2e is None
+        or timeout is None
+        or (reader.has("ttft_ms") and ttft is None)
+        or (reader.has("tpot_ms") and tpot is None)
+    ):
         return None
     if timeout < e2e:
         reader.error("timeout_ms", f"must be >= e2e_ms ({e2e:g}): a request cannot be late after it was given up")
@@ -250,8 +282,9 @@ def _parse_slo(reader: Reader | None) -> Slo | None:
 def _parse_target(reader: Reader | None) -> Target | None:
     if reader is None:
         return None
-    url = _check_url(reader.raw("url"), reader.child("url"), reader.problems) if reader.has("url") else \
-        reader.raw("url")
+    url = (
+        _check_url(reader.raw("url"), reader.child("url"), reader.problems) if reader.has("url") else reader.raw("url")
+    )
     api = reader.string("api", Api.OPENAI_CHAT.value, choices=tuple(a.value for a in Api))
     via_proxy = reader.string("via_proxy", None)
     builtin: TargetModel | None = None
@@ -259,8 +292,7 @@ def _parse_target(reader: Reader | None) -> Target | None:
         builtin = parse_target_model(reader.raw("builtin"), reader.child("builtin"), reader.problems)
         if url is not None and url != BUILTIN:
             reader.error("builtin", f"only applies when url is {BUILTIN!r}")
-    request = _parse_request(reader.mapping("request", {}) or Reader({}, reader.child("request"),
-                                                                      reader.problems), api)
+    request = _parse_request(reader.mapping("request", {}) or Reader({}, reader.child("request"), reader.problems), api)
     reader.done()
     if url is None or api is None or request is None or (reader.has("via_proxy") and via_proxy is None):
         return None
@@ -292,10 +324,16 @@ def _check_url(value: object, path: str, problems: Problems) -> str | None:
 
 
 def _parse_request(reader: Reader, api: str | None) -> RequestTemplate | None:
+    if api is None:
+        # Which keys belong depends on the api, which is already reported as wrong.
+        for key in reader.data:
+            reader.raw(key, None)
+        return None
     openai = api in (Api.OPENAI_CHAT, Api.OPENAI_COMPLETIONS)
-    default_path = _DEFAULT_PATHS[Api(api)] if api is not None else "/"
-    method = reader.string("method", "POST" if openai else "GET",
-                           choices=("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"))
+    default_path = _DEFAULT_PATHS[Api(api)]
+    method = reader.string(
+        "method", "POST" if openai else "GET", choices=("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD")
+    )
     path = reader.string("path", default_path)
     if path is not None and not path.startswith("/"):
         reader.error("path", "must start with '/'")
@@ -303,8 +341,7 @@ def _parse_request(reader: Reader, api: str | None) -> RequestTemplate | None:
     headers = _parse_headers(reader)
     if openai:
         model = reader.string("model")
-        prompt = parse_distribution(reader.raw("prompt_tokens", 128), reader.child("prompt_tokens"),
-                                    reader.problems)
+        prompt = parse_distribution(reader.raw("prompt_tokens", 128), reader.child("prompt_tokens"), reader.problems)
         max_tokens = parse_distribution(reader.raw("max_tokens", 128), reader.child("max_tokens"), reader.problems)
         stream = reader.boolean("stream", True)
         usage = reader.boolean("include_usage", False)
@@ -312,14 +349,26 @@ def _parse_request(reader: Reader, api: str | None) -> RequestTemplate | None:
         if extra is not None and not isinstance(extra, Mapping):
             reader.error("extra_body", "must be a mapping")
         reader.done()
-        if None in (method, path, headers, model, prompt, max_tokens, stream, usage) or \
-                (extra is not None and not isinstance(extra, Mapping)):
+        if (
+            None in (method, path, model, prompt, max_tokens, stream, usage)
+            or headers is None
+            or (extra is not None and not isinstance(extra, Mapping))
+        ):
             return None
-        return RequestTemplate(method=method, path=path, headers=headers, model=model, prompt_tokens=prompt,
-                               max_tokens=max_tokens, stream=stream, include_usage=usage, extra_body=extra)
+        return RequestTemplate(
+            method=method,
+            path=path,
+            headers=headers,
+            model=model,
+            prompt_tokens=prompt,
+            max_tokens=max_tokens,
+            stream=stream,
+            include_usage=usage,
+            extra_body=extra,
+        )
     body = reader.raw("body", None)
     reader.done()
-    if None in (method, path, headers):
+    if method is None or path is None or headers is None:
         return None
     return RequestTemplate(method=method, path=path, headers=headers, stream=False, body=body)
 
@@ -352,12 +401,21 @@ def _parse_client(reader: Reader, slo: Slo | None) -> ClientSpec | None:
     if slo is not None and attempt is not None and attempt > slo.timeout_ms:
         reader.error("attempt_timeout_ms", f"must be <= slo.timeout_ms ({slo.timeout_ms:g})")
         return None
-    if None in (pool, connect, in_flight, retry) or (reader.has("read_timeout_ms") and read is None) or \
-            (reader.has("attempt_timeout_ms") and attempt is None):
+    if (
+        None in (pool, connect, in_flight, retry)
+        or (reader.has("read_timeout_ms") and read is None)
+        or (reader.has("attempt_timeout_ms") and attempt is None)
+    ):
         return None
     assert retry is not None
-    return ClientSpec(pool_size=pool, connect_timeout_ms=connect, read_timeout_ms=read,
-                      attempt_timeout_ms=attempt, max_in_flight=in_flight, retry=retry)
+    return ClientSpec(
+        pool_size=pool,
+        connect_timeout_ms=connect,
+        read_timeout_ms=read,
+        attempt_timeout_ms=attempt,
+        max_in_flight=in_flight,
+        retry=retry,
+    )
 
 
 def _parse_phase(value: object, path: str, problems: Problems) -> Phase | None:
@@ -367,15 +425,24 @@ def _parse_phase(value: object, path: str, problems: Problems) -> Phase | None:
     name = reader.string("name")
     role = reader.string("role", choices=tuple(r.value for r in Role))
     duration = reader.number("duration_s", gt=0, le=MAX_RUN_SECONDS)
-    arrival = parse_arrival(reader.raw("arrival"), reader.child("arrival"), problems, duration_s=duration) \
-        if reader.has("arrival") else reader.raw("arrival")
+    arrival = (
+        parse_arrival(reader.raw("arrival"), reader.child("arrival"), problems, duration_s=duration)
+        if reader.has("arrival")
+        else reader.raw("arrival")
+    )
     retry = parse_retry(reader.raw("retry"), reader.child("retry"), problems) if reader.has("retry") else None
     faults = parse_each(reader, "faults", parse_fault, [])
     reader.done()
-    if None in (name, role, duration, arrival) or (reader.has("retry") and retry is None):
+    if None in (name, role, duration) or arrival is None or (reader.has("retry") and retry is None):
         return None
-    return Phase(name=name, role=Role(role), duration_s=float(duration), arrival=arrival, retry=retry,
-                 faults=tuple(faults))
+    return Phase(
+        name=name,
+        role=Role(role),
+        duration_s=float(duration),
+        arrival=arrival,
+        retry=retry,
+        faults=tuple(faults),
+    )
 
 
 def _parse_abort(reader: Reader | None) -> AbortSpec | None:
@@ -401,8 +468,7 @@ def _parse_abort(reader: Reader | None) -> AbortSpec | None:
             ok = False
         else:
             assert outcomes is not None
-            error_rate = ErrorRateGuard(window_s=window, max_ratio=max_ratio, min_requests=minimum,
-                                        outcomes=outcomes)
+            error_rate = ErrorRateGuard(window_s=window, max_ratio=max_ratio, min_requests=minimum, outcomes=outcomes)
     reader.done()
     return AbortSpec(baseline=baseline, error_rate=error_rate) if ok else None
 
@@ -432,8 +498,7 @@ def _parse_score(reader: Reader | None) -> ScoreSpec | None:
     return ScoreSpec(threshold=float(threshold), fast_fail_fraction=float(fast))
 
 
-def _check_references(reader: Reader, proxies: list[ProxySpec], target: Target | None,
-                      phases: list[Phase]) -> None:
+def _check_references(reader: Reader, proxies: list[ProxySpec], target: Target | None, phases: list[Phase]) -> None:
     names = [p.name for p in proxies]
     for index, name in enumerate(names):
         if name in names[:index]:
@@ -445,8 +510,10 @@ def _check_references(reader: Reader, proxies: list[ProxySpec], target: Target |
     raw_phases = reader.data.get("phases") or []
     for index, phase in enumerate(phases):
         # parse_each skips bad phases, so map back to the document's index by name where possible
-        position = next((i for i, p in enumerate(raw_phases) if isinstance(p, Mapping) and
-                         p.get("name") == phase.name), index)
+        position = next(
+            (i for i, p in enumerate(raw_phases) if isinstance(p, Mapping) and p.get("name") == phase.name),
+            index,
+        )
         if phase.name in seen:
             reader.problems.add(f"phases[{position}].name", f"duplicate phase name {phase.name!r}")
         seen.add(phase.name)
@@ -455,8 +522,10 @@ def _check_references(reader: Reader, proxies: list[ProxySpec], target: Target |
         stressed = stressed or phase.role is Role.STRESS
         for fault_index, fault in enumerate(phase.faults):
             if fault.proxy not in names:
-                reader.problems.add(f"phases[{position}].faults[{fault_index}].proxy",
-                                    f"names no declared proxy ({', '.join(names) or 'none declared'})")
+                reader.problems.add(
+                    f"phases[{position}].faults[{fault_index}].proxy",
+                    f"names no declared proxy ({', '.join(names) or 'none declared'})",
+                )
 
 
 def _check_plan_size(reader: Reader, phases: list[Phase]) -> None:

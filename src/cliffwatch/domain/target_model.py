@@ -62,8 +62,10 @@ class TargetModel:
         return 1000.0 / (per_request_ms + self.prefill_ms(round(prompt_tokens)))
 
     def to_dict(self) -> dict[str, Any]:
-        return {f.name: (getattr(self, f.name).value if f.name == "admission" else getattr(self, f.name))
-                for f in fields(self)}
+        return {
+            f.name: (getattr(self, f.name).value if f.name == "admission" else getattr(self, f.name))
+            for f in fields(self)
+        }
 
 
 def parse_target_model(value: object, path: str, problems: Problems) -> TargetModel | None:

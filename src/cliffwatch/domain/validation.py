@@ -85,8 +85,14 @@ class Reader:
             return None
         return default
 
-    def string(self, key: str, default: Any = _MISSING, *, choices: tuple[str, ...] | None = None,
-               nonempty: bool = True) -> Any:
+    def string(
+        self,
+        key: str,
+        default: Any = _MISSING,
+        *,
+        choices: tuple[str, ...] | None = None,
+        nonempty: bool = True,
+    ) -> Any:
         value = self.raw(key, default)
         if value is None or (value is default and default is not _MISSING):
             return value
@@ -110,8 +116,16 @@ class Reader:
             return None
         return value
 
-    def number(self, key: str, default: Any = _MISSING, *, gt: float | None = None,
-               ge: float | None = None, le: float | None = None, integer: bool = False) -> Any:
+    def number(
+        self,
+        key: str,
+        default: Any = _MISSING,
+        *,
+        gt: float | None = None,
+        ge: float | None = None,
+        le: float | None = None,
+        integer: bool = False,
+    ) -> Any:
         value = self.raw(key, default)
         if value is None or (value is default and default is not _MISSING):
             return value
@@ -144,8 +158,16 @@ class Reader:
                 self.problems.add(self.child(key), "unknown key")
 
 
-def check_number(value: object, path: str, problems: Problems, *, gt: float | None = None,
-                 ge: float | None = None, le: float | None = None, integer: bool = False) -> Any:
+def check_number(
+    value: object,
+    path: str,
+    problems: Problems,
+    *,
+    gt: float | None = None,
+    ge: float | None = None,
+    le: float | None = None,
+    integer: bool = False,
+) -> Any:
     """``value`` as an int/float when it satisfies the bounds; otherwise records the problem, gives None."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         problems.add(path, f"must be a number, got {_type_name(value)}")
@@ -168,8 +190,14 @@ def check_number(value: object, path: str, problems: Problems, *, gt: float | No
     return int(value) if integer else value
 
 
-def parse_each(reader: Reader, key: str, parse: Callable[[object, str, Problems], T | None],
-               default: Any = _MISSING, *, nonempty: bool = False) -> list[T]:
+def parse_each(
+    reader: Reader,
+    key: str,
+    parse: Callable[[object, str, Problems], T | None],
+    default: Any = _MISSING,
+    *,
+    nonempty: bool = False,
+) -> list[T]:
     """Parses each element of a list with ``parse(item, path, problems)``, skipping the bad ones."""
     out: list[T] = []
     for path, item in reader.items(key, default, nonempty=nonempty):

@@ -1,0 +1,313 @@
+"""Incremental aggregation of request records into per-phase statistics and a per-second time series.
+
+Records arrive as requests finish, in any order; nothing per request is kept once it is counted, so
+memory is bounded by the run's duration, not its request count. Conventions (also in docs/scoring.md):
+- outcome counts and latency histograms belong to the phase and second the request was *scheduled* in,
+  so ``on_time / offered`` is exact for each of them, every failure in the denominator;
+- output tokens, completions and attempts are counted when they *happened* (chunk arrival, finish, send),
+  which is what a throughput chart shows;
+- ``in_flight`` is the mean number of attempts outstanding during the second (exact, from their intervals).
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from cliffwatch.domain.histogram import Histogram
+from cliffwatch.domain.outcomes import NS_PER_MS, NS_PER_S, OUTCOMES, Attempt, Outcome, RequestRecord
+from cliffwatch.domain.scenario import Role
+
+LATENCY_METRICS = (
+    "ttft",
+    "e2e",
+    "tpot",
+    "itl",
+    "shed_latency",
+    "failure_latency",
+    "schedule_lag",
+    "pool_wait",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PhaseWindow:
+    index: int
+    name: str
+    role: Role
+    start_ns: int
+    end_ns: int
+
+    @property
+    def duration_s(self) -> float:
+        return (self.end_ns - self.start_ns) / NS_PER_S
+
+
+@dataclass(kw_only=True)
+class PhaseStats:
+    """What happened to the requests scheduled in one phase, and what the target did during it."""
+
+    window: PhaseWindow
+    offered: int = 0
+    outcomes: Counter[Outcome] = field(default_factory=Counter)
+    attempts: int = 0  # every attempt made for this phase's requests, retries included
+    fast_shed: int = 0  # shed within the fast-fail bound of the scheduled time
+    output_tokens: float = 0.0  # received during the phase's time window, from any request
+    completions: int = 0  # successful finishes during the window
+    on_time_completions: int = 0
+    token_sources: Counter[str] = field(default_factory=Counter)
+    latency: dict[str, Histogram] = field(default_factory=lambda: {m: Histogram() for m in LATENCY_METRICS})
+
+    @property
+    def sent(self) -> int:
+        return self.offered - self.outcomes[Outcome.NOT_SENT]
+
+    @property
+    def on_time(self) -> int:
+        return self.outcomes[Outcome.ON_TIME]
+
+    @property
+    def on_time_ratio(self) -> float | None:
+        """On-time share of every request offered in the phase; None when nothing was offered."""
+        return self.on_time / self.offered if self.offered else None
+
+    @property
+    def amplification(self) -> float | None:
+        """Attempts per logical request sent: 1.0 without retries."""
+        return self.attempts / self.sent if self.sent else None
+
+    @property
+    def retries(self) -> int:
+        return self.attempts - self.sent
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.output_tokens / self.window.duration_s
+
+    @property
+    def goodput_rps(self) -> float:
+        return self.on_time / self.window.duration_s
+
+    @property
+    def offered_rps(self) -> float:
+        return self.offered / self.window.duration_s
+
+
+@dataclass(kw_only=True)
+class SecondStats:
+    t: int  # seconds since the run started
+    offered: int = 0
+    attempts: int = 0
+    retries: int = 0
+    in_flight_ns: int = 0  # attempt-nanoseconds outstanding during this second
+    outcomes: Counter[Outcome] = field(default_factory=Counter)  # by scheduled second
+    finished: Counter[Outcome] = field(default_factory=Counter)  # by finish second, for sliding windows
+    output_tokens: float = 0.0
+    completions: int = 0
+    on_time_completions: int = 0
+    ttft: Histogram = field(default_factory=Histogram)
+    e2e: Histogram = field(default_factory=Histogram)
+
+    @property
+    def in_flight(self) -> float:
+        return self.in_flight_ns / NS_PER_S
+
+    @property
+    def on_time_ratio(self) -> float | None:
+        return self.outcomes[Outcome.ON_TIME] / self.offered if self.offered else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunMetrics:
+    phases: tuple[PhaseStats, ...]
+    seconds: tuple[SecondStats, ...]
+
+    def by_role(self, role: Role) -> list[PhaseStats]:
+        return [p for p in self.phases if p.window.role is role]
+
+
+def merge_phases(phases: Sequence[PhaseStats]) -> PhaseStats | None:
+    """Several phases (e.g. every stress phase) pooled into one, spanning their combined duration."""
+    if not phases:
+        return None
+    first = phases[0].window
+    duration_ns = sum(p.window.end_ns - p.window.start_ns for p in phases)
+    pooled = PhaseStats(
+        window=PhaseWindow(
+            index=first.index,
+            name="+".join(p.window.name for p in phases),
+            role=first.role,
+            start_ns=first.start_ns,
+            end_ns=first.start_ns + duration_ns,
+        )
+    )
+    for p in phases:
+        pooled.offered += p.offered
+        pooled.outcomes.update(p.outcomes)
+        pooled.attempts += p.attempts
+        pooled.fast_shed += p.fast_shed
+        pooled.output_tokens += p.output_tokens
+        pooled.completions += p.completions
+        pooled.on_time_completions += p.on_time_completions
+        pooled.token_sources.update(p.token_sources)
+        for name, hist in p.latency.items():
+            pooled.latency[name].merge(hist)
+    return pooled
+
+
+class RunAggregator:
+    """Counts records into phases and seconds as they finish; answers the live abort checks."""
+
+    def __init__(self, windows: Sequence[PhaseWindow], *, e2e_ms: float, fast_fail_ms: float) -> None:
+        self.windows = tuple(windows)
+        self._starts = [w.start_ns for w in self.windows]
+        self._phases = [PhaseStats(window=w) for w in self.windows]
+        self._seconds: dict[int, SecondStats] = {}
+        self._e2e_ns = int(e2e_ms * NS_PER_MS)
+        self._fast_fail_ns = int(fast_fail_ms * NS_PER_MS)
+        self._outstanding: dict[int, tuple[int, int]] = {}  # request id → (phase, scheduled_ns)
+
+    # -- feeding -----------------------------------------------------------------------------------
+
+    def dispatched(self, request_id: int, phase: int, scheduled_ns: int) -> None:
+        """A request left for the target; until it finishes it counts in the live checks as outstanding."""
+        self._outstanding[request_id] = (phase, scheduled_ns)
+
+    def add(self, record: RequestRecord) -> None:
+        """Counts one finished (or never sent) logical request."""
+        self._outstanding.pop(record.id, None)
+        phase = self._phases[record.phase]
+        scheduled = self._second(record.scheduled_ns)
+        phase.offered += 1
+        phase.outcomes[record.outcome] += 1
+        scheduled.offered += 1
+        scheduled.outcomes[record.outcome] += 1
+        final = record.final
+        if final is None:
+            return
+        self._add_attempts(record.attempts, phase)
+        lag_ms = record.schedule_lag_ms
+        if lag_ms is not None:
+            phase.latency["schedule_lag"].add(max(0.0, lag_ms))
+        self._second(final.end_ns).finished[record.outcome] += 1
+        e2e_ms = (final.end_ns - record.scheduled_ns) / NS_PER_MS
+        if final.succeeded:
+            self._add_success(record, final, e2e_ms, phase, scheduled)
+        elif record.outcome is Outcome.SHED:
+            phase.latency["shed_latency"].add(e2e_ms)
+            if final.end_ns - record.scheduled_ns <= self._fast_fail_ns:
+                phase.fast_shed += 1
+        else:
+            phase.latency["failure_latency"].add(e2e_ms)
+
+    def _add_success(
+        self, record: RequestRecord, final: Attempt, e2e_ms: float, phase: PhaseStats, scheduled: SecondStats
+    ) -> None:
+        phase.latency["e2e"].add(e2e_ms)
+        scheduled.e2e.add(e2e_ms)
+        ttft = record.ttft_ms
+        if ttft is not None:
+            phase.latency["ttft"].add(ttft)
+            scheduled.ttft.add(ttft)
+        tpot = record.tpot_ms
+        if tpot is not None:
+            phase.latency["tpot"].add(tpot)
+        chunks = final.chunk_times_ns
+        for before, after in itertools.pairwise(chunks):
+            phase.latency["itl"].add((after - before) / NS_PER_MS)
+        phase.token_sources[final.token_source.value] += 1
+        on_time = record.outcome is Outcome.ON_TIME
+        finish_second = self._second(final.end_ns)
+        finish_second.completions += 1
+        finish_second.on_time_completions += on_time
+        finish_phase = self._phase_at(final.end_ns)
+        if finish_phase is not None:
+            finish_phase.completions += 1
+            finish_phase.on_time_completions += on_time
+
+    def _add_attempts(self, attempts: Iterable[Attempt], phase: PhaseStats) -> None:
+        for attempt in attempts:
+            phase.attempts += 1
+            sent = self._second(attempt.sent_ns)
+            sent.attempts += 1
+            sent.retries += attempt.number > 1
+            if attempt.pool_wait_ns:
+                phase.latency["pool_wait"].add(attempt.pool_wait_ns / NS_PER_MS)
+            self._spread_in_flight(attempt.sent_ns, attempt.end_ns)
+            self._spread_tokens(attempt)
+
+    def _spread_in_flight(self, start_ns: int, end_ns: int) -> None:
+        while start_ns < end_ns:
+            second = start_ns // NS_PER_S
+            boundary = min(end_ns, (second + 1) * NS_PER_S)
+            self._second(start_ns).in_flight_ns += boundary - start_ns
+            start_ns = boundary
+
+    def _spread_tokens(self, attempt: Attempt) -> None:
+        if attempt.output_tokens <= 0:
+            return
+        times = attempt.chunk_times_ns or (attempt.end_ns,)
+        share = attempt.output_tokens / len(times)
+        for at in times:
+            self._second(at).output_tokens += share
+            window_phase = self._phase_at(at)
+            if window_phase is not None:
+                window_phase.output_tokens += share
+
+    def _second(self, at_ns: int) -> SecondStats:
+        index = max(0, at_ns // NS_PER_S)
+        stats = self._seconds.get(index)
+        if stats is None:
+            stats = self._seconds[index] = SecondStats(t=index)
+        return stats
+
+    def _phase_at(self, at_ns: int) -> PhaseStats | None:
+        position = bisect.bisect_right(self._starts, at_ns) - 1
+        if position < 0 or at_ns >= self.windows[position].end_ns:
+            return None
+        return self._phases[position]
+
+    # -- live checks -------------------------------------------------------------------------------
+
+    def window_ratio(self, now_ns: int, window_s: float, outcomes: frozenset[Outcome]) -> tuple[float, int]:
+        """Share of the requests finished in the last ``window_s`` with an outcome in ``outcomes``, and their count."""
+        last = now_ns // NS_PER_S
+        first = (now_ns - int(window_s * NS_PER_S)) // NS_PER_S
+        total = bad = 0
+        for index in range(max(0, first), last + 1):
+            stats = self._seconds.get(index)
+            if stats is None:
+                continue
+            total += stats.finished.total()
+            bad += sum(stats.finished[o] for o in outcomes)
+        return (bad / total if total else 0.0), total
+
+    def phase_health(self, phase: int, now_ns: int) -> tuple[float | None, int]:
+        """On-time share of a phase's requests that are already decided, and how many are decided.
+
+        Requests still outstanding past the e2e bound can no longer be on time, so they count as
+        failures now; younger outstanding ones are left out until they finish.
+        """
+        stats = self._phases[phase]
+        overdue = sum(
+            1 for p, scheduled in self._outstanding.values() if p == phase and now_ns - scheduled > self._e2e_ns
+        )
+        decided = stats.offered + overdue
+        return (stats.on_time / decided if decided else None), decided
+
+    # -- results -----------------------------------------------------------------------------------
+
+    def result(self) -> RunMetrics:
+        if not self._seconds:
+            return RunMetrics(phases=tuple(self._phases), seconds=())
+        last = max(self._seconds)
+        seconds = tuple(self._seconds.get(t) or SecondStats(t=t) for t in range(last + 1))
+        return RunMetrics(phases=tuple(self._phases), seconds=seconds)
+
+
+def outcome_counts(counter: Mapping[Outcome, int]) -> dict[str, int]:
+    """Every outcome class with its count, zeros included, in a fixed order."""
+    return {o.value: int(counter.get(o, 0)) for o in OUTCOMES}
