@@ -32,6 +32,7 @@ OUTCOMES = tuple(Outcome)
 class TokenSource(StrEnum):
     USAGE = "usage"  # the server's own count (``usage.completion_tokens``)
     CHUNKS = "chunks"  # counted content chunks: one per token on the servers we know
+    ESTIMATED = "estimated"  # words of a non-streamed answer without usage: a rough undercount
     NONE = "none"  # no tokens in this response (plain HTTP, or nothing received)
 
 

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from enum import StrEnum
 
-from cliffwatch.domain.validation import Problems, Reader
+from cliffwatch.domain.validation import Problems, Reader, short_repr
 
 
 class RetryKind(StrEnum):
@@ -36,6 +36,7 @@ class FailureKind(StrEnum):
     TIMEOUT = "timeout"  # the attempt's own timeout (connect, read or total)
     CONNECTION = "connection"  # refused, reset, or closed before a response
     TRUNCATED = "truncated"  # a 2xx stream that ended without finishing
+    CANCELLED = "cancelled"  # cut short by the run itself (interrupted); never retried
 
 
 RETRY_ON_WORDS = ("timeout", "connection", "truncated", "429", "5xx", "4xx")
@@ -155,6 +156,11 @@ def parse_retry(value: object, path: str, problems: Problems) -> RetryPolicy | N
     if reader is None:
         return None
     kind = reader.string("policy", choices=tuple(k.value for k in RetryKind))
+    if kind is None:
+        # Which options belong depends on the policy, which is already reported as wrong.
+        for key in reader.data:
+            reader.raw(key, None)
+        return None
     if kind == RetryKind.NONE:
         reader.done()
         return RetryPolicy()
@@ -174,7 +180,7 @@ def parse_retry(value: object, path: str, problems: Problems) -> RetryPolicy | N
             cap = None
     budget = _parse_budget(reader)
     reader.done()
-    if kind is None or max_retries is None or retry_on is None or honour is None or retry_after_cap is None:
+    if max_retries is None or retry_on is None or honour is None or retry_after_cap is None:
         return None
     if kind == RetryKind.EXPONENTIAL and (base is None or cap is None or multiplier is None or jitter is None):
         return None
@@ -201,10 +207,11 @@ def _parse_retry_on(reader: Reader) -> frozenset[str] | None:
     words: set[str] = set()
     ok = True
     for path, item in reader.items("retry_on", nonempty=True):
-        word = str(item) if isinstance(item, int) and not isinstance(item, bool) else item
-        if not isinstance(word, str) or not (word in RETRY_ON_WORDS or _STATUS.match(word)):
+        # YAML reads a bare 503 as a number; only three-digit ones can be statuses (str() of a huge int raises)
+        word = str(item) if isinstance(item, int) and not isinstance(item, bool) and 0 <= item < 1000 else item
+        if not isinstance(word, str) or not (word in RETRY_ON_WORDS or _STATUS.fullmatch(word)):
             reader.problems.add(
-                path, f"must be one of {', '.join(RETRY_ON_WORDS)} or a 4xx/5xx status code, got {item!r}"
+                path, f"must be one of {', '.join(RETRY_ON_WORDS)} or a 4xx/5xx status code, got {short_repr(item)}"
             )
             ok = False
         else:

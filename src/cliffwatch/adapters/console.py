@@ -1,0 +1,194 @@
+"""Terminal output: live progress while a run goes, and scorecards when it is done.
+
+On a terminal progress is one line redrawn in place; otherwise (CI logs, pipes) a plain line every
+few seconds, so logs stay readable.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import TextIO
+
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from cliffwatch.domain.metrics import PhaseStats, merge_phases
+from cliffwatch.domain.outcomes import Outcome
+from cliffwatch.domain.ports import Progress
+from cliffwatch.domain.result import RunResult
+from cliffwatch.domain.scenario import Role
+from cliffwatch.domain.scoring import HIDDEN_OVERLOAD
+
+PLAIN_EVERY_S = 5.0
+
+
+def _pct(value: float | None) -> str:
+    return "–" if value is None else f"{value:.0%}"
+
+
+def _ms(value: float | int | str | None) -> str:
+    if not isinstance(value, int | float):
+        return "–"
+    return f"{value / 1000:.2f} s" if value >= 1000 else f"{value:.0f} ms"
+
+
+class ConsoleProgress:
+    """A ``ProgressObserver`` for the terminal."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.console = Console(file=stream or sys.stderr, highlight=False)
+        self.live: Live | None = None
+        self._last_plain = 0.0
+
+    def __enter__(self) -> ConsoleProgress:
+        if self.console.is_terminal:
+            self.live = Live(Text(""), console=self.console, refresh_per_second=4, transient=True)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live is not None:
+            self.live.__exit__(None, None, None)
+            self.live = None
+
+    def note(self, message: str) -> None:
+        self.console.print(f"[dim]·[/dim] {message}")
+
+    def progress(self, progress: Progress) -> None:
+        line = (
+            f"{progress.elapsed_s:5.0f}/{progress.total_s:.0f}s  {progress.phase} ({progress.role})  "
+            f"offered {progress.offered_per_s:5.1f}/s  on time {_pct(progress.on_time_ratio):>4}  "
+            f"tokens {progress.tokens_per_s:6.0f}/s  in flight {progress.in_flight}"
+        )
+        if self.live is not None:
+            self.live.update(Text(line))
+            return
+        now = time.monotonic()
+        if now - self._last_plain >= PLAIN_EVERY_S:
+            self._last_plain = now
+            self.console.print(line)
+
+
+def phase_table(result: RunResult) -> Table:
+    table = Table(title=f"{result.scenario.name}: phases", title_justify="left", show_edge=False)
+    for header in ("phase", "offered/s", "on time", "goodput/s", "tokens/s", "p99 TTFT", "p99 e2e",
+                   "late", "shed", "timeout", "error", "att/req"):  # fmt: skip
+        table.add_column(header, justify="left" if header == "phase" else "right")
+    for stats in result.metrics.phases:
+        table.add_row(*_phase_row(stats))
+    return table
+
+
+def _phase_row(stats: PhaseStats) -> list[str]:
+    offered = stats.offered or 1
+
+    def share(outcome: Outcome) -> str:
+        return f"{stats.outcomes[outcome] / offered:.0%}" if stats.offered else "–"
+
+    return [
+        f"{stats.window.name} ({stats.window.role.value})",
+        f"{stats.offered_rps:.1f}",
+        _pct(stats.on_time_ratio),
+        f"{stats.goodput_rps:.1f}",
+        f"{stats.tokens_per_s:,.0f}",
+        _ms(stats.latency["ttft"].quantile(0.99)),
+        _ms(stats.latency["e2e"].quantile(0.99)),
+        share(Outcome.LATE),
+        share(Outcome.SHED),
+        share(Outcome.TIMEOUT),
+        share(Outcome.ERROR),
+        "–" if stats.amplification is None else f"{stats.amplification:.2f}",
+    ]
+
+
+def scorecard(result: RunResult) -> RenderableType:
+    """One run's scorecard: headline, phases, score components and verdicts."""
+    score = result.score
+    verdict = "[bold green]PASS[/]" if result.passed else "[bold red]FAIL[/]"
+    value = "n/a" if score.value is None else f"{score.value:.0f}/100"
+    headline = Text.from_markup(
+        f"[bold]{result.scenario.name}[/]  score {value} (pass ≥ {score.threshold:g}, v{score.version})  {verdict}"
+        f"  [dim]status {result.status.value}, {result.duration_s:.0f}s, target {result.target_url}[/]"
+    )
+    components = Table(show_edge=False, title="score components", title_justify="left")
+    components.add_column("component")
+    components.add_column("score", justify="right")
+    components.add_column("weight", justify="right")
+    components.add_column("evidence", overflow="fold")
+    for component in score.components:
+        shown = "n/a" if component.value is None else f"{component.value:.2f}"
+        components.add_row(component.name, shown, f"{component.weight:.2f}", component.summary)
+    lines: list[RenderableType] = [headline, phase_table(result), components]
+    for item in result.verdicts():
+        lines.append(Text.from_markup(f"[bold yellow]⚠ {item.name}[/]: {item.summary}"))
+    lag = result.generator.lag
+    lines.append(
+        Text(
+            f"generator: schedule lag p99 {_ms(lag.get('p99'))}, max {_ms(lag.get('max'))}; "
+            f"CPU {result.generator.cpu_busy:.0%} of a core; "
+            + ("LIMITED" if result.generator.limited else "kept its schedule"),
+            style="dim",
+        )
+    )
+    return Group(*lines)
+
+
+def comparison(results: Sequence[RunResult]) -> Table:
+    """Several runs side by side: the score, each component, and the figures that tell them apart."""
+    table = Table(title="side by side", title_justify="left")
+    table.add_column("")
+    for result in results:
+        table.add_column(result.scenario.name, justify="right")
+
+    def row(label: str, values: Sequence[str]) -> None:
+        table.add_row(label, *values)
+
+    row("score", ["n/a" if r.score.value is None else f"{r.score.value:.0f}/100" for r in results])
+    row("result", ["PASS" if r.passed else "FAIL" for r in results])
+    names = [c.name for c in results[0].score.components] if results else []
+    for name in names:
+        row(name.replace("_", " "), [_component_value(r, name) for r in results])
+    row("hidden overload", [_flag(r, HIDDEN_OVERLOAD) for r in results])
+    row("stress on time", [_pct(_stress(r, lambda p: p.on_time_ratio)) for r in results])
+    row("baseline on time", [_pct(_baseline(r)) for r in results])
+    row("stress tokens/s vs peak", [_tokens_vs_peak(r) for r in results])
+    row("stress attempts/request", [_fmt(_stress(r, lambda p: p.amplification), "{:.2f}") for r in results])
+    row("generator", ["limited" if r.generator.limited else "kept schedule" for r in results])
+    return table
+
+
+def _component_value(result: RunResult, name: str) -> str:
+    for component in result.score.components:
+        if component.name == name:
+            return "n/a" if component.value is None else f"{component.value:.2f}"
+    return "–"
+
+
+def _flag(result: RunResult, name: str) -> str:
+    return next(("RAISED" if f.raised else "no" for f in result.score.flags if f.name == name), "–")
+
+
+def _tokens_vs_peak(result: RunResult) -> str:
+    for flag in result.score.flags:
+        share = flag.evidence.get("tokens_share")
+        if flag.name == HIDDEN_OVERLOAD and isinstance(share, int | float):
+            return f"{share:.0%}"
+    return "–"
+
+
+def _stress(result: RunResult, pick: Callable[[PhaseStats], float | None]) -> float | None:
+    pooled = merge_phases(result.metrics.by_role(Role.STRESS))
+    return None if pooled is None else pick(pooled)
+
+
+def _baseline(result: RunResult) -> float | None:
+    pooled = merge_phases(result.metrics.by_role(Role.BASELINE))
+    return None if pooled is None else pooled.on_time_ratio
+
+
+def _fmt(value: float | None, pattern: str) -> str:
+    return "–" if value is None else pattern.format(value)

@@ -1,0 +1,224 @@
+"""The open-loop scheduler: sends every planned request at its time, whatever is still outstanding.
+
+Each logical request runs in its own task: attempts (through an ``AttemptExecutor``), retries decided by
+the domain's retry policy, then one ``RequestRecord`` to the listener. The generator also watches itself
+(schedule lag, event-loop stalls, CPU) so a run it could not drive faithfully says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Iterable
+from typing import Protocol
+
+from cliffwatch.domain.generator_health import GeneratorLimits, GeneratorReport, judge_generator
+from cliffwatch.domain.histogram import Histogram
+from cliffwatch.domain.outcomes import NS_PER_MS, NS_PER_S, Attempt, Outcome, RequestRecord, classify
+from cliffwatch.domain.plan import PlannedRequest
+from cliffwatch.domain.ports import Clock, GeneratorListener, LiveCounters
+from cliffwatch.domain.retry import FailureKind, RetryBudgetState, RetryKind, decide_retry
+from cliffwatch.domain.scenario import Scenario
+
+STALL_PROBE_S = 0.05
+
+
+class AttemptExecutor(Protocol):
+    """Makes one attempt of a planned request and reports it; never raises for target failures."""
+
+    in_flight: int
+    tokens: float
+
+    async def preflight(self) -> None: ...
+
+    async def attempt(
+        self, request: PlannedRequest, number: int, timeout_s: float, *, origin_ns: int, deadline_bound: bool
+    ) -> Attempt:
+        """One attempt with a total timeout of ``timeout_s``, its times in ns from ``origin_ns``;
+        ``deadline_bound`` says the timeout is the request's deadline, not the per-attempt limit."""
+
+
+class OpenLoopGenerator:
+    """Implements the ``LoadGenerator`` port on an ``AttemptExecutor``."""
+
+    def __init__(
+        self, scenario: Scenario, executor: AttemptExecutor, clock: Clock, limits: GeneratorLimits | None = None
+    ) -> None:
+        self.scenario = scenario
+        self.executor = executor
+        self.clock = clock
+        self.limits = limits or GeneratorLimits()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._stop_reason: str | None = None
+        self._wakeup: asyncio.Future[None] | None = None
+        self._dispatched = 0
+        self._overflow = 0
+        self._lag = Histogram()
+        self._max_stall_ns = 0
+        self._budgets = {i: RetryBudgetState(scenario.retry_for(i).budget) for i in range(len(scenario.phases))}
+
+    async def preflight(self) -> None:
+        await self.executor.preflight()
+
+    def live(self) -> LiveCounters:
+        return LiveCounters(dispatched=self._dispatched, in_flight=self.executor.in_flight, tokens=self.executor.tokens)
+
+    def stop(self, reason: str, *, cancel_in_flight: bool = False) -> None:
+        if self._stop_reason is None:
+            self._stop_reason = reason
+            if cancel_in_flight:
+                for task in list(self._tasks):
+                    task.cancel()
+            if self._wakeup is not None and not self._wakeup.done():
+                self._wakeup.set_result(None)
+
+    async def run(
+        self, plan: Iterable[PlannedRequest], *, start_ns: int, listener: GeneratorListener
+    ) -> GeneratorReport:
+        cpu_start = time.process_time()
+        wall_start = self.clock.now_ns()
+        watcher = asyncio.create_task(self._watch_loop())
+        try:
+            await self._dispatch(plan, start_ns, listener)
+            while self._tasks:
+                await asyncio.wait(list(self._tasks))
+        finally:
+            watcher.cancel()
+            for task in list(self._tasks):
+                task.cancel()
+            if self._tasks:
+                await asyncio.wait(list(self._tasks))
+        wall_s = max(1e-9, (self.clock.now_ns() - wall_start) / NS_PER_S)
+        return judge_generator(
+            self._lag,
+            max_stall_ms=self._max_stall_ns / NS_PER_MS,
+            cpu_busy=(time.process_time() - cpu_start) / wall_s,
+            overflow=self._overflow,
+            limits=self.limits,
+        )
+
+    async def _dispatch(self, plan: Iterable[PlannedRequest], start_ns: int, listener: GeneratorListener) -> None:
+        loop = asyncio.get_running_loop()
+        max_in_flight = self.scenario.client.max_in_flight
+        for request in plan:
+            if self._stop_reason is None:
+                delay_ns = start_ns + request.scheduled_ns - self.clock.now_ns()
+                if delay_ns > 0:
+                    self._wakeup = loop.create_future()
+                    handle = loop.call_later(delay_ns / NS_PER_S, _resolve, self._wakeup)
+                    await self._wakeup
+                    handle.cancel()
+            if self._stop_reason is not None:
+                listener.finished(_not_sent(request, self._stop_reason))
+                continue
+            if len(self._tasks) >= max_in_flight:
+                self._overflow += 1
+                listener.finished(_not_sent(request, f"generator: {max_in_flight} requests already in flight"))
+                continue
+            self._dispatched += 1
+            self._budgets[request.phase].on_new_request()
+            listener.dispatched(request, self.clock.now_ns() - start_ns)
+            task = asyncio.create_task(self._run_request(request, start_ns, listener))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _run_request(self, request: PlannedRequest, start_ns: int, listener: GeneratorListener) -> None:
+        scenario = self.scenario
+        policy = scenario.retry_for(request.phase)
+        attempt_timeout_s = scenario.attempt_timeout_ms / 1000.0
+        deadline_ns = start_ns + request.scheduled_ns + round(scenario.slo.timeout_ms * NS_PER_MS)
+        attempts: list[Attempt] = []
+        rng: random.Random | None = None
+        number = 1
+        began_ns: int | None = None
+        try:
+            while True:
+                remaining_s = (deadline_ns - self.clock.now_ns()) / NS_PER_S
+                if remaining_s <= 0:
+                    break
+                began_ns = self.clock.now_ns()
+                attempt = await self.executor.attempt(
+                    request,
+                    number,
+                    min(attempt_timeout_s, remaining_s),
+                    origin_ns=start_ns,
+                    deadline_bound=remaining_s < attempt_timeout_s,
+                )
+                began_ns = None
+                attempts.append(attempt)
+                if attempt.succeeded or policy.kind is RetryKind.NONE or attempt.failure is None:
+                    break
+                rng = rng or random.Random(f"{scenario.seed}:retry:{request.id}")
+                decision = decide_retry(
+                    policy,
+                    failure=attempt.failure,
+                    status=attempt.status,
+                    retries_done=number - 1,
+                    retry_after_s=attempt.retry_after_s,
+                    remaining_s=(deadline_ns - self.clock.now_ns()) / NS_PER_S,
+                    rng=rng,
+                    budget=self._budgets[request.phase],
+                )
+                if not decision.retry:
+                    break
+                if decision.delay_s > 0:
+                    await asyncio.sleep(decision.delay_s)
+                number += 1
+        except asyncio.CancelledError:
+            if began_ns is not None:
+                attempts.append(
+                    Attempt(
+                        number=number,
+                        sent_ns=began_ns - start_ns,
+                        end_ns=self.clock.now_ns() - start_ns,
+                        failure=FailureKind.CANCELLED,
+                        error=self._stop_reason or "cancelled",
+                    )
+                )
+            self._finish(request, attempts, listener)
+            raise
+        self._finish(request, attempts, listener)
+
+    def _finish(self, request: PlannedRequest, attempts: list[Attempt], listener: GeneratorListener) -> None:
+        record_attempts = tuple(attempts)
+        if record_attempts:
+            self._lag.add(max(0.0, (record_attempts[0].sent_ns - request.scheduled_ns) / NS_PER_MS))
+        listener.finished(
+            RequestRecord(
+                id=request.id,
+                phase=request.phase,
+                scheduled_ns=request.scheduled_ns,
+                prompt_tokens=request.prompt_tokens,
+                max_tokens=request.max_tokens,
+                attempts=record_attempts,
+                outcome=classify(record_attempts, scheduled_ns=request.scheduled_ns, slo=self.scenario.slo),
+                not_sent_reason=None if record_attempts else "deadline passed before the first attempt",
+            )
+        )
+
+    async def _watch_loop(self) -> None:
+        """Measures event-loop stalls: how much later than asked a short sleep wakes up."""
+        while True:
+            before = self.clock.now_ns()
+            await asyncio.sleep(STALL_PROBE_S)
+            overshoot = self.clock.now_ns() - before - round(STALL_PROBE_S * NS_PER_S)
+            self._max_stall_ns = max(self._max_stall_ns, overshoot)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+def _not_sent(request: PlannedRequest, reason: str) -> RequestRecord:
+    return RequestRecord(
+        id=request.id,
+        phase=request.phase,
+        scheduled_ns=request.scheduled_ns,
+        prompt_tokens=request.prompt_tokens,
+        max_tokens=request.max_tokens,
+        attempts=(),
+        outcome=Outcome.NOT_SENT,
+        not_sent_reason=reason,
+    )

@@ -1,0 +1,297 @@
+"""The aiohttp side of an attempt: build the request, send it, read the answer as it streams in.
+
+One ``ClientSession`` per run with a bounded connection pool; time spent waiting for a pooled
+connection is measured through aiohttp's tracing hooks, apart from the target's own latency. Every
+failure of the target becomes an ``Attempt`` with a ``FailureKind``; nothing the target does raises.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import email.utils
+import json
+import time
+from types import SimpleNamespace
+from typing import Any
+
+import aiohttp
+
+from cliffwatch import __version__
+from cliffwatch.adapters.loadgen.openai_stream import OpenAIStream, error_message, parse_completion
+from cliffwatch.adapters.loadgen.prompts import prompt_text
+from cliffwatch.domain.errors import TargetUnreachable
+from cliffwatch.domain.outcomes import Attempt, TokenSource
+from cliffwatch.domain.plan import PlannedRequest
+from cliffwatch.domain.retry import FailureKind
+from cliffwatch.domain.scenario import Api, Scenario
+
+MAX_ERROR_BODY = 64 * 1024
+MAX_BODY = 16 * 1024 * 1024
+PREFLIGHT_TIMEOUT_S = 5.0
+DRAIN_TIMEOUT_S = 0.5
+
+
+class _Timing:
+    """Per-request trace context: when the request started and stopped waiting for a pooled connection."""
+
+    __slots__ = ("queued_end", "queued_start")
+
+    def __init__(self) -> None:
+        self.queued_start = 0
+        self.queued_end = 0
+
+    @property
+    def pool_wait_ns(self) -> int:
+        return max(0, self.queued_end - self.queued_start) if self.queued_start else 0
+
+
+async def _on_queued_start(session: aiohttp.ClientSession, ctx: SimpleNamespace, params: object) -> None:
+    timing = ctx.trace_request_ctx
+    if isinstance(timing, _Timing):
+        timing.queued_start = time.perf_counter_ns()
+
+
+async def _on_queued_end(session: aiohttp.ClientSession, ctx: SimpleNamespace, params: object) -> None:
+    timing = ctx.trace_request_ctx
+    if isinstance(timing, _Timing):
+        timing.queued_end = time.perf_counter_ns()
+
+
+class HttpExecutor:
+    """Implements ``AttemptExecutor`` over HTTP for the scenario's API (OpenAI chat/completions or plain)."""
+
+    def __init__(self, scenario: Scenario, base_url: str) -> None:
+        self.scenario = scenario
+        self.base_url = base_url.rstrip("/")
+        template = scenario.target.request
+        self.url = self.base_url + template.path
+        self.method = template.method
+        self.headers = {"User-Agent": f"cliffwatch/{__version__}", **dict(template.headers)}
+        self.openai = scenario.target.api is not Api.HTTP
+        self.stream = self.openai and template.stream
+        if self.openai:
+            self.headers.setdefault("Content-Type", "application/json")
+            if self.stream:
+                self.headers.setdefault("Accept", "text/event-stream")
+        self.in_flight = 0
+        self.tokens = 0.0
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> HttpExecutor:
+        client = self.scenario.client
+        trace = aiohttp.TraceConfig()
+        trace.on_connection_queued_start.append(_on_queued_start)
+        trace.on_connection_queued_end.append(_on_queued_end)
+        connector = aiohttp.TCPConnector(limit=client.pool_size, limit_per_host=client.pool_size)
+        self._timeout = aiohttp.ClientTimeout(
+            total=None,
+            sock_connect=client.connect_timeout_ms / 1000.0,
+            sock_read=None if client.read_timeout_ms is None else client.read_timeout_ms / 1000.0,
+        )
+        self._session = aiohttp.ClientSession(connector=connector, trace_configs=[trace], timeout=self._timeout)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def preflight(self) -> None:
+        """Any HTTP answer from the target's root proves it is there; no answer means no load is sent."""
+        session = self._require_session()
+        try:
+            async with asyncio.timeout(PREFLIGHT_TIMEOUT_S + self.scenario.client.connect_timeout_ms / 1000.0):
+                async with session.get(self.base_url + "/", headers=self.headers) as response:
+                    await response.content.read(MAX_ERROR_BODY)
+        except TimeoutError as exc:
+            raise TargetUnreachable(self.base_url, f"no answer within {PREFLIGHT_TIMEOUT_S:g}s") from exc
+        except aiohttp.ClientError as exc:
+            raise TargetUnreachable(self.base_url, _describe(exc)) from exc
+
+    def body(self, request: PlannedRequest) -> bytes | None:
+        template = self.scenario.target.request
+        if not self.openai:
+            return None if template.body is None else json.dumps(template.body).encode()
+        document: dict[str, Any] = {"model": template.model, "max_tokens": request.max_tokens, "stream": self.stream}
+        prompt = prompt_text(request.id, request.prompt_tokens)
+        if self.scenario.target.api is Api.OPENAI_CHAT:
+            document["messages"] = [{"role": "user", "content": prompt}]
+        else:
+            document["prompt"] = prompt
+        if self.stream and template.include_usage:
+            document["stream_options"] = {"include_usage": True}
+        if template.extra_body:
+            document.update(template.extra_body)
+        return json.dumps(document).encode()
+
+    async def attempt(
+        self, request: PlannedRequest, number: int, timeout_s: float, *, origin_ns: int, deadline_bound: bool
+    ) -> Attempt:
+        session = self._require_session()
+        timing = _Timing()
+        body = self.body(request)
+        sent = time.perf_counter_ns()
+        state = _AttemptState()
+        self.in_flight += 1
+        try:
+            async with asyncio.timeout(timeout_s):
+                async with session.request(
+                    self.method, self.url, data=body, headers=self.headers, trace_request_ctx=timing
+                ) as response:
+                    state.first_byte = time.perf_counter_ns()
+                    state.status = response.status
+                    if not 200 <= response.status < 300:
+                        await self._read_error(response, state)
+                    elif self.stream:
+                        await self._read_stream(response, state)
+                    else:
+                        await self._read_body(response, state)
+        except TimeoutError:
+            state.fail(
+                FailureKind.TIMEOUT,
+                f"request deadline reached after {timeout_s:.3g}s"
+                if deadline_bound
+                else f"attempt timeout after {timeout_s:.3g}s",
+            )
+        except aiohttp.ClientPayloadError as exc:
+            state.fail(FailureKind.TRUNCATED, f"response body cut off: {_describe(exc)}")
+        except aiohttp.ClientError as exc:
+            state.fail(FailureKind.CONNECTION, _describe(exc))
+        except OSError as exc:
+            state.fail(FailureKind.CONNECTION, f"{type(exc).__name__}: {exc}")
+        finally:
+            self.in_flight -= 1
+        if state.stream is not None:
+            self._harvest(state.stream, state)
+        end = state.end or time.perf_counter_ns()
+        return Attempt(
+            number=number,
+            sent_ns=sent - origin_ns,
+            end_ns=end - origin_ns,
+            failure=state.failure,
+            status=state.status,
+            error=state.error,
+            pool_wait_ns=timing.pool_wait_ns,
+            first_byte_ns=None if state.first_byte is None else state.first_byte - origin_ns,
+            first_token_ns=None if state.first_token is None else state.first_token - origin_ns,
+            chunk_times_ns=tuple(t - origin_ns for t in state.chunk_times),
+            output_tokens=state.tokens,
+            token_source=state.token_source,
+            retry_after_s=state.retry_after_s,
+        )
+
+    async def _read_error(self, response: aiohttp.ClientResponse, state: _AttemptState) -> None:
+        body = await response.content.read(MAX_ERROR_BODY)
+        message = error_message(body) or response.reason or ""
+        state.retry_after_s = parse_retry_after(response.headers.get("Retry-After"))
+        state.fail(FailureKind.STATUS, f"HTTP {response.status}: {message}".rstrip(": "))
+
+    async def _read_stream(self, response: aiohttp.ClientResponse, state: _AttemptState) -> None:
+        parser = state.stream = OpenAIStream()
+        counted = 0
+        async for data in response.content.iter_any():
+            now = time.perf_counter_ns()
+            ended = parser.feed(data, now)
+            if parser.token_chunks != counted:
+                self.tokens += parser.token_chunks - counted
+                counted = parser.token_chunks
+            if ended:
+                state.end = now
+                if parser.error is None:
+                    await _drain(response)
+                break
+
+    @staticmethod
+    def _harvest(parser: OpenAIStream, state: _AttemptState) -> None:
+        """Takes what the stream delivered, also when the attempt failed part-way: tokens that arrived
+        before a timeout or a reset were still generated and sent, and throughput must count them."""
+        summary = parser.finish()
+        state.first_token = summary.first_token_ns
+        state.chunk_times = summary.chunk_times_ns
+        state.tokens = summary.output_tokens
+        state.token_source = summary.token_source
+        if state.failure is None and summary.failure is not None:
+            state.fail(summary.failure, summary.error or "stream failed")
+
+    async def _read_body(self, response: aiohttp.ClientResponse, state: _AttemptState) -> None:
+        body = await response.content.read(MAX_BODY)
+        arrived = time.perf_counter_ns()
+        state.first_token = arrived
+        if not self.openai:
+            return
+        completion = parse_completion(body)
+        if completion.error is not None:
+            state.fail(FailureKind.TRUNCATED, completion.error)
+            return
+        if completion.usage_tokens is not None:
+            state.tokens, state.token_source = completion.usage_tokens, TokenSource.USAGE
+        else:
+            state.tokens, state.token_source = completion.estimated_tokens, TokenSource.ESTIMATED
+        self.tokens += state.tokens
+
+    def _require_session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise RuntimeError("HttpExecutor used outside 'async with'")
+        return self._session
+
+
+class _AttemptState:
+    __slots__ = (
+        "chunk_times",
+        "end",
+        "error",
+        "failure",
+        "first_byte",
+        "first_token",
+        "retry_after_s",
+        "status",
+        "stream",
+        "token_source",
+        "tokens",
+    )
+
+    def __init__(self) -> None:
+        self.failure: FailureKind | None = None
+        self.error: str | None = None
+        self.status: int | None = None
+        self.first_byte: int | None = None
+        self.first_token: int | None = None
+        self.chunk_times: tuple[int, ...] = ()
+        self.tokens = 0
+        self.token_source = TokenSource.NONE
+        self.retry_after_s: float | None = None
+        self.stream: OpenAIStream | None = None
+        self.end: int | None = None  # when the answer was complete, if that was before the body ended
+
+    def fail(self, failure: FailureKind, error: str) -> None:
+        self.failure = failure
+        self.error = error
+
+
+async def _drain(response: aiohttp.ClientResponse) -> None:
+    """Reads what follows [DONE] (normally just the end of the chunked body) so the connection is reused;
+    a server that keeps the body open gets its connection closed instead of holding the attempt."""
+    with contextlib.suppress(TimeoutError, aiohttp.ClientError):
+        async with asyncio.timeout(DRAIN_TIMEOUT_S):
+            while await response.content.read(MAX_ERROR_BODY):
+                pass
+
+
+def parse_retry_after(value: str | None) -> float | None:
+    """Seconds from a Retry-After header (delay-seconds or an HTTP-date); None when absent or unreadable."""
+    if value is None:
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if type(exc).__name__ not in text else text

@@ -1,0 +1,29 @@
+"""Checks a target URL against the allowlist, resolving its host name first."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from urllib.parse import urlsplit
+
+from cliffwatch.domain.allowlist import Allowlist
+from cliffwatch.domain.errors import TargetNotAllowed
+
+
+async def ensure_allowed(url: str, allowlist: Allowlist) -> None:
+    """Raises ``TargetNotAllowed`` unless every address ``url``'s host resolves to is allowed."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    addresses: list[str] = []
+    try:
+        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        addresses = sorted({str(info[4][0]) for info in infos})
+    except OSError as exc:
+        reason = allowlist.check(host, port, [])
+        if reason is not None:
+            raise TargetNotAllowed(url, f"{reason}; and the host does not resolve: {exc}") from exc
+        return
+    reason = allowlist.check(host, port, addresses)
+    if reason is not None:
+        raise TargetNotAllowed(url, reason)

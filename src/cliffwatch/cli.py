@@ -1,0 +1,243 @@
+"""The command line: parse, build settings, call a service, set the exit code.
+
+Exit codes: 0 the run passed (or the command succeeded), 1 the run failed its score (or a file did
+not validate), 2 invalid input (scenario, settings, arguments, a target outside the allowlist),
+3 the environment failed us (target unreachable, faults unavailable), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import signal
+import sys
+import uuid
+from collections.abc import Sequence
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from cliffwatch import __version__
+from cliffwatch.adapters.console import ConsoleProgress, comparison, scorecard
+from cliffwatch.adapters.logs import configure_logging
+from cliffwatch.adapters.result_files import write_result
+from cliffwatch.adapters.scenario_files import bundled_names, load_scenario
+from cliffwatch.bootstrap import prepare_run
+from cliffwatch.config import Settings, SettingsInvalid
+from cliffwatch.domain.errors import (
+    BuiltinTargetFailed,
+    CliffwatchError,
+    FaultInjectionFailed,
+    ScenarioInvalid,
+    TargetConfigInvalid,
+    TargetNotAllowed,
+    TargetUnreachable,
+)
+from cliffwatch.domain.result import RunResult, RunStatus
+from cliffwatch.domain.scenario import Scenario, with_overrides
+from cliffwatch.domain.target_model import TargetModel, target_model_from
+
+EXIT_PASS, EXIT_FAIL, EXIT_INVALID, EXIT_ENVIRONMENT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+DEMO_SCENARIOS = ("burst-storm", "retry-storm")
+_INPUT_ERRORS = (ScenarioInvalid, TargetConfigInvalid, SettingsInvalid, TargetNotAllowed)
+_ENVIRONMENT_ERRORS = (TargetUnreachable, BuiltinTargetFailed, FaultInjectionFailed)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    err = Console(stderr=True, highlight=False)
+    try:
+        settings = Settings.from_env()
+        configure_logging(level=settings.log_level if args.verbose else "warning", fmt=settings.log_format)
+        code: int = args.handler(args, settings)
+        return code
+    except _INPUT_ERRORS as exc:
+        err.print(f"[red]error:[/red] {exc}", markup=True, soft_wrap=True)
+        return EXIT_INVALID
+    except _ENVIRONMENT_ERRORS as exc:
+        err.print(f"[red]error:[/red] {exc}", markup=True, soft_wrap=True)
+        return EXIT_ENVIRONMENT
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except CliffwatchError as exc:
+        err.print(f"[red]error:[/red] {exc}", markup=True, soft_wrap=True)
+        return EXIT_ENVIRONMENT
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cliffwatch", description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--version", action="version", version=f"cliffwatch {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at the level CLIFFWATCH_LOG_LEVEL sets")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="run one scenario and print its scorecard (exit 0 pass, 1 fail)")
+    run.add_argument("scenario", help="a scenario file, or the name of a bundled scenario")
+    run.add_argument("--target", help="send to this base URL instead of the scenario's (or 'builtin')")
+    run.add_argument("--seed", type=int, help="override the scenario's seed")
+    run.add_argument("--threshold", type=float, help="override the pass mark (0-100)")
+    run.add_argument("--json", type=Path, dest="json_path", help="write the full result as JSON to this file")
+    run.set_defaults(handler=_run)
+
+    validate = commands.add_parser("validate", help="check scenario files; exit 1 listing every problem")
+    validate.add_argument("files", nargs="+")
+    validate.set_defaults(handler=_validate)
+
+    demo = commands.add_parser("demo", help="run burst-storm and retry-storm on the built-in target, side by side")
+    demo.add_argument("--reports-dir", type=Path, default=Path("demo-out"), help="where the JSON results go")
+    demo.set_defaults(handler=_demo)
+
+    scenarios = commands.add_parser("scenarios", help="list the bundled scenarios")
+    scenarios.set_defaults(handler=_scenarios)
+
+    target = commands.add_parser("target", help="serve the built-in simulated LLM target")
+    target.add_argument("--host", default="127.0.0.1")
+    target.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    target.add_argument("--config-json", help="every model parameter as one JSON object")
+    for field in fields(TargetModel):
+        default = getattr(TargetModel(), field.name)
+        shown = default.value if hasattr(default, "value") else default
+        target.add_argument(f"--{field.name.replace('_', '-')}", dest=f"model_{field.name}", help=f"(default {shown})")
+    target.set_defaults(handler=_target)
+    return parser
+
+
+def _load(reference: str, args: argparse.Namespace) -> Scenario:
+    scenario = load_scenario(reference)
+    return with_overrides(
+        scenario, target_url=getattr(args, "target", None), seed=getattr(args, "seed", None),
+        threshold=getattr(args, "threshold", None),
+    )  # fmt: skip
+
+
+def _stdout() -> Console:
+    """Standard output; off a terminal (CI logs, pipes) wide enough that tables are not squeezed."""
+    console = Console(highlight=False)
+    return console if console.is_terminal else Console(highlight=False, width=150)
+
+
+def _run(args: argparse.Namespace, settings: Settings) -> int:
+    scenario = _load(args.scenario, args)
+    result = asyncio.run(_execute(scenario, settings))
+    console = _stdout()
+    console.print(scorecard(result))
+    if args.json_path is not None:
+        write_result(result, args.json_path)
+        console.print(f"result written to {args.json_path}")
+    if result.status is RunStatus.INTERRUPTED:
+        return EXIT_INTERRUPTED
+    return EXIT_PASS if result.passed else EXIT_FAIL
+
+
+async def _execute(scenario: Scenario, settings: Settings) -> RunResult:
+    loop = asyncio.get_running_loop()
+    with ConsoleProgress() as progress:
+        async with prepare_run(settings, scenario, observer=progress) as prepared:
+            main_task = asyncio.current_task()
+            presses = 0
+
+            def on_signal() -> None:
+                nonlocal presses
+                presses += 1
+                if presses == 1:
+                    progress.note("interrupted: stopping the run (again to abandon it)")
+                    prepared.service.interrupt()
+                elif main_task is not None:
+                    main_task.cancel()
+
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, on_signal)
+            try:
+                run_id = uuid.uuid4().hex[:12]
+                progress.note(f"run {run_id}: {scenario.name} against {prepared.target_url}")
+                return await prepared.service.execute(scenario, run_id=run_id, target_url=prepared.target_url)
+            finally:
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    loop.remove_signal_handler(sig)
+
+
+def _validate(args: argparse.Namespace, settings: Settings) -> int:
+    out = Console(highlight=False)
+    failed = 0
+    for reference in args.files:
+        try:
+            scenario = load_scenario(reference)
+        except ScenarioInvalid as exc:
+            failed += 1
+            out.print(str(exc), markup=False, soft_wrap=True)
+        else:
+            out.print(f"{reference}: ok ({scenario.name}, {len(scenario.phases)} phases, {scenario.duration_s:g}s)")
+    return EXIT_FAIL if failed else EXIT_PASS
+
+
+def _scenarios(args: argparse.Namespace, settings: Settings) -> int:
+    out = Console(highlight=False)
+    for name in bundled_names():
+        scenario = load_scenario(name)
+        out.print(f"[bold]{name}[/bold]  {scenario.duration_s:g}s  {scenario.description.strip().splitlines()[0]}")
+    return EXIT_PASS
+
+
+def _demo(args: argparse.Namespace, settings: Settings) -> int:
+    out = _stdout()
+    results: list[RunResult] = []
+    args.reports_dir.mkdir(parents=True, exist_ok=True)
+    for name in DEMO_SCENARIOS:
+        scenario = load_scenario(name)
+        out.rule(f"{name}: {scenario.description.strip().splitlines()[0]}")
+        result = asyncio.run(_execute(scenario, settings))
+        if result.status is RunStatus.INTERRUPTED:
+            return EXIT_INTERRUPTED
+        path = args.reports_dir / f"{name}.json"
+        write_result(result, path)
+        out.print(scorecard(result))
+        out.print(f"[dim]result: {path}[/dim]")
+        results.append(result)
+    out.rule("burst-storm vs retry-storm")
+    out.print(comparison(results))
+    return EXIT_PASS
+
+
+def _target(args: argparse.Namespace, settings: Settings) -> int:
+    from cliffwatch.target.runner import serve
+
+    overrides: dict[str, Any] = json.loads(args.config_json) if args.config_json else {}
+    if not isinstance(overrides, dict):
+        raise TargetConfigInvalid([])
+    for field in fields(TargetModel):
+        raw = getattr(args, f"model_{field.name}")
+        if raw is not None:
+            overrides[field.name] = _coerce(raw, getattr(TargetModel(), field.name))
+    model = target_model_from(overrides)
+
+    def ready(url: str) -> None:
+        print(f"cliffwatch target: listening on {url} ({model.model}, max_batch {model.max_batch}, "
+              f"admission {model.admission.value})", flush=True)  # fmt: skip
+
+    try:
+        asyncio.run(serve(model, host=args.host, port=args.port, on_ready=ready))
+    except KeyboardInterrupt:
+        return EXIT_PASS
+    return EXIT_PASS
+
+
+def _coerce(raw: str, default: object) -> object:
+    """A command-line string as the type of the field's default, left as text when it does not parse
+    (validation then names the field and the reason)."""
+    if isinstance(default, bool):
+        return raw
+    try:
+        if isinstance(default, int):
+            return int(raw)
+        if isinstance(default, float):
+            return float(raw)
+    except ValueError:
+        return raw
+    return raw
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,50 @@
+"""Settings: one frozen value built from the environment. The only module that reads ``os.environ``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from cliffwatch.domain.allowlist import DEFAULT_ALLOWLIST, Allowlist, parse_allowlist
+from cliffwatch.domain.errors import CliffwatchError
+
+LOG_FORMATS = ("auto", "json", "console")
+
+
+class SettingsInvalid(CliffwatchError):
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("invalid settings: " + "; ".join(problems))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings:
+    allowlist: Allowlist
+    log_format: str = "auto"  # auto: console on a terminal, JSON otherwise
+    log_level: str = "info"
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Reads ``CLIFFWATCH_*`` variables; raises ``SettingsInvalid`` naming each bad one.
+
+        - ``CLIFFWATCH_ALLOWED_TARGETS``: comma-separated hosts, IPs or CIDRs (optional ``:port``) that runs
+          may target; default loopback only (``127.0.0.0/8,::1,localhost``).
+        - ``CLIFFWATCH_LOG_FORMAT``: ``auto`` | ``json`` | ``console``.
+        - ``CLIFFWATCH_LOG_LEVEL``: ``debug`` | ``info`` | ``warning`` | ``error``.
+        """
+        env = os.environ if environ is None else environ
+        problems: list[str] = []
+        raw_allow = env.get("CLIFFWATCH_ALLOWED_TARGETS")
+        items = DEFAULT_ALLOWLIST if raw_allow is None else tuple(i for i in raw_allow.split(",") if i.strip())
+        allowlist, allow_problems = parse_allowlist(items)
+        problems += [f"CLIFFWATCH_ALLOWED_TARGETS: {p.message}" for p in allow_problems]
+        log_format = env.get("CLIFFWATCH_LOG_FORMAT", "auto").lower()
+        if log_format not in LOG_FORMATS:
+            problems.append(f"CLIFFWATCH_LOG_FORMAT: must be one of {', '.join(LOG_FORMATS)}, got {log_format!r}")
+        log_level = env.get("CLIFFWATCH_LOG_LEVEL", "info").lower()
+        if log_level not in ("debug", "info", "warning", "error"):
+            problems.append(f"CLIFFWATCH_LOG_LEVEL: must be debug, info, warning or error, got {log_level!r}")
+        if problems or allowlist is None:
+            raise SettingsInvalid(problems)
+        return cls(allowlist=allowlist, log_format=log_format, log_level=log_level)

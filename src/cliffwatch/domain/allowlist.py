@@ -1,0 +1,113 @@
+"""Which targets cliffwatch may aim load at: host names, IP networks, optional ports.
+
+Load is a weapon when aimed at the wrong host, so a target must be explicitly allowed. The default is
+loopback only. Entries look like ``127.0.0.0/8``, ``::1``, ``localhost``, ``api.staging.internal:8443``
+or ``10.0.0.0/8:8000``. A host name is allowed when named, or when every address it resolves to is in an
+allowed network.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from cliffwatch.domain.errors import Problem
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+DEFAULT_ALLOWLIST = ("127.0.0.0/8", "::1", "localhost")
+
+
+@dataclass(frozen=True, kw_only=True)
+class AllowEntry:
+    network: IPNetwork | None
+    host: str | None
+    port: int | None
+
+    def describe(self) -> str:
+        what = str(self.network) if self.network is not None else str(self.host)
+        return f"{what}:{self.port}" if self.port is not None else what
+
+
+@dataclass(frozen=True, kw_only=True)
+class Allowlist:
+    entries: tuple[AllowEntry, ...]
+
+    def check(self, host: str, port: int, addresses: Sequence[str]) -> str | None:
+        """None when ``host:port`` (resolving to ``addresses``) is allowed, else the reason it is not."""
+        host = host.lower().strip("[]")
+        for entry in self.entries:
+            if entry.port is not None and entry.port != port:
+                continue
+            if entry.host is not None and entry.host == host:
+                return None
+        literal = _as_ip(host)
+        candidates = [literal] if literal is not None else [a for a in map(_as_ip, addresses) if a is not None]
+        if candidates and all(self._ip_allowed(ip, port) for ip in candidates):
+            return None
+        listed = ", ".join(e.describe() for e in self.entries) or "nothing"
+        resolved = f" (resolves to {', '.join(addresses)})" if literal is None and addresses else ""
+        return f"{host}:{port}{resolved} is not in the target allowlist ({listed}); set CLIFFWATCH_ALLOWED_TARGETS"
+
+    def _ip_allowed(self, ip: ipaddress.IPv4Address | ipaddress.IPv6Address, port: int) -> bool:
+        return any(
+            e.network is not None
+            and ip.version == e.network.version
+            and ip in e.network
+            and (e.port is None or e.port == port)
+            for e in self.entries
+        )
+
+
+def parse_allowlist(items: Sequence[str]) -> tuple[Allowlist | None, list[Problem]]:
+    """An allowlist from its entries, or the problems with them (each named by its position)."""
+    entries: list[AllowEntry] = []
+    problems: list[Problem] = []
+    for index, raw in enumerate(items):
+        text = raw.strip()
+        entry = _parse_entry(text)
+        if entry is None:
+            problems.append(Problem(path=f"allowed_targets[{index}]", message=f"not a host, IP or CIDR: {raw!r}"))
+        else:
+            entries.append(entry)
+    return (Allowlist(entries=tuple(entries)) if not problems else None), problems
+
+
+def _parse_entry(text: str) -> AllowEntry | None:
+    if not text:
+        return None
+    port: int | None = None
+    body = text
+    if text.startswith("["):  # [::1]:8000
+        inner, _, rest = text[1:].partition("]")
+        body = inner
+        if rest:
+            if not rest.startswith(":") or not rest[1:].isdigit():
+                return None
+            port = int(rest[1:])
+    elif text.count(":") == 1:  # host:port or v4/cidr:port; bare IPv6 has several colons
+        body, _, port_text = text.partition(":")
+        if not port_text.isdigit():
+            return None
+        port = int(port_text)
+    if port is not None and not 0 < port < 65536:
+        return None
+    try:
+        return AllowEntry(network=ipaddress.ip_network(body, strict=False), host=None, port=port)
+    except ValueError:
+        pass
+    if _is_hostname(body):
+        return AllowEntry(network=None, host=body.lower(), port=port)
+    return None
+
+
+def _as_ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(text.split("%", 1)[0])
+    except ValueError:
+        return None
+
+
+def _is_hostname(text: str) -> bool:
+    labels = text.rstrip(".").split(".")
+    return all(label and len(label) <= 63 and label.replace("-", "").isalnum() for label in labels)

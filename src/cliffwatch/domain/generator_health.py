@@ -1,0 +1,68 @@
+"""Whether the load generator kept its schedule: the verdict that says if a run measured the target.
+
+An open-loop generator that falls behind sends later than planned, so its numbers describe the
+client, not the target. The verdict is a pure function of what the generator measured about itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from cliffwatch.domain.histogram import Histogram
+
+
+@dataclass(frozen=True, kw_only=True)
+class GeneratorLimits:
+    lag_p99_ms: float = 10.0  # 99 % of requests must leave within this of their scheduled time
+    lag_max_ms: float = 250.0  # and none later than this
+    stall_ms: float = 100.0  # longest tolerated event-loop stall
+    cpu_busy: float = 0.9  # share of one core the generator process may use on average
+
+
+@dataclass(frozen=True, kw_only=True)
+class GeneratorReport:
+    """What the generator measured about itself during a run, and the verdict drawn from it."""
+
+    lag: dict[str, float | int | None]  # schedule lag summary (ms): count, mean, p50, p90, p99, max
+    max_stall_ms: float
+    cpu_busy: float  # process CPU seconds / wall seconds
+    overflow: int  # requests not sent because max_in_flight was reached
+    limited: bool
+    reasons: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "generator_limited": self.limited,
+            "reasons": list(self.reasons),
+            "schedule_lag_ms": self.lag,
+            "max_event_loop_stall_ms": round(self.max_stall_ms, 3),
+            "cpu_busy": round(self.cpu_busy, 4),
+            "overflow_not_sent": self.overflow,
+        }
+
+
+def judge_generator(
+    lag: Histogram, *, max_stall_ms: float, cpu_busy: float, overflow: int, limits: GeneratorLimits
+) -> GeneratorReport:
+    """The generator's verdict: limited when any measured figure crossed its limit, with every reason."""
+    reasons: list[str] = []
+    p99 = lag.quantile(0.99)
+    if p99 is not None and p99 > limits.lag_p99_ms:
+        reasons.append(f"p99 schedule lag {p99:.1f} ms > {limits.lag_p99_ms:g} ms")
+    if lag.count and lag.max > limits.lag_max_ms:
+        reasons.append(f"max schedule lag {lag.max:.1f} ms > {limits.lag_max_ms:g} ms")
+    if max_stall_ms > limits.stall_ms:
+        reasons.append(f"event loop stalled {max_stall_ms:.0f} ms > {limits.stall_ms:g} ms")
+    if cpu_busy > limits.cpu_busy:
+        reasons.append(f"generator CPU {cpu_busy:.0%} of a core > {limits.cpu_busy:.0%}")
+    if overflow:
+        reasons.append(f"{overflow} request(s) not sent: max_in_flight reached")
+    return GeneratorReport(
+        lag=lag.summary(),
+        max_stall_ms=max_stall_ms,
+        cpu_busy=cpu_busy,
+        overflow=overflow,
+        limited=bool(reasons),
+        reasons=tuple(reasons),
+    )

@@ -1,0 +1,67 @@
+"""The run plan: every logical request a scenario will send, with its scheduled time and shape.
+
+Produced lazily (a long run is never materialised) and deterministically: arrivals and request shapes
+come from random generators seeded by the scenario seed and the phase index, so the same scenario and
+seed always give the same plan, whatever the order the caller consumes it in.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from cliffwatch.domain.arrivals import plan_offsets
+from cliffwatch.domain.metrics import PhaseWindow
+from cliffwatch.domain.outcomes import NS_PER_S
+from cliffwatch.domain.scenario import Scenario
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlannedRequest:
+    id: int
+    phase: int
+    scheduled_ns: int  # from the run's start
+    prompt_tokens: int
+    max_tokens: int
+
+
+def phase_windows(scenario: Scenario) -> tuple[PhaseWindow, ...]:
+    """Each phase's planned time window, in nanoseconds from the run's start."""
+    windows = []
+    for index, (phase, start) in enumerate(zip(scenario.phases, scenario.phase_starts(), strict=True)):
+        windows.append(
+            PhaseWindow(
+                index=index,
+                name=phase.name,
+                role=phase.role,
+                start_ns=round(start * NS_PER_S),
+                end_ns=round((start + phase.duration_s) * NS_PER_S),
+            )
+        )
+    return tuple(windows)
+
+
+def iter_plan(scenario: Scenario) -> Iterator[PlannedRequest]:
+    """Every planned request in scheduled order, numbered from 0."""
+    request_id = 0
+    template = scenario.target.request
+    for index, (phase, window) in enumerate(zip(scenario.phases, phase_windows(scenario), strict=True)):
+        arrivals = random.Random(f"{scenario.seed}:arrivals:{index}")
+        shapes = random.Random(f"{scenario.seed}:shapes:{index}")
+        for offset in plan_offsets(phase.arrival, phase.duration_s, arrivals):
+            prompt = template.prompt_tokens.sample(shapes) if template.prompt_tokens else 0
+            max_tokens = template.max_tokens.sample(shapes) if template.max_tokens else 0
+            yield PlannedRequest(
+                id=request_id,
+                phase=index,
+                scheduled_ns=window.start_ns + round(offset * NS_PER_S),
+                prompt_tokens=prompt,
+                max_tokens=max_tokens,
+            )
+            request_id += 1
+
+
+def planned_count(scenario: Scenario) -> int:
+    """How many requests the plan holds (walks the plan; cheap next to running it)."""
+    return sum(1 for _ in iter_plan(scenario))

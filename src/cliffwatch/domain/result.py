@@ -1,0 +1,189 @@
+"""A finished run: its status, metrics, generator verdict, fault timeline and score, and its JSON form."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from cliffwatch import __version__
+from cliffwatch.domain.generator_health import GeneratorReport
+from cliffwatch.domain.metrics import PhaseStats, RunMetrics, SecondStats, outcome_counts
+from cliffwatch.domain.outcomes import NS_PER_S, Outcome
+from cliffwatch.domain.ports import FaultEvent
+from cliffwatch.domain.scenario import Scenario
+from cliffwatch.domain.scoring import Score
+
+RESULT_FORMAT = 1
+
+
+class RunStatus(StrEnum):
+    SUCCEEDED = "succeeded"  # ran every phase (the score may still fail)
+    ABORTED = "aborted"  # an abort guard stopped it
+    INTERRUPTED = "interrupted"  # stopped from outside (Ctrl-C, shutdown, crash)
+    FAILED = "failed"  # could not run (target unreachable, faults unavailable, ...)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PhaseTiming:
+    """When a phase actually began and ended on the run clock (ns from the run's start)."""
+
+    index: int
+    began_ns: int
+    ended_ns: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verdict:
+    name: str
+    summary: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunResult:
+    run_id: str
+    scenario: Scenario
+    target_url: str
+    status: RunStatus
+    abort_reason: str | None
+    started_at: datetime
+    finished_at: datetime
+    duration_s: float
+    metrics: RunMetrics
+    generator: GeneratorReport
+    score: Score
+    fault_events: tuple[FaultEvent, ...] = ()
+    phase_timings: tuple[PhaseTiming, ...] = ()
+
+    @property
+    def passed(self) -> bool:
+        """A pass needs a complete run, a generator that kept its schedule, and a passing score."""
+        return self.status is RunStatus.SUCCEEDED and not self.generator.limited and self.score.passed
+
+    def verdicts(self) -> list[Verdict]:
+        found = [Verdict(name=f.name, summary=f.summary) for f in self.score.flags if f.raised]
+        if self.generator.limited:
+            found.append(
+                Verdict(
+                    name="generator_limited",
+                    summary="the load generator could not keep its schedule, so these numbers describe the "
+                    "client, not the target: " + "; ".join(self.generator.reasons),
+                )
+            )
+        if self.status is RunStatus.ABORTED:
+            found.append(Verdict(name="aborted", summary=self.abort_reason or "aborted"))
+        if self.status is RunStatus.INTERRUPTED:
+            found.append(Verdict(name="interrupted", summary="the run was stopped before its end"))
+        return found
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON document ``cliffwatch run --json`` writes."""
+        timings = {t.index: t for t in self.phase_timings}
+        return {
+            "format": RESULT_FORMAT,
+            "cliffwatch_version": __version__,
+            "run_id": self.run_id,
+            "status": self.status.value,
+            "passed": self.passed,
+            "abort_reason": self.abort_reason,
+            "started_at": self.started_at.isoformat(),
+            "finished_at": self.finished_at.isoformat(),
+            "duration_s": round(self.duration_s, 3),
+            "scenario": _scenario_dict(self.scenario),
+            "target": {"url": self.target_url, "api": self.scenario.target.api.value},
+            "score_version": self.score.version,
+            "score": self.score.to_dict(),
+            "verdicts": [{"name": v.name, "summary": v.summary} for v in self.verdicts()],
+            "generator": self.generator.to_dict(),
+            "phases": [_phase_dict(p, timings.get(p.window.index)) for p in self.metrics.phases],
+            "timeseries": [_second_dict(s) for s in self.metrics.seconds],
+            "faults": [_fault_dict(e) for e in self.fault_events],
+        }
+
+
+def _scenario_dict(scenario: Scenario) -> dict[str, Any]:
+    return {
+        "name": scenario.name,
+        "description": scenario.description,
+        "content_hash": scenario.content_hash,
+        "seed": scenario.seed,
+        "slo": {
+            "ttft_ms": scenario.slo.ttft_ms,
+            "tpot_ms": scenario.slo.tpot_ms,
+            "e2e_ms": scenario.slo.e2e_ms,
+            "timeout_ms": scenario.slo.timeout_ms,
+        },
+        "threshold": scenario.score.threshold,
+        "phases": [
+            {
+                "name": p.name,
+                "role": p.role.value,
+                "duration_s": p.duration_s,
+                "arrival": p.arrival.describe(),
+                "retry": scenario.retry_for(i).describe(),
+                "faults": [f.describe() for f in p.faults],
+            }
+            for i, p in enumerate(scenario.phases)
+        ],
+    }
+
+
+def _ratio(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def _phase_dict(stats: PhaseStats, timing: PhaseTiming | None) -> dict[str, Any]:
+    window = stats.window
+    return {
+        "name": window.name,
+        "role": window.role.value,
+        "planned_start_s": window.start_ns / NS_PER_S,
+        "planned_end_s": window.end_ns / NS_PER_S,
+        "actual_start_s": None if timing is None else round(timing.began_ns / NS_PER_S, 3),
+        "actual_end_s": None if timing is None else round(timing.ended_ns / NS_PER_S, 3),
+        "offered": stats.offered,
+        "sent": stats.sent,
+        "outcomes": outcome_counts(stats.outcomes),
+        "on_time_ratio": _ratio(stats.on_time_ratio),
+        "offered_rps": round(stats.offered_rps, 3),
+        "goodput_rps": round(stats.goodput_rps, 3),
+        "completions_per_s": round(stats.completions / window.duration_s, 3),
+        "output_tokens_per_s": round(stats.tokens_per_s, 2),
+        "attempts": stats.attempts,
+        "retries": stats.retries,
+        "amplification": _ratio(stats.amplification),
+        "fast_shed": stats.fast_shed,
+        "token_count_source": dict(stats.token_sources),
+        "latency_ms": {name: hist.summary() for name, hist in stats.latency.items()},
+    }
+
+
+def _second_dict(second: SecondStats) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "t": second.t,
+        "offered": second.offered,
+        "attempts": second.attempts,
+        "retries": second.retries,
+        "in_flight": round(second.in_flight, 3),
+        "completions": second.completions,
+        "on_time_completions": second.on_time_completions,
+        "output_tokens": round(second.output_tokens, 2),
+    }
+    row.update({o.value: second.outcomes[o] for o in Outcome})
+    for name, hist in (("ttft", second.ttft), ("e2e", second.e2e)):
+        for q in (0.5, 0.9, 0.99):
+            value = hist.quantile(q)
+            row[f"{name}_p{q * 100:g}_ms"] = None if value is None else round(value, 3)
+    return row
+
+
+def _fault_dict(event: FaultEvent) -> dict[str, Any]:
+    return {
+        "phase": event.phase,
+        "action": event.action,
+        "at_s": round(event.at_ns / NS_PER_S, 3),
+        "fault": event.fault.describe(),
+        "ok": event.ok,
+        "detail": event.detail,
+    }

@@ -1,0 +1,251 @@
+"""Runs one scenario: pre-flight, phases on the clock, faults on and off, abort guards, live progress,
+then aggregation and the score. Faults are always removed in ``finally``, shielded from cancellation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import structlog
+
+from cliffwatch.domain.errors import CliffwatchError
+from cliffwatch.domain.generator_health import GeneratorReport
+from cliffwatch.domain.metrics import PhaseWindow, RunAggregator
+from cliffwatch.domain.outcomes import NS_PER_S, Outcome, RequestRecord
+from cliffwatch.domain.plan import PlannedRequest, iter_plan, phase_windows
+from cliffwatch.domain.ports import (
+    Clock,
+    FaultEvent,
+    FaultInjector,
+    LoadGenerator,
+    Progress,
+    ProgressObserver,
+    RecordSink,
+)
+from cliffwatch.domain.result import PhaseTiming, RunResult, RunStatus
+from cliffwatch.domain.scenario import Role, Scenario
+from cliffwatch.domain.scoring import score_run
+
+log = structlog.get_logger(__name__)
+
+START_LEAD_S = 0.05  # the plan starts a moment after set-up, so the first requests are not born late
+TICK_S = 1.0
+LIVE_WINDOW_S = 5.0
+
+
+class _Listener:
+    """Feeds the generator's events to the aggregator and the sink (on the generator's hot path)."""
+
+    def __init__(self, aggregator: RunAggregator, sink: RecordSink) -> None:
+        self.aggregator = aggregator
+        self.sink = sink
+
+    def dispatched(self, request: PlannedRequest, at_ns: int) -> None:
+        self.aggregator.dispatched(request.id, request.phase, request.scheduled_ns)
+
+    def finished(self, record: RequestRecord) -> None:
+        self.aggregator.add(record)
+        self.sink.add(record)
+
+
+@dataclass(kw_only=True)
+class _RunState:
+    start_ns: int
+    abort_reason: str | None = None
+    interrupted: bool = False
+    last_dispatched: int = 0
+    last_tokens: float = 0.0
+
+
+class RunService:
+    """Executes scenarios with the given ports; one instance may run many scenarios, one at a time."""
+
+    def __init__(
+        self,
+        *,
+        clock: Clock,
+        generator: LoadGenerator,
+        faults: FaultInjector,
+        sink: RecordSink,
+        observer: ProgressObserver,
+    ) -> None:
+        self.clock = clock
+        self.generator = generator
+        self.faults = faults
+        self.sink = sink
+        self.observer = observer
+        self._state: _RunState | None = None
+
+    def interrupt(self) -> None:
+        """Stops the current run early (Ctrl-C): nothing more is sent; the run is recorded as interrupted."""
+        if self._state is not None and not self._state.interrupted:
+            self._state.interrupted = True
+            self.generator.stop("run interrupted", cancel_in_flight=True)
+
+    async def execute(self, scenario: Scenario, *, run_id: str, target_url: str) -> RunResult:
+        """Runs ``scenario`` against ``target_url`` and returns its result; raises before sending any load
+        when the target or the fault injector is not usable."""
+        windows = phase_windows(scenario)
+        fast_fail_ms = scenario.score.fast_fail_fraction * scenario.slo.e2e_ms
+        aggregator = RunAggregator(windows, e2e_ms=scenario.slo.e2e_ms, fast_fail_ms=fast_fail_ms)
+        bound = log.bind(run_id=run_id, scenario=scenario.name)
+        if scenario.needs_faults():
+            await self.faults.check()
+        await self.generator.preflight()
+
+        started_at = self.clock.wall()
+        state = _RunState(start_ns=self.clock.now_ns() + round(START_LEAD_S * NS_PER_S))
+        self._state = state
+        events: list[FaultEvent] = []
+        timings: list[PhaseTiming] = []
+        listener = _Listener(aggregator, self.sink)
+        generator_task = asyncio.create_task(
+            self.generator.run(iter_plan(scenario), start_ns=state.start_ns, listener=listener)
+        )
+        bound.info("run started", target=target_url, phases=len(windows))
+        try:
+            await self._drive_phases(scenario, windows, aggregator, state, events, timings, generator_task)
+            report = await generator_task
+        except BaseException:
+            generator_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, CliffwatchError):
+                await generator_task
+            raise
+        finally:
+            events.extend(await asyncio.shield(self.faults.remove_all()))
+            await asyncio.shield(self.sink.flush())
+            self._state = None
+
+        status = RunStatus.SUCCEEDED
+        if state.interrupted:
+            status = RunStatus.INTERRUPTED
+        elif state.abort_reason is not None:
+            status = RunStatus.ABORTED
+        metrics = aggregator.result()
+        result = RunResult(
+            run_id=run_id,
+            scenario=scenario,
+            target_url=target_url,
+            status=status,
+            abort_reason=state.abort_reason,
+            started_at=started_at,
+            finished_at=self.clock.wall(),
+            duration_s=(self.clock.now_ns() - state.start_ns) / NS_PER_S,
+            metrics=metrics,
+            generator=report,
+            score=score_run(metrics, slo=scenario.slo, spec=scenario.score),
+            fault_events=tuple(events),
+            phase_timings=tuple(timings),
+        )
+        bound.info("run finished", status=status.value, score=result.score.value, passed=result.passed)
+        return result
+
+    async def _drive_phases(
+        self,
+        scenario: Scenario,
+        windows: tuple[PhaseWindow, ...],
+        aggregator: RunAggregator,
+        state: _RunState,
+        events: list[FaultEvent],
+        timings: list[PhaseTiming],
+        generator_task: asyncio.Task[GeneratorReport],
+    ) -> None:
+        for phase, window in zip(scenario.phases, windows, strict=True):
+            await self._sleep_until(state.start_ns + window.start_ns, generator_task)
+            if generator_task.done() or state.abort_reason or state.interrupted:
+                return
+            began = self.clock.now_ns() - state.start_ns
+            if phase.faults:
+                events.extend(await self.faults.apply(window.index, phase.faults))
+            self.observer.note(f"phase {phase.name} ({phase.role.value}): {phase.arrival.describe()}")
+            for tick_end in _ticks(state.start_ns + window.start_ns, state.start_ns + window.end_ns):
+                await self._sleep_until(tick_end, generator_task)
+                self._report_progress(scenario, window, aggregator, state)
+                await self.sink.flush()
+                if self._check_error_rate(scenario, aggregator, state) or generator_task.done():
+                    break
+            if phase.faults:
+                events.extend(await self.faults.remove(window.index))
+            timings.append(
+                PhaseTiming(index=window.index, began_ns=began, ended_ns=self.clock.now_ns() - state.start_ns)
+            )
+            if state.abort_reason or state.interrupted or generator_task.done():
+                return
+            if phase.role is Role.BASELINE:
+                self._check_baseline(scenario, window, aggregator, state)
+
+    async def _sleep_until(self, deadline_ns: int, generator_task: asyncio.Task[GeneratorReport]) -> None:
+        remaining = (deadline_ns - self.clock.now_ns()) / NS_PER_S
+        if remaining > 0 and not generator_task.done():
+            await asyncio.wait([generator_task], timeout=remaining)
+
+    def _abort(self, state: _RunState, reason: str) -> None:
+        if state.abort_reason is None:
+            state.abort_reason = reason
+            self.observer.note(f"aborting: {reason}")
+            log.warning("run aborted", reason=reason)
+            self.generator.stop(f"aborted: {reason}")
+
+    def _check_error_rate(self, scenario: Scenario, aggregator: RunAggregator, state: _RunState) -> bool:
+        guard = scenario.abort.error_rate
+        if guard is None:
+            return False
+        now = self.clock.now_ns() - state.start_ns
+        ratio, count = aggregator.window_ratio(now, guard.window_s, guard.outcomes)
+        if count >= guard.min_requests and ratio > guard.max_ratio:
+            names = "/".join(sorted(o.value for o in guard.outcomes))
+            self._abort(
+                state,
+                f"{ratio:.0%} of the {count} requests finished in the last {guard.window_s:g}s were {names} "
+                f"(limit {guard.max_ratio:.0%})",
+            )
+            return True
+        return False
+
+    def _check_baseline(
+        self, scenario: Scenario, window: PhaseWindow, aggregator: RunAggregator, state: _RunState
+    ) -> None:
+        guard = scenario.abort.baseline
+        if guard is None:
+            return
+        ratio, decided = aggregator.phase_health(window.index, self.clock.now_ns() - state.start_ns)
+        if ratio is not None and ratio < guard.min_on_time_ratio:
+            self._abort(
+                state,
+                f"baseline {window.name!r} already unhealthy: {ratio:.0%} of {decided} decided requests on time "
+                f"(needs {guard.min_on_time_ratio:.0%}); no stress was applied",
+            )
+
+    def _report_progress(
+        self, scenario: Scenario, window: PhaseWindow, aggregator: RunAggregator, state: _RunState
+    ) -> None:
+        live = self.generator.live()
+        now = self.clock.now_ns() - state.start_ns
+        ratio, count = aggregator.window_ratio(now, LIVE_WINDOW_S, frozenset({Outcome.ON_TIME}))
+        self.observer.progress(
+            Progress(
+                elapsed_s=now / NS_PER_S,
+                total_s=scenario.duration_s,
+                phase=window.name,
+                role=window.role.value,
+                offered_per_s=(live.dispatched - state.last_dispatched) / TICK_S,
+                on_time_ratio=ratio if count else None,
+                tokens_per_s=(live.tokens - state.last_tokens) / TICK_S,
+                in_flight=live.in_flight,
+            )
+        )
+        state.last_dispatched = live.dispatched
+        state.last_tokens = live.tokens
+
+
+def _ticks(start_ns: int, end_ns: int) -> Iterator[int]:
+    """Tick deadlines every second from ``start_ns``, the last one exactly at ``end_ns``."""
+    at = start_ns
+    step = round(TICK_S * NS_PER_S)
+    while at + step < end_ns:
+        at += step
+        yield at
+    yield end_ns
