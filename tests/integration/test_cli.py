@@ -1,0 +1,191 @@
+"""The command line as people and pipelines use it: exit codes, messages, files written."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+
+# A short scenario on a small, fast built-in target: three phases, about six seconds in all.
+QUICK = {
+    "name": "quick",
+    "description": "a short healthy run",
+    "seed": 3,
+    "target": {
+        "url": "builtin",
+        "builtin": {"max_batch": 8, "decode_base_ms": 5, "decode_per_seq_ms": 0.5},
+        "request": {"model": "sim-llm", "prompt_tokens": 16, "max_tokens": 8},
+    },
+    "slo": {"ttft_ms": 500, "e2e_ms": 1000, "timeout_ms": 3000},
+    "phases": [
+        {"name": "base", "role": "baseline", "duration_s": 2, "arrival": {"process": "poisson", "rate": 5}},
+        {"name": "push", "role": "stress", "duration_s": 2, "arrival": {"process": "poisson", "rate": 10}},
+        {"name": "calm", "role": "recovery", "duration_s": 2, "arrival": {"process": "poisson", "rate": 5}},
+    ],
+}
+
+
+def cliffwatch(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "CLIFFWATCH_LOG_FORMAT": "json"}
+    env.pop("CLIFFWATCH_ALLOWED_TARGETS", None)
+    return subprocess.run(
+        [sys.executable, "-m", "cliffwatch", *args],
+        capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env, check=False,
+    )  # fmt: skip
+
+
+def write(tmp_path: Path, document: object, name: str = "scenario.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_validate_accepts_every_bundled_scenario() -> None:
+    """`cliffwatch validate` exits 0 for the bundled scenarios and says ok for each."""
+    files = sorted(str(p) for p in (REPO / "scenarios").glob("*.yaml"))
+    result = cliffwatch("validate", *files)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count(": ok (") == len(files)
+
+
+def test_validate_rejects_a_bad_file_with_path_qualified_messages(tmp_path: Path) -> None:
+    """A bad file makes `validate` exit 1 and name each problem's field and reason."""
+    bad = json.loads(json.dumps(QUICK))
+    bad["phases"][1]["arrival"]["rate"] = 0
+    bad["slo"]["timeout_ms"] = 10
+    bad["client"] = {"pool_sise": 3}
+    result = cliffwatch("validate", str(write(tmp_path, bad)))
+    assert result.returncode == 1
+    assert "phases[1].arrival.rate: must be > 0" in result.stdout
+    assert "slo.timeout_ms: must be >= e2e_ms" in result.stdout
+    assert "client.pool_sise: unknown key" in result.stdout
+
+
+def test_run_writes_a_complete_result_and_exits_by_the_score(tmp_path: Path) -> None:
+    """`run --json` writes phases, the time series, the score with components and the generator verdict;
+    the exit code follows the pass/fail it records."""
+    out = tmp_path / "out.json"
+    result = cliffwatch("run", str(write(tmp_path, QUICK)), "--json", str(out))
+    assert result.returncode in (0, 1), result.stderr
+    document = json.loads(out.read_text())
+    assert result.returncode == (0 if document["passed"] else 1)
+    assert document["status"] == "succeeded"
+    assert [p["name"] for p in document["phases"]] == ["base", "push", "calm"]
+    assert sum(p["offered"] for p in document["phases"]) > 20
+    assert all(p["outcomes"]["error"] == 0 for p in document["phases"]), document["phases"]
+    assert len(document["timeseries"]) >= 6
+    assert document["score_version"] == document["score"]["version"]
+    names = {c["name"] for c in document["score"]["components"]}
+    assert names == {"preservation", "safe_degradation", "recovery", "retry_containment"}
+    assert isinstance(document["generator"]["generator_limited"], bool)
+    assert document["scenario"]["content_hash"]
+    assert "quick" in result.stdout and "score" in result.stdout
+
+
+def test_run_refuses_a_target_outside_the_allowlist_before_sending(tmp_path: Path) -> None:
+    """A non-loopback target is refused with exit code 2 and a message naming the setting."""
+    result = cliffwatch("run", str(write(tmp_path, QUICK)), "--target", "http://192.0.2.10:8000")
+    assert result.returncode == 2
+    assert "not in the target allowlist" in result.stderr
+    assert "CLIFFWATCH_ALLOWED_TARGETS" in result.stderr
+
+
+def test_run_against_an_unreachable_target_fails_fast_without_load(tmp_path: Path) -> None:
+    """A target that does not answer gives exit code 3 and says no load was sent."""
+    started = time.monotonic()
+    result = cliffwatch("run", str(write(tmp_path, QUICK)), "--target", f"http://127.0.0.1:{closed_port()}")
+    assert result.returncode == 3
+    assert "unreachable, no load was sent" in result.stderr
+    assert time.monotonic() - started < 30
+
+
+def test_run_of_a_fault_scenario_without_toxiproxy_says_why(tmp_path: Path) -> None:
+    """slow-backend validates, but running it without a fault injector is refused (exit 3) with the reason."""
+    result = cliffwatch("run", "slow-backend")
+    assert result.returncode == 3
+    assert "Toxiproxy" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["run", "no-such-scenario"], "not a bundled scenario"),
+        (["run", "burst-storm", "--seed", "-1"], "--seed: must be >= 0"),
+        (["run", "burst-storm", "--threshold", "101"], "--threshold: must be <= 100"),
+        (["run", "burst-storm", "--target", "ftp://127.0.0.1"], "--target: must be 'builtin' or an http(s) URL"),
+    ],
+)
+def test_invalid_input_exits_2_with_a_clear_message(args: list[str], message: str) -> None:
+    """Bad arguments are input errors: exit code 2 and the reason, never a traceback."""
+    result = cliffwatch(*args)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_interrupting_a_run_stops_it_and_records_it_as_interrupted(tmp_path: Path) -> None:
+    """Ctrl-C stops the run promptly; the result is written with status interrupted; exit code 130."""
+    long_run = json.loads(json.dumps(QUICK))
+    long_run["phases"][0]["duration_s"] = 60
+    out = tmp_path / "out.json"
+    env = {**os.environ, "CLIFFWATCH_LOG_FORMAT": "json"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cliffwatch", "run", str(write(tmp_path, long_run)), "--json", str(out)],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert process.stderr is not None
+    for line in process.stderr:
+        if "phase base" in line:
+            break
+    time.sleep(1.0)
+    process.send_signal(signal.SIGINT)
+    stdout, _ = process.communicate(timeout=30)
+    assert process.returncode == 130
+    document = json.loads(out.read_text())
+    assert document["status"] == "interrupted"
+    assert document["duration_s"] < 30
+    assert any(v["name"] == "interrupted" for v in document["verdicts"])
+
+
+def test_target_command_serves_the_simulator_on_the_port_it_reports() -> None:
+    """`cliffwatch target --port 0` prints the URL it bound and answers /health there."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cliffwatch", "target", "--port", "0", "--max-batch", "4"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert "listening on http://127.0.0.1:" in line
+        assert "max_batch 4" in line
+        url = line.split("listening on ", 1)[1].split()[0]
+        import urllib.request
+
+        with urllib.request.urlopen(f"{url}/health", timeout=5) as response:
+            assert response.status == 200
+    finally:
+        process.terminate()
+        process.communicate(timeout=10)
+
+
+def test_target_command_rejects_bad_parameters() -> None:
+    """A bad simulator parameter is named with its reason and exit code 2."""
+    result = cliffwatch("target", "--port", "0", "--max-batch", "zero")
+    assert result.returncode == 2
+    assert "max_batch" in result.stderr

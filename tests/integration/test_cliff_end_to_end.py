@@ -1,0 +1,90 @@
+"""End to end against the built-in target: the product's central claims hold on a small, fast model.
+
+The target below (batch 4, 20 ms steps at full batch, 20-token answers) completes about 9.6 requests/s;
+the burst offers twice that. Each run lasts about 15 seconds.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from cliffwatch.bootstrap import prepare_run
+from cliffwatch.config import Settings
+from cliffwatch.domain.metrics import merge_phases
+from cliffwatch.domain.result import RunResult, RunStatus
+from cliffwatch.domain.scenario import Role, parse_scenario
+from cliffwatch.domain.scoring import HIDDEN_OVERLOAD, RETRY_CONTAINMENT
+from cliffwatch.domain.target_model import TargetModel
+from cliffwatch.services.memory import CollectingObserver
+
+pytestmark = pytest.mark.slow
+
+TARGET = {"max_batch": 4, "decode_base_ms": 10, "decode_per_seq_ms": 2.5, "prefill_base_ms": 4}
+BURST: dict[str, Any] = {
+    "name": "small-burst",
+    "seed": 11,
+    "target": {
+        "url": "builtin",
+        "builtin": TARGET,
+        "request": {"model": "sim-llm", "prompt_tokens": 32, "max_tokens": 20},
+    },
+    "slo": {"ttft_ms": 500, "e2e_ms": 1000, "timeout_ms": 4500},
+    "client": {"pool_size": 200, "attempt_timeout_ms": 1500},
+    "phases": [
+        {"name": "baseline", "role": "baseline", "duration_s": 4, "arrival": {"process": "poisson", "rate": 4}},
+        {"name": "burst", "role": "stress", "duration_s": 5, "arrival": {"process": "poisson", "rate": 20}},
+        {"name": "recovery", "role": "recovery", "duration_s": 6, "arrival": {"process": "poisson", "rate": 4}},
+    ],
+}
+
+
+async def run(document: dict[str, Any]) -> RunResult:
+    scenario = parse_scenario(document)
+    async with prepare_run(Settings.from_env({}), scenario, observer=CollectingObserver()) as prepared:
+        return await prepared.service.execute(scenario, run_id="e2e", target_url=prepared.target_url)
+
+
+def stress_of(result: RunResult) -> Any:
+    return merge_phases(result.metrics.by_role(Role.STRESS))
+
+
+async def test_the_simulated_capacity_matches_its_model() -> None:
+    """The parameters above imply about 9.6 requests/s at saturation: the burst is twice that."""
+    model = TargetModel(**TARGET)
+    assert model.saturation_rps(32, 20) == pytest.approx(9.6, rel=0.02)
+
+
+async def test_a_burst_beyond_capacity_hides_behind_steady_tokens_per_second() -> None:
+    """Tokens/s holds near its peak while the on-time share collapses: the hidden-overload flag is raised."""
+    result = await run(BURST)
+    assert result.status is RunStatus.SUCCEEDED
+    assert not result.generator.limited, result.generator.reasons
+    baseline = merge_phases(result.metrics.by_role(Role.BASELINE))
+    stress = stress_of(result)
+    assert baseline is not None
+    assert baseline.on_time_ratio is not None
+    assert baseline.on_time_ratio >= 0.9
+    assert stress.on_time_ratio < 0.5 * baseline.on_time_ratio
+    assert stress.tokens_per_s > 1.5 * baseline.tokens_per_s
+    flag = next(f for f in result.score.flags if f.name == HIDDEN_OVERLOAD)
+    assert flag.raised, flag.summary
+    assert not result.passed
+
+
+async def test_immediate_retries_amplify_the_burst_and_lower_the_score() -> None:
+    """With clients retrying immediately, attempts per request in the burst exceed 1.5 and the score falls."""
+    plain = await run(BURST)
+    storm = copy.deepcopy(BURST)
+    storm["client"]["retry"] = {"policy": "immediate", "max_retries": 3, "retry_on": ["timeout", "5xx", "429"]}
+    stormy = await run(storm)
+    assert stress_of(stormy).amplification > 1.5
+    assert stress_of(plain).amplification == pytest.approx(1.0)
+    containment = next(c for c in stormy.score.components if c.name == RETRY_CONTAINMENT)
+    assert containment.value is not None
+    assert containment.value < 0.5
+    assert plain.score.value is not None
+    assert stormy.score.value is not None
+    assert stormy.score.value < plain.score.value
