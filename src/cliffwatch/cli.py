@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import signal
 import sys
 import uuid
@@ -18,6 +17,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+import yaml
 from rich.console import Console
 
 from cliffwatch import __version__
@@ -31,6 +31,7 @@ from cliffwatch.domain.errors import (
     BuiltinTargetFailed,
     CliffwatchError,
     FaultInjectionFailed,
+    Problem,
     ScenarioInvalid,
     TargetConfigInvalid,
     TargetNotAllowed,
@@ -96,7 +97,8 @@ def _parser() -> argparse.ArgumentParser:
     target = commands.add_parser("target", help="serve the built-in simulated LLM target")
     target.add_argument("--host", default="127.0.0.1")
     target.add_argument("--port", type=int, default=8000, help="0 picks a free port")
-    target.add_argument("--config-json", help="every model parameter as one JSON object")
+    target.add_argument("--config", type=Path, help="a YAML or JSON file of model parameters (flags override it)")
+    target.add_argument("--config-json", help="model parameters as one JSON object (flags override it)")
     for field in fields(TargetModel):
         default = getattr(TargetModel(), field.name)
         shown = default.value if hasattr(default, "value") else default
@@ -204,9 +206,15 @@ def _demo(args: argparse.Namespace, settings: Settings) -> int:
 def _target(args: argparse.Namespace, settings: Settings) -> int:
     from cliffwatch.target.runner import serve
 
-    overrides: dict[str, Any] = json.loads(args.config_json) if args.config_json else {}
-    if not isinstance(overrides, dict):
-        raise TargetConfigInvalid([])
+    overrides: dict[str, Any] = {}
+    for source, text in _target_configs(args):
+        try:
+            document = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise TargetConfigInvalid([Problem(path=source, message=f"not valid YAML or JSON: {exc}")]) from exc
+        if not isinstance(document, dict):
+            raise TargetConfigInvalid([Problem(path=source, message="must be a mapping of model parameters")])
+        overrides.update(document)
     for field in fields(TargetModel):
         raw = getattr(args, f"model_{field.name}")
         if raw is not None:
@@ -222,6 +230,18 @@ def _target(args: argparse.Namespace, settings: Settings) -> int:
     except KeyboardInterrupt:
         return EXIT_PASS
     return EXIT_PASS
+
+
+def _target_configs(args: argparse.Namespace) -> list[tuple[str, str]]:
+    configs: list[tuple[str, str]] = []
+    if args.config is not None:
+        try:
+            configs.append((str(args.config), args.config.read_text(encoding="utf-8")))
+        except OSError as exc:
+            raise TargetConfigInvalid([Problem(path=str(args.config), message=f"cannot read: {exc.strerror}")]) from exc
+    if args.config_json:
+        configs.append(("--config-json", args.config_json))
+    return configs
 
 
 def _coerce(raw: str, default: object) -> object:

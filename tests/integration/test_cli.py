@@ -189,3 +189,21 @@ def test_target_command_rejects_bad_parameters() -> None:
     result = cliffwatch("target", "--port", "0", "--max-batch", "zero")
     assert result.returncode == 2
     assert "max_batch" in result.stderr
+
+
+def test_target_reads_a_config_file_and_flags_override_it(tmp_path: Path) -> None:
+    """`--config` sets the simulator's parameters from a file; a flag given too wins over the file."""
+    config = tmp_path / "target.yaml"
+    config.write_text("max_batch: 8\nadmission: queue_limit\n")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cliffwatch", "target", "--port", "0", "--config", str(config), "--max-batch", "2"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        line = process.stdout.readline()
+        assert "max_batch 2" in line
+        assert "admission queue_limit" in line
+    finally:
+        process.terminate()
+        process.communicate(timeout=10)
