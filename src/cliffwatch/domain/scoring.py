@@ -1,0 +1,384 @@
+"""The run's score: four components, each 0–1 with the numbers it came from, a weighted 0–100 total, and flags.
+
+Components answer one question each: was goodput preserved under stress (NIST CSF 2.0 RC.RP-01), was the
+excess refused fast rather than left to queue (NIST SP 800-53 SC-5, OWASP API4), how soon after the stress
+did service return to its baseline band, and how much extra load did client retries add. The hidden-overload
+flag names the failure peak tokens/s hides. Every formula, band and edge case is in docs/scoring.md; any
+change to one of them or to a weight bumps ``SCORE_VERSION`` so stored scores compare like with like.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from cliffwatch.domain.histogram import Histogram
+from cliffwatch.domain.metrics import PhaseStats, RunMetrics, SecondStats, merge_phases
+from cliffwatch.domain.outcomes import NS_PER_S, Outcome, Slo
+from cliffwatch.domain.scenario import Role, ScoreSpec
+
+SCORE_VERSION = "1"
+
+PRESERVATION = "preservation"
+SAFE_DEGRADATION = "safe_degradation"
+RECOVERY = "recovery"
+RETRY_CONTAINMENT = "retry_containment"
+HIDDEN_OVERLOAD = "hidden_overload"
+
+WEIGHTS: Mapping[str, float] = MappingProxyType(
+    {PRESERVATION: 0.40, SAFE_DEGRADATION: 0.20, RECOVERY: 0.25, RETRY_CONTAINMENT: 0.15}
+)
+
+RECOVERY_WINDOW_S = 5  # seconds with traffic pooled per recovery window
+RATIO_TOLERANCE = 0.05  # a window this far (absolute) below the baseline on-time ratio counts as recovered
+P99_FACTOR = 1.5  # a recovered window's p99 e2e may be this many times the baseline p99 …
+P99_FLOOR_MS = 100.0  # … or this much above it, whichever is larger (small p99s are noisy)
+PEAK_WINDOW_S = 5  # the run's peak tokens/s is the highest mean over this many consecutive seconds
+OVERLOAD_TOKENS_SHARE = 0.9  # stress output at or above this share of the peak …
+OVERLOAD_GOODPUT_SHARE = 0.8  # … while the stress on-time ratio is below this share of the baseline's
+
+Evidence = Mapping[str, float | int | str | None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Component:
+    name: str
+    value: float | None  # 0–1; None: not applicable, the summary says why
+    weight: float  # the nominal weight; applicable weights are renormalised to sum to 1
+    summary: str  # one sentence with the numbers
+    evidence: Evidence  # the formula's inputs
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "value": self.value,
+            "weight": self.weight,
+            "summary": self.summary,
+            "evidence": dict(self.evidence),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Component:
+        value = data["value"]
+        return cls(
+            name=str(data["name"]),
+            value=None if value is None else float(value),
+            weight=float(data["weight"]),
+            summary=str(data["summary"]),
+            evidence=dict(data["evidence"]),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Flag:
+    name: str
+    raised: bool
+    summary: str
+    evidence: Evidence
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "raised": self.raised, "summary": self.summary, "evidence": dict(self.evidence)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Flag:
+        return cls(
+            name=str(data["name"]),
+            raised=bool(data["raised"]),
+            summary=str(data["summary"]),
+            evidence=dict(data["evidence"]),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class Score:
+    version: str
+    value: float | None  # 0–100, one decimal; None when no component applies
+    threshold: float
+    passed: bool
+    components: tuple[Component, ...]
+    flags: tuple[Flag, ...]
+    summary: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready form (finite numbers, strings, None) that ``from_dict`` reads back."""
+        return {
+            "version": self.version,
+            "value": self.value,
+            "threshold": self.threshold,
+            "passed": self.passed,
+            "summary": self.summary,
+            "components": [c.to_dict() for c in self.components],
+            "flags": [f.to_dict() for f in self.flags],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Score:
+        value = data["value"]
+        return cls(
+            version=str(data["version"]),
+            value=None if value is None else float(value),
+            threshold=float(data["threshold"]),
+            passed=bool(data["passed"]),
+            summary=str(data["summary"]),
+            components=tuple(Component.from_dict(c) for c in data["components"]),
+            flags=tuple(Flag.from_dict(f) for f in data["flags"]),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Reference:
+    """What "normal" means for this run: the pooled baseline, or the ideal when there was no baseline traffic."""
+
+    ratio: float  # on-time ratio to compare with: the baseline's, or 1.0
+    p99_ms: float | None  # the baseline's p99 e2e; None without baseline traffic
+    offered: int
+    on_time: int
+    measured: bool  # False: no baseline traffic, the ideal stands in
+
+    @property
+    def name(self) -> str:
+        return "the baseline" if self.measured else "the ideal (no baseline traffic)"
+
+    def evidence(self) -> dict[str, float | int | str | None]:
+        return {
+            "baseline_offered": self.offered,
+            "baseline_on_time": self.on_time,
+            "baseline_ratio": self.ratio if self.measured else None,
+            "reference_ratio": self.ratio,
+        }
+
+
+def score_run(metrics: RunMetrics, *, slo: Slo, spec: ScoreSpec) -> Score:
+    """The versioned score of a run's metrics against its SLO and pass mark; never raises on odd metrics."""
+    stress = merge_phases(metrics.by_role(Role.STRESS))
+    if stress is not None and stress.offered == 0:
+        stress = None
+    reference = _reference(merge_phases(metrics.by_role(Role.BASELINE)))
+    components = (
+        _preservation(stress, reference),
+        _safe_degradation(stress, fast_fail_ms=spec.fast_fail_fraction * slo.e2e_ms),
+        _recovery(metrics, reference, slo),
+        _retry_containment(stress),
+    )
+    flags = (_hidden_overload(metrics.seconds, stress, reference),)
+    applicable = [c for c in components if c.value is not None]
+    value: float | None = None
+    if applicable:
+        weighted = sum(c.weight * (c.value or 0.0) for c in applicable) / sum(c.weight for c in applicable)
+        value = round(100 * weighted, 1)  # rounded first, so the number shown is the number judged
+        parts = ", ".join(
+            f"{c.name.replace('_', ' ')} {'n/a' if c.value is None else f'{c.value:.2f}'}" for c in components
+        )
+        verdict = "pass" if value >= spec.threshold else "fail"
+        summary = " ".join(
+            [f"Score {value:.1f}/100, {verdict} at {spec.threshold:g}: {parts}."]
+            + [f.summary for f in flags if f.raised]
+        )
+    else:
+        reasons = dict.fromkeys(c.summary.removeprefix("Not applicable: ").rstrip(".") for c in components)
+        summary = f"No score: no component applies ({'; '.join(reasons)})."
+    return Score(
+        version=SCORE_VERSION,
+        value=value,
+        threshold=spec.threshold,
+        passed=value is not None and value >= spec.threshold,
+        components=components,
+        flags=flags,
+        summary=summary,
+    )
+
+
+def _reference(baseline: PhaseStats | None) -> _Reference:
+    if baseline is None or baseline.offered == 0:
+        return _Reference(ratio=1.0, p99_ms=None, offered=0, on_time=0, measured=False)
+    return _Reference(
+        ratio=baseline.on_time / baseline.offered,
+        p99_ms=baseline.latency["e2e"].quantile(0.99),
+        offered=baseline.offered,
+        on_time=baseline.on_time,
+        measured=True,
+    )
+
+
+def _component(name: str, value: float | None, summary: str, evidence: Evidence) -> Component:
+    return Component(name=name, value=value, weight=WEIGHTS[name], summary=summary, evidence=evidence)
+
+
+def _pct(share: float) -> str:
+    return f"{share * 100:.0f} %"
+
+
+def _preservation(stress: PhaseStats | None, ref: _Reference) -> Component:
+    evidence: dict[str, float | int | str | None] = ref.evidence()
+    if stress is None:
+        return _component(PRESERVATION, None, "Not applicable: no stress phase offered any request.", evidence)
+    ratio = stress.on_time / stress.offered
+    evidence.update(stress_offered=stress.offered, stress_on_time=stress.on_time, stress_ratio=ratio)
+    if ref.ratio == 0:
+        summary = (
+            f"0 of {ref.offered:,} baseline requests were on time: the target failed its SLO before any stress, "
+            "so no goodput was preserved."
+        )
+        return _component(PRESERVATION, 0.0, summary, evidence)
+    value = min(1.0, ratio / ref.ratio)
+    summary = (
+        f"{stress.on_time:,} of {stress.offered:,} stress requests were on time ({_pct(ratio)}) against "
+        f"{_pct(ref.ratio)} for {ref.name}: {_pct(value)} of the goodput ratio preserved."
+    )
+    return _component(PRESERVATION, value, summary, evidence)
+
+
+def _safe_degradation(stress: PhaseStats | None, *, fast_fail_ms: float) -> Component:
+    if stress is None:
+        return _component(SAFE_DEGRADATION, None, "Not applicable: no stress phase offered any request.", {})
+    failed = stress.offered - stress.on_time
+    shed = stress.outcomes[Outcome.SHED]
+    evidence: dict[str, float | int | str | None] = {
+        "offered": stress.offered,
+        "on_time": stress.on_time,
+        "not_on_time": failed,
+        "fast_shed": stress.fast_shed,
+        "slow_shed": shed - stress.fast_shed,
+        "late": stress.outcomes[Outcome.LATE],
+        "timeout": stress.outcomes[Outcome.TIMEOUT],
+        "error": stress.outcomes[Outcome.ERROR],
+        "not_sent": stress.outcomes[Outcome.NOT_SENT],
+        "fast_fail_ms": fast_fail_ms,
+    }
+    if failed == 0:
+        summary = f"All {stress.offered:,} stress requests were on time: nothing needed shedding."
+        return _component(SAFE_DEGRADATION, 1.0, summary, evidence)
+    value = stress.fast_shed / failed
+    summary = (
+        f"Of {failed:,} stress requests not on time, {stress.fast_shed:,} ({_pct(value)}) were refused within "
+        f"{fast_fail_ms:g} ms; {shed - stress.fast_shed:,} were refused slowly, {stress.outcomes[Outcome.LATE]:,} "
+        f"late, {stress.outcomes[Outcome.TIMEOUT]:,} timed out, {stress.outcomes[Outcome.ERROR]:,} errors and "
+        f"{stress.outcomes[Outcome.NOT_SENT]:,} not sent."
+    )
+    return _component(SAFE_DEGRADATION, value, summary, evidence)
+
+
+def _recovery_span(metrics: RunMetrics) -> tuple[int, int] | None:
+    """From the end of the last stress phase to the end of the recovery phases right after it, in ns."""
+    phases = sorted(metrics.phases, key=lambda p: p.window.start_ns)
+    last_stress = max((i for i, p in enumerate(phases) if p.window.role is Role.STRESS), default=None)
+    if last_stress is None:
+        return None
+    end_ns = None
+    for following in phases[last_stress + 1 :]:
+        if following.window.role is not Role.RECOVERY:
+            break
+        end_ns = following.window.end_ns
+    return None if end_ns is None else (phases[last_stress].window.end_ns, end_ns)
+
+
+def _recovery(metrics: RunMetrics, ref: _Reference, slo: Slo) -> Component:
+    span = _recovery_span(metrics)
+    if span is None:
+        return _component(RECOVERY, None, "Not applicable: no recovery phase follows the last stress phase.", {})
+    start_ns, end_ns = span
+    duration_s = (end_ns - start_ns) / NS_PER_S
+    ratio_floor = ref.ratio - RATIO_TOLERANCE
+    p99_limit = slo.e2e_ms if ref.p99_ms is None else max(P99_FACTOR * ref.p99_ms, ref.p99_ms + P99_FLOOR_MS)
+    evidence: dict[str, float | int | str | None] = ref.evidence()
+    evidence.update(recovery_duration_s=duration_s, ratio_floor=ratio_floor, p99_limit_ms=p99_limit)
+    if ref.ratio == 0:
+        summary = "0 baseline requests were on time: there is no working state to recover to."
+        return _component(RECOVERY, 0.0, summary, evidence)
+    # Whole seconds only: the second the stress ended in also holds requests scheduled under stress.
+    by_t = {s.t: s for s in metrics.seconds}
+    first, stop = -(-start_ns // NS_PER_S), end_ns // NS_PER_S
+    busy = [by_t[t] for t in range(first, stop) if t in by_t and by_t[t].offered > 0]
+    if not busy:
+        summary = "Not applicable: no request was scheduled in a whole second of the recovery phase."
+        return _component(RECOVERY, None, summary, evidence)
+    size = min(RECOVERY_WINDOW_S, len(busy))
+    evidence["window_seconds"] = size
+    found, ratio = None, 0.0
+    for i in range(len(busy) - size + 1):
+        window = busy[i : i + size]
+        ratio, p99 = _window_stats(window)
+        evidence.update(window_start_s=window[0].t, window_ratio=ratio, window_p99_ms=p99)
+        if ratio >= ratio_floor and p99 is not None and p99 <= p99_limit:
+            found = max(0.0, (window[0].t * NS_PER_S - start_ns) / NS_PER_S)
+            break
+    band = f"on time ≥ {_pct(max(0.0, ratio_floor))}, p99 e2e ≤ {p99_limit:,.0f} ms"
+    evidence["recovery_s"] = found
+    if found is None:
+        summary = (
+            f"Not recovered: in {duration_s:g} s of recovery, no {size} consecutive seconds with traffic were back "
+            f"in the band of {ref.name} ({band}); the last {size} had {_pct(ratio)} on time."
+        )
+        return _component(RECOVERY, 0.0, summary, evidence)
+    value = max(0.0, 1 - found / duration_s)
+    summary = (
+        f"Recovered {found:g} s after the stress ended, of {duration_s:g} s of recovery: from then {size} "
+        f"seconds of traffic stayed in the band of {ref.name} ({band})."
+    )
+    return _component(RECOVERY, value, summary, evidence)
+
+
+def _window_stats(window: Sequence[SecondStats]) -> tuple[float, float | None]:
+    """The pooled on-time ratio and p99 e2e of some seconds; the p99 is None without a completion."""
+    e2e = Histogram()
+    for second in window:
+        e2e.merge(second.e2e)
+    offered = sum(s.offered for s in window)
+    return sum(s.outcomes[Outcome.ON_TIME] for s in window) / offered, e2e.quantile(0.99)
+
+
+def _retry_containment(stress: PhaseStats | None) -> Component:
+    if stress is None or stress.sent == 0:
+        return _component(RETRY_CONTAINMENT, None, "Not applicable: no stress request was sent.", {})
+    extra = stress.retries / stress.sent
+    evidence = {"attempts": stress.attempts, "sent": stress.sent, "amplification": 1 + extra, "extra_load": extra}
+    value = min(1.0, max(0.0, 1 - extra))
+    summary = (
+        f"{stress.attempts:,} attempts for {stress.sent:,} stress requests sent: amplification {1 + extra:.2f}×, "
+        f"retries added {_pct(extra)} to the load."
+    )
+    return _component(RETRY_CONTAINMENT, value, summary, evidence)
+
+
+def _peak_tokens_per_s(seconds: Sequence[SecondStats]) -> float:
+    """The highest mean of per-second output tokens over ``PEAK_WINDOW_S`` consecutive seconds."""
+    if not seconds:
+        return 0.0
+    tokens = {s.t: s.output_tokens for s in seconds}
+    series = [tokens.get(t, 0.0) for t in range(min(tokens), max(tokens) + 1)]
+    size = min(PEAK_WINDOW_S, len(series))
+    return max(math.fsum(series[i : i + size]) / size for i in range(len(series) - size + 1))
+
+
+def _hidden_overload(seconds: Sequence[SecondStats], stress: PhaseStats | None, ref: _Reference) -> Flag:
+    peak = _peak_tokens_per_s(seconds)
+    evidence: dict[str, float | int | str | None] = ref.evidence()
+    evidence["peak_tokens_per_s"] = peak
+
+    def flag(raised: bool, summary: str) -> Flag:
+        return Flag(name=HIDDEN_OVERLOAD, raised=raised, summary=summary, evidence=evidence)
+
+    if stress is None:
+        return flag(False, "No stress phase offered any request, so nothing could be hidden.")
+    tokens_per_s = stress.tokens_per_s  # tokens received during the stress windows, per second
+    ratio = stress.on_time / stress.offered
+    evidence.update(stress_tokens_per_s=tokens_per_s, stress_ratio=ratio)
+    if peak <= 0:
+        return flag(False, "No output tokens were received, so token throughput cannot hide an overload.")
+    if ref.ratio == 0:
+        return flag(False, "No baseline request was on time, so there is no goodput for tokens/s to hide a loss of.")
+    tokens_share, goodput_share = tokens_per_s / peak, ratio / ref.ratio
+    evidence.update(tokens_share=tokens_share, goodput_share=goodput_share)
+    raised = tokens_share >= OVERLOAD_TOKENS_SHARE and goodput_share < OVERLOAD_GOODPUT_SHARE
+    numbers = (
+        f"output {'held' if raised else 'was'} at {_pct(tokens_share)} of peak tokens/s "
+        f"({tokens_per_s:,.0f} of {peak:,.0f}) while on-time completions "
+        f"{'fell to' if goodput_share < 1 else 'stayed at'} {_pct(goodput_share)} of {ref.name} "
+        f"({_pct(ratio)} vs {_pct(ref.ratio)} of requests on time)"
+    )
+    if raised:
+        return flag(True, f"Hidden overload: {numbers}; peak tokens/s hides the cliff.")
+    return flag(False, f"No hidden overload: {numbers}.")
