@@ -12,14 +12,17 @@ from cliffwatch.domain.errors import TargetNotAllowed
 
 async def ensure_allowed(url: str, allowlist: Allowlist) -> None:
     """Raises ``TargetNotAllowed`` unless every address ``url``'s host resolves to is allowed."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError as exc:  # a malformed IPv6 host, a port out of range
+        raise TargetNotAllowed(url, f"not a valid URL: {exc}") from exc
     host = parts.hostname or ""
-    port = parts.port or (443 if parts.scheme == "https" else 80)
     addresses: list[str] = []
     try:
         infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
         addresses = sorted({str(info[4][0]) for info in infos})
-    except OSError as exc:
+    except (OSError, UnicodeError) as exc:  # UnicodeError: a name the IDNA codec refuses, before any lookup
         reason = allowlist.check(host, port, [])
         if reason is not None:
             raise TargetNotAllowed(url, f"{reason}; and the host does not resolve: {exc}") from exc

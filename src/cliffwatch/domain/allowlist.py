@@ -25,8 +25,13 @@ class AllowEntry:
     port: int | None
 
     def describe(self) -> str:
+        """The entry as it would be written in the allowlist (IPv6 in brackets when a port follows)."""
         what = str(self.network) if self.network is not None else str(self.host)
-        return f"{what}:{self.port}" if self.port is not None else what
+        if self.port is None:
+            return what
+        if self.network is not None and self.network.version == 6:
+            what = f"[{what}]"
+        return f"{what}:{self.port}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,7 +84,9 @@ def _parse_entry(text: str) -> AllowEntry | None:
     port: int | None = None
     body = text
     if text.startswith("["):  # [::1]:8000
-        inner, _, rest = text[1:].partition("]")
+        inner, closed, rest = text[1:].partition("]")
+        if not closed:
+            return None
         body = inner
         if rest:
             if not rest.startswith(":") or not rest[1:].isdigit():

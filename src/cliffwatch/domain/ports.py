@@ -67,7 +67,7 @@ class FaultEvent:
     phase: int
     fault: FaultSpec
     action: str  # "on" or "off"
-    at_ns: int
+    at_ns: int  # an injector stamps ``Clock.now_ns()``; the runner makes it relative to the run's start
     ok: bool
     detail: str = ""
 

@@ -93,7 +93,8 @@ class ScriptedGenerator:
     """A load generator that answers each request with a record computed by ``respond`` after ``latency_s``.
 
     It keeps the plan's schedule on the given clock, so the runner's timing, guards and aggregation can
-    be tested without HTTP.
+    be tested without HTTP. ``respond`` is called when a request is sent; if it raises, ``run`` raises, as a
+    broken generator would. Cancelled, ``run`` cancels its answers: nothing is reported after it ends.
     """
 
     def __init__(
@@ -126,33 +127,45 @@ class ScriptedGenerator:
     async def run(
         self, plan: Iterable[PlannedRequest], *, start_ns: int, listener: GeneratorListener
     ) -> GeneratorReport:
-        for request in plan:
-            delay = (start_ns + request.scheduled_ns - self.clock.now_ns()) / NS_PER_S
-            if delay > 0 and self.stopped is None:
-                await self.clock.sleep(delay)
-            if self.stopped is not None:
-                listener.finished(_not_sent(request, self.stopped))
-                continue
-            self._dispatched += 1
-            listener.dispatched(request, self.clock.now_ns() - start_ns)
-            task = asyncio.create_task(self._answer(request, listener))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-        while self._tasks:
-            await asyncio.wait(list(self._tasks))
+        try:
+            for request in plan:
+                delay = (start_ns + request.scheduled_ns - self.clock.now_ns()) / NS_PER_S
+                if delay > 0 and self.stopped is None:
+                    await self.clock.sleep(delay)
+                if self.stopped is not None:
+                    listener.finished(_not_sent(request, self.stopped))
+                    continue
+                latency_s, record = self.respond(request)  # a respond that raises breaks the run, not one task
+                self._dispatched += 1
+                listener.dispatched(request, self.clock.now_ns() - start_ns)
+                self._answer(request, latency_s, record, listener)
+            while self._tasks:
+                await asyncio.wait(list(self._tasks))
+        except BaseException:
+            # cancelled or broken: no request may go on answering after the run has ended
+            for task in self._tasks:
+                task.cancel()
+            if self._tasks:
+                await asyncio.wait(list(self._tasks))
+            raise
         return judge_generator(Histogram(), max_stall_ms=0.0, cpu_busy=0.0, overflow=0, limits=self.limits)
 
-    async def _answer(self, request: PlannedRequest, listener: GeneratorListener) -> None:
-        latency_s, record = self.respond(request)
+    def _answer(
+        self, request: PlannedRequest, latency_s: float, record: RequestRecord, listener: GeneratorListener
+    ) -> None:
+        """Finishes ``request`` with ``record`` after ``latency_s``, or as not_sent when cut short (even
+        when cancelled before it started: the listener hears of every dispatched request)."""
+        task = asyncio.create_task(self.clock.sleep(latency_s))
         self._in_flight += 1
-        try:
-            await self.clock.sleep(latency_s)
-        except asyncio.CancelledError:
-            listener.finished(_not_sent(request, self.stopped or "cancelled"))
-            raise
-        finally:
+        self._tasks.add(task)
+
+        def finished(task: asyncio.Task[None]) -> None:
+            self._tasks.discard(task)
             self._in_flight -= 1
-        listener.finished(record)
+            cut_short = task.cancelled() or task.exception() is not None
+            listener.finished(_not_sent(request, self.stopped or "cancelled") if cut_short else record)
+
+        task.add_done_callback(finished)
 
 
 def _not_sent(request: PlannedRequest, reason: str) -> RequestRecord:

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
 
 import structlog
 
@@ -32,6 +32,9 @@ from cliffwatch.domain.scoring import score_run
 log = structlog.get_logger(__name__)
 
 START_LEAD_S = 0.05  # the plan starts a moment after set-up, so the first requests are not born late
+# The baseline guard is judged this long before a baseline phase ends: judged at the end, it would race the
+# generator sending the next phase's first request at that same instant.
+BASELINE_CHECK_LEAD_S = 0.05
 TICK_S = 1.0
 LIVE_WINDOW_S = 5.0
 
@@ -56,6 +59,7 @@ class _RunState:
     start_ns: int
     abort_reason: str | None = None
     interrupted: bool = False
+    last_progress_ns: int = 0  # when the previous progress line was taken; rates are over the time since
     last_dispatched: int = 0
     last_tokens: float = 0.0
 
@@ -97,7 +101,8 @@ class RunService:
         await self.generator.preflight()
 
         started_at = self.clock.wall()
-        state = _RunState(start_ns=self.clock.now_ns() + round(START_LEAD_S * NS_PER_S))
+        start_ns = self.clock.now_ns() + round(START_LEAD_S * NS_PER_S)
+        state = _RunState(start_ns=start_ns, last_progress_ns=start_ns)
         self._state = state
         events: list[FaultEvent] = []
         timings: list[PhaseTiming] = []
@@ -115,9 +120,12 @@ class RunService:
                 await generator_task
             raise
         finally:
-            events.extend(await asyncio.shield(self.faults.remove_all()))
-            await asyncio.shield(self.sink.flush())
-            self._state = None
+            try:
+                events.extend(_run_relative(await asyncio.shield(self.faults.remove_all()), state))
+            finally:
+                # even when a fault could not be removed, the records are kept and the service is free
+                self._state = None
+                await asyncio.shield(self.sink.flush())
 
         status = RunStatus.SUCCEEDED
         if state.interrupted:
@@ -159,23 +167,29 @@ class RunService:
                 return
             began = self.clock.now_ns() - state.start_ns
             if phase.faults:
-                events.extend(await self.faults.apply(window.index, phase.faults))
+                events.extend(_run_relative(await self.faults.apply(window.index, phase.faults), state))
             self.observer.note(f"phase {phase.name} ({phase.role.value}): {phase.arrival.describe()}")
+            check_ns: int | None = None
+            if phase.role is Role.BASELINE and scenario.abort.baseline is not None:
+                check_ns = state.start_ns + window.end_ns - round(BASELINE_CHECK_LEAD_S * NS_PER_S)
             for tick_end in _ticks(state.start_ns + window.start_ns, state.start_ns + window.end_ns):
+                if check_ns is not None and tick_end >= check_ns:
+                    await self._sleep_until(check_ns, generator_task)
+                    check_ns = None
+                    if not generator_task.done() and self._check_baseline(scenario, window, aggregator, state):
+                        break
                 await self._sleep_until(tick_end, generator_task)
                 self._report_progress(scenario, window, aggregator, state)
                 await self.sink.flush()
                 if self._check_error_rate(scenario, aggregator, state) or generator_task.done():
                     break
             if phase.faults:
-                events.extend(await self.faults.remove(window.index))
+                events.extend(_run_relative(await self.faults.remove(window.index), state))
             timings.append(
                 PhaseTiming(index=window.index, began_ns=began, ended_ns=self.clock.now_ns() - state.start_ns)
             )
             if state.abort_reason or state.interrupted or generator_task.done():
                 return
-            if phase.role is Role.BASELINE:
-                self._check_baseline(scenario, window, aggregator, state)
 
     async def _sleep_until(self, deadline_ns: int, generator_task: asyncio.Task[GeneratorReport]) -> None:
         remaining = (deadline_ns - self.clock.now_ns()) / NS_PER_S
@@ -207,10 +221,10 @@ class RunService:
 
     def _check_baseline(
         self, scenario: Scenario, window: PhaseWindow, aggregator: RunAggregator, state: _RunState
-    ) -> None:
+    ) -> bool:
         guard = scenario.abort.baseline
         if guard is None:
-            return
+            return False
         ratio, decided = aggregator.phase_health(window.index, self.clock.now_ns() - state.start_ns)
         if ratio is not None and ratio < guard.min_on_time_ratio:
             self._abort(
@@ -218,12 +232,17 @@ class RunService:
                 f"baseline {window.name!r} already unhealthy: {ratio:.0%} of {decided} decided requests on time "
                 f"(needs {guard.min_on_time_ratio:.0%}); no stress was applied",
             )
+            return True
+        return False
 
     def _report_progress(
         self, scenario: Scenario, window: PhaseWindow, aggregator: RunAggregator, state: _RunState
     ) -> None:
         live = self.generator.live()
-        now = self.clock.now_ns() - state.start_ns
+        now_ns = self.clock.now_ns()
+        now = now_ns - state.start_ns
+        # ticks are shorter than TICK_S at a phase's end (or when the generator finished early)
+        interval_s = max(now_ns - state.last_progress_ns, 1) / NS_PER_S
         ratio, count = aggregator.window_ratio(now, LIVE_WINDOW_S, frozenset({Outcome.ON_TIME}))
         self.observer.progress(
             Progress(
@@ -231,14 +250,20 @@ class RunService:
                 total_s=scenario.duration_s,
                 phase=window.name,
                 role=window.role.value,
-                offered_per_s=(live.dispatched - state.last_dispatched) / TICK_S,
+                offered_per_s=(live.dispatched - state.last_dispatched) / interval_s,
                 on_time_ratio=ratio if count else None,
-                tokens_per_s=(live.tokens - state.last_tokens) / TICK_S,
+                tokens_per_s=(live.tokens - state.last_tokens) / interval_s,
                 in_flight=live.in_flight,
             )
         )
+        state.last_progress_ns = now_ns
         state.last_dispatched = live.dispatched
         state.last_tokens = live.tokens
+
+
+def _run_relative(events: Iterable[FaultEvent], state: _RunState) -> list[FaultEvent]:
+    """Injectors stamp events on the shared clock; the result holds them from the run's start."""
+    return [replace(e, at_ns=e.at_ns - state.start_ns) for e in events]
 
 
 def _ticks(start_ns: int, end_ns: int) -> Iterator[int]:

@@ -1,0 +1,121 @@
+"""Checking a target URL against the allowlist, with real resolution of localhost and literal IPs only.
+
+No public name is ever resolved here: names that must fail to resolve use a stubbed resolver or a name
+that the IDNA codec rejects before any lookup; "resolves elsewhere" is covered in test_allowlist.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from typing import Any
+
+import pytest
+
+from cliffwatch.adapters.target_access import ensure_allowed
+from cliffwatch.domain.allowlist import DEFAULT_ALLOWLIST, Allowlist, parse_allowlist
+from cliffwatch.domain.errors import CliffwatchError, TargetNotAllowed
+
+
+def _allowlist(*items: str) -> Allowlist:
+    allowlist, problems = parse_allowlist(items or DEFAULT_ALLOWLIST)
+    assert problems == []
+    assert allowlist is not None
+    return allowlist
+
+
+@pytest.fixture
+async def unresolvable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every name lookup on the running loop fails, as for a name that does not exist."""
+
+    async def fail(host: str, port: int, **kwargs: Any) -> list[Any]:
+        raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+    monkeypatch.setattr(asyncio.get_running_loop(), "getaddrinfo", fail)
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["http://localhost:8000", "http://127.0.0.1:8000/v1", "https://127.9.0.1", "http://[::1]:8000", "http://LocalHost"],
+)
+async def test_loopback_targets_are_allowed_by_default(url: str) -> None:
+    """Loopback addresses and localhost pass the default allowlist."""
+    await ensure_allowed(url, _allowlist())
+
+
+@pytest.mark.parametrize("url", ["http://10.0.0.1:8000", "https://192.168.1.10/v1", "http://[fd00::1]:80"])
+async def test_other_addresses_are_refused_by_default(url: str) -> None:
+    """Private and other non-loopback addresses raise TargetNotAllowed naming the URL and the setting."""
+    with pytest.raises(TargetNotAllowed) as caught:
+        await ensure_allowed(url, _allowlist())
+    assert caught.value.url == url
+    assert "CLIFFWATCH_ALLOWED_TARGETS" in str(caught.value)
+    assert str(caught.value).startswith(f"target {url} is not allowed: ")
+
+
+async def test_a_configured_network_allows_its_addresses() -> None:
+    """An address inside a listed network is allowed."""
+    await ensure_allowed("http://10.1.2.3:8000", _allowlist("10.0.0.0/8"))
+
+
+async def test_localhost_is_refused_when_loopback_is_not_listed() -> None:
+    """localhost resolves to loopback, which a list without loopback refuses, saying where it resolved."""
+    with pytest.raises(TargetNotAllowed, match=r"localhost:8000 \(resolves to [^)]*(127\.0\.0\.1|::1)"):
+        await ensure_allowed("http://localhost:8000", _allowlist("10.0.0.0/8"))
+
+
+@pytest.mark.parametrize(
+    ("url", "allowed"),
+    [
+        ("https://127.0.0.1", True),  # https defaults to 443
+        ("http://127.0.0.1", False),  # http defaults to 80
+        ("http://127.0.0.1:443/v1", True),
+        ("https://127.0.0.1:8443", False),
+    ],
+)
+async def test_the_port_is_the_urls_or_the_schemes_default(url: str, allowed: bool) -> None:
+    """A port-qualified entry matches the URL's explicit port, or 80/443 from its scheme."""
+    allowlist = _allowlist("127.0.0.1:443")
+    if allowed:
+        await ensure_allowed(url, allowlist)
+    else:
+        with pytest.raises(TargetNotAllowed):
+            await ensure_allowed(url, allowlist)
+
+
+async def test_a_port_qualified_ipv6_entry_matches_only_its_port() -> None:
+    """[::1]:8000 allows ::1 on port 8000 and nowhere else."""
+    allowlist = _allowlist("[::1]:8000")
+    await ensure_allowed("http://[::1]:8000/v1", allowlist)
+    with pytest.raises(TargetNotAllowed):
+        await ensure_allowed("http://[::1]:8001/v1", allowlist)
+
+
+@pytest.mark.usefixtures("unresolvable")
+async def test_a_name_that_does_not_resolve_is_refused_with_the_lookup_error() -> None:
+    """An unlisted name that cannot be resolved is refused, and the reason says it does not resolve."""
+    with pytest.raises(TargetNotAllowed, match=r"the host does not resolve: .*Name or service not known"):
+        await ensure_allowed("http://llm.internal:8000", _allowlist())
+
+
+@pytest.mark.usefixtures("unresolvable")
+async def test_a_listed_name_is_allowed_even_when_it_does_not_resolve() -> None:
+    """A host named in the allowlist is allowed by name; resolving it is not needed."""
+    await ensure_allowed("http://llm.internal:8000", _allowlist("llm.internal"))
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://localhost:99999/",  # port out of range
+        "http://[::1:8000/",  # an unclosed IPv6 bracket
+        "http://" + "a" * 64 + ".example/",  # a label too long for IDNA: rejected before any lookup
+        "http:///v1",  # no host at all
+    ],
+)
+async def test_unusable_urls_are_refused_as_not_allowed(url: str) -> None:
+    """A URL whose host or port cannot be checked raises TargetNotAllowed, never another exception."""
+    with pytest.raises(CliffwatchError) as caught:
+        await ensure_allowed(url, _allowlist())
+    assert isinstance(caught.value, TargetNotAllowed)
+    assert caught.value.url == url

@@ -1,0 +1,100 @@
+"""Settings from the environment: defaults, each variable, and every bad value reported at once."""
+
+from __future__ import annotations
+
+import pytest
+
+from cliffwatch.config import Settings, SettingsInvalid
+
+VARIABLES = ("CLIFFWATCH_ALLOWED_TARGETS", "CLIFFWATCH_LOG_FORMAT", "CLIFFWATCH_LOG_LEVEL")
+
+
+def test_an_empty_environment_gives_the_defaults() -> None:
+    """No variables: loopback-only allowlist, automatic log format, info level."""
+    settings = Settings.from_env({})
+    assert [e.describe() for e in settings.allowlist.entries] == ["127.0.0.0/8", "::1/128", "localhost"]
+    assert settings.log_format == "auto"
+    assert settings.log_level == "info"
+
+
+def test_the_process_environment_is_read_when_none_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    """from_env() without an argument reads os.environ."""
+    for name in VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CLIFFWATCH_LOG_LEVEL", "debug")
+    assert Settings.from_env().log_level == "debug"
+
+
+def test_allowed_targets_replace_the_default() -> None:
+    """A comma-separated list becomes the allowlist, spaces and empty items ignored, loopback no longer implied."""
+    settings = Settings.from_env({"CLIFFWATCH_ALLOWED_TARGETS": " 10.0.0.0/8 ,, api.internal:8443,"})
+    assert [e.describe() for e in settings.allowlist.entries] == ["10.0.0.0/8", "api.internal:8443"]
+    assert settings.allowlist.check("10.1.1.1", 80, []) is None
+    assert settings.allowlist.check("127.0.0.1", 80, []) is not None
+
+
+def test_a_blank_allowlist_allows_nothing() -> None:
+    """Setting the variable to nothing is an empty allowlist, not the default."""
+    settings = Settings.from_env({"CLIFFWATCH_ALLOWED_TARGETS": ""})
+    assert settings.allowlist.entries == ()
+    assert settings.allowlist.check("127.0.0.1", 80, []) is not None
+
+
+@pytest.mark.parametrize(("value", "expected"), [("json", "json"), ("console", "console"), ("JSON", "json")])
+def test_log_format(value: str, expected: str) -> None:
+    """CLIFFWATCH_LOG_FORMAT takes auto, json or console, in any case."""
+    assert Settings.from_env({"CLIFFWATCH_LOG_FORMAT": value}).log_format == expected
+
+
+@pytest.mark.parametrize(("value", "expected"), [("debug", "debug"), ("Warning", "warning"), ("ERROR", "error")])
+def test_log_level(value: str, expected: str) -> None:
+    """CLIFFWATCH_LOG_LEVEL takes debug, info, warning or error, in any case."""
+    assert Settings.from_env({"CLIFFWATCH_LOG_LEVEL": value}).log_level == expected
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("CLIFFWATCH_ALLOWED_TARGETS", "10.0.0.0/8,not a host", "CLIFFWATCH_ALLOWED_TARGETS: "),
+        ("CLIFFWATCH_LOG_FORMAT", "xml", "CLIFFWATCH_LOG_FORMAT: must be one of auto, json, console, got 'xml'"),
+        ("CLIFFWATCH_LOG_FORMAT", "", "CLIFFWATCH_LOG_FORMAT: must be one of auto, json, console, got ''"),
+        ("CLIFFWATCH_LOG_LEVEL", "trace", "CLIFFWATCH_LOG_LEVEL: must be debug, info, warning or error, got 'trace'"),
+    ],
+)
+def test_a_bad_value_is_reported_with_its_variable(name: str, value: str, message: str) -> None:
+    """A bad value raises SettingsInvalid with one problem naming the variable and the value."""
+    with pytest.raises(SettingsInvalid) as caught:
+        Settings.from_env({name: value})
+    assert len(caught.value.problems) == 1
+    assert caught.value.problems[0].startswith(message)
+    assert str(caught.value).startswith("invalid settings: ")
+
+
+def test_every_bad_value_is_reported_at_once() -> None:
+    """All bad variables, and every bad allowlist entry, are listed in one error."""
+    with pytest.raises(SettingsInvalid) as caught:
+        Settings.from_env(
+            {
+                "CLIFFWATCH_ALLOWED_TARGETS": "bad one,127.0.0.1,host:0",
+                "CLIFFWATCH_LOG_FORMAT": "xml",
+                "CLIFFWATCH_LOG_LEVEL": "loud",
+            }
+        )
+    problems = caught.value.problems
+    assert len(problems) == 4
+    assert [p.split(":")[0] for p in problems] == [
+        "CLIFFWATCH_ALLOWED_TARGETS",
+        "CLIFFWATCH_ALLOWED_TARGETS",
+        "CLIFFWATCH_LOG_FORMAT",
+        "CLIFFWATCH_LOG_LEVEL",
+    ]
+    assert "'bad one'" in problems[0]
+    assert "'host:0'" in problems[1]
+    assert all(p in str(caught.value) for p in problems)
+
+
+def test_settings_are_frozen() -> None:
+    """Settings cannot be changed after they are built."""
+    settings = Settings.from_env({})
+    with pytest.raises(AttributeError):
+        settings.log_level = "debug"  # type: ignore[misc]
