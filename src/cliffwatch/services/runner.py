@@ -7,7 +7,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import structlog
 
@@ -62,6 +63,16 @@ class _RunState:
     last_progress_ns: int = 0  # when the previous progress line was taken; rates are over the time since
     last_dispatched: int = 0
     last_tokens: float = 0.0
+    stopped: asyncio.Event = field(default_factory=asyncio.Event)  # set on abort or interrupt: stop waiting
+
+    def halted(self, generator_task: asyncio.Task[GeneratorReport]) -> bool:
+        """Whether the phases should stop: an abort, an interrupt, or a generator that failed.
+
+        A generator that simply finished (every planned request answered) does not end the run early:
+        the phases still keep their clock, so trailing phases are timed and their faults applied.
+        """
+        failed = generator_task.done() and (generator_task.cancelled() or generator_task.exception() is not None)
+        return failed or self.abort_reason is not None or self.interrupted
 
 
 class RunService:
@@ -87,6 +98,7 @@ class RunService:
         """Stops the current run early (Ctrl-C): nothing more is sent; the run is recorded as interrupted."""
         if self._state is not None and not self._state.interrupted:
             self._state.interrupted = True
+            self._state.stopped.set()
             self.generator.stop("run interrupted", cancel_in_flight=True)
 
     async def execute(self, scenario: Scenario, *, run_id: str, target_url: str) -> RunResult:
@@ -162,8 +174,8 @@ class RunService:
         generator_task: asyncio.Task[GeneratorReport],
     ) -> None:
         for phase, window in zip(scenario.phases, windows, strict=True):
-            await self._sleep_until(state.start_ns + window.start_ns, generator_task)
-            if generator_task.done() or state.abort_reason or state.interrupted:
+            await self._sleep_until(state.start_ns + window.start_ns, generator_task, state)
+            if state.halted(generator_task):
                 return
             began = self.clock.now_ns() - state.start_ns
             if phase.faults:
@@ -174,31 +186,49 @@ class RunService:
                 check_ns = state.start_ns + window.end_ns - round(BASELINE_CHECK_LEAD_S * NS_PER_S)
             for tick_end in _ticks(state.start_ns + window.start_ns, state.start_ns + window.end_ns):
                 if check_ns is not None and tick_end >= check_ns:
-                    await self._sleep_until(check_ns, generator_task)
+                    await self._sleep_until(check_ns, generator_task, state)
                     check_ns = None
-                    if not generator_task.done() and self._check_baseline(scenario, window, aggregator, state):
+                    if not state.halted(generator_task) and self._check_baseline(scenario, window, aggregator, state):
                         break
-                await self._sleep_until(tick_end, generator_task)
+                await self._sleep_until(tick_end, generator_task, state)
                 self._report_progress(scenario, window, aggregator, state)
                 await self.sink.flush()
-                if self._check_error_rate(scenario, aggregator, state) or generator_task.done():
+                if self._check_error_rate(scenario, aggregator, state) or state.halted(generator_task):
                     break
             if phase.faults:
                 events.extend(_run_relative(await self.faults.remove(window.index), state))
             timings.append(
                 PhaseTiming(index=window.index, began_ns=began, ended_ns=self.clock.now_ns() - state.start_ns)
             )
-            if state.abort_reason or state.interrupted or generator_task.done():
+            if state.halted(generator_task):
                 return
 
-    async def _sleep_until(self, deadline_ns: int, generator_task: asyncio.Task[GeneratorReport]) -> None:
+    async def _sleep_until(
+        self, deadline_ns: int, generator_task: asyncio.Task[GeneratorReport], state: _RunState
+    ) -> None:
+        """Sleeps until ``deadline_ns``, waking early when the run halts (abort, interrupt, generator failure)."""
         remaining = (deadline_ns - self.clock.now_ns()) / NS_PER_S
-        if remaining > 0 and not generator_task.done():
-            await asyncio.wait([generator_task], timeout=remaining)
+        if remaining <= 0 or state.halted(generator_task):
+            return
+        stop_waiter = asyncio.ensure_future(state.stopped.wait())
+        waiters: list[asyncio.Future[Any]] = [stop_waiter]
+        if not generator_task.done():
+            waiters.append(generator_task)
+        try:
+            while not state.halted(generator_task) and remaining > 0:
+                done, _ = await asyncio.wait(waiters, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+                if stop_waiter in done:
+                    return
+                if generator_task in done:
+                    waiters = [stop_waiter]
+                remaining = (deadline_ns - self.clock.now_ns()) / NS_PER_S
+        finally:
+            stop_waiter.cancel()
 
     def _abort(self, state: _RunState, reason: str) -> None:
         if state.abort_reason is None:
             state.abort_reason = reason
+            state.stopped.set()
             self.observer.note(f"aborting: {reason}")
             log.warning("run aborted", reason=reason)
             self.generator.stop(f"aborted: {reason}")

@@ -219,6 +219,24 @@ async def test_faults_go_on_at_their_phase_start_and_off_at_its_end_in_order() -
     ]
 
 
+async def test_a_trailing_phase_without_requests_still_keeps_its_time_and_faults() -> None:
+    """When the generator is done before the last phase (no arrivals planned in it), the phase still runs
+    on the clock: it is timed, and its faults go on and off."""
+    steps = {"process": "step", "steps": [{"rate": 20, "duration_s": 0.05}, {"rate": 0, "duration_s": 0.55}]}
+    scenario = _scenario(
+        _phase("calm", "baseline", 0.3),
+        {"name": "quiet", "role": "stress", "duration_s": 0.6, "faults": [LATENCY], "arrival": steps},
+    )
+    rig = Rig(on_time(0.01))
+    started = asyncio.get_running_loop().time()
+    result = await rig.run(scenario)
+    assert asyncio.get_running_loop().time() - started >= 0.85
+    assert rig.injector.history == [("on", 1), ("off", 1)]
+    assert [t.index for t in result.phase_timings] == [0, 1]
+    assert result.phase_timings[1].ended_ns >= round(0.85 * NS_PER_S)
+    assert result.status is RunStatus.SUCCEEDED
+
+
 async def test_progress_lines_name_each_phase_and_report_the_offered_rate() -> None:
     """Progress names the phase it was taken in and measures rates over the time since the previous line."""
     scenario = _three_phases(0.5)
