@@ -8,6 +8,7 @@ the domain's retry policy, then one ``RequestRecord`` to the listener. The gener
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import time
 from collections.abc import Iterable
@@ -51,6 +52,8 @@ class OpenLoopGenerator:
         self.limits = limits or GeneratorLimits()
         self._tasks: set[asyncio.Task[None]] = set()
         self._stop_reason: str | None = None
+        self._cancel_reason: str | None = None
+        self._unstarted: set[int] = set()  # ids of dispatched requests whose task has not run yet
         self._wakeup: asyncio.Future[None] | None = None
         self._dispatched = 0
         self._overflow = 0
@@ -67,11 +70,13 @@ class OpenLoopGenerator:
     def stop(self, reason: str, *, cancel_in_flight: bool = False) -> None:
         if self._stop_reason is None:
             self._stop_reason = reason
-            if cancel_in_flight:
-                for task in list(self._tasks):
-                    task.cancel()
             if self._wakeup is not None and not self._wakeup.done():
                 self._wakeup.set_result(None)
+        # A cancelling stop also counts after a plain one (an abort, then Ctrl-C).
+        if cancel_in_flight and self._cancel_reason is None:
+            self._cancel_reason = reason
+            for task in list(self._tasks):
+                task.cancel()
 
     async def run(
         self, plan: Iterable[PlannedRequest], *, start_ns: int, listener: GeneratorListener
@@ -119,9 +124,17 @@ class OpenLoopGenerator:
             self._dispatched += 1
             self._budgets[request.phase].on_new_request()
             listener.dispatched(request, self.clock.now_ns() - start_ns)
+            self._unstarted.add(request.id)
             task = asyncio.create_task(self._run_request(request, start_ns, listener))
             self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            task.add_done_callback(functools.partial(self._task_done, request, listener))
+
+    def _task_done(self, request: PlannedRequest, listener: GeneratorListener, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if request.id in self._unstarted:
+            # Cancelled before its first step: the coroutine never ran, so it could not report itself.
+            self._unstarted.discard(request.id)
+            listener.finished(_not_sent(request, self._cancel_reason or self._stop_reason or "cancelled"))
 
     async def _run_request(self, request: PlannedRequest, start_ns: int, listener: GeneratorListener) -> None:
         scenario = self.scenario
@@ -132,10 +145,13 @@ class OpenLoopGenerator:
         rng: random.Random | None = None
         number = 1
         began_ns: int | None = None
+        self._unstarted.discard(request.id)
         try:
             while True:
                 remaining_s = (deadline_ns - self.clock.now_ns()) / NS_PER_S
                 if remaining_s <= 0:
+                    if not attempts:  # the generator was so late the deadline passed: that is schedule lag too
+                        self._lag.add((self.clock.now_ns() - start_ns - request.scheduled_ns) / NS_PER_MS)
                     break
                 began_ns = self.clock.now_ns()
                 attempt = await self.executor.attempt(
@@ -173,7 +189,7 @@ class OpenLoopGenerator:
                         sent_ns=began_ns - start_ns,
                         end_ns=self.clock.now_ns() - start_ns,
                         failure=FailureKind.CANCELLED,
-                        error=self._stop_reason or "cancelled",
+                        error=self._cancel_reason or self._stop_reason or "cancelled",
                     )
                 )
             self._finish(request, attempts, listener)

@@ -67,13 +67,15 @@ class HttpExecutor:
         template = scenario.target.request
         self.url = self.base_url + template.path
         self.method = template.method
-        self.headers = {"User-Agent": f"cliffwatch/{__version__}", **dict(template.headers)}
         self.openai = scenario.target.api is not Api.HTTP
         self.stream = self.openai and template.stream
-        if self.openai:
-            self.headers.setdefault("Content-Type", "application/json")
-            if self.stream:
-                self.headers.setdefault("Accept", "text/event-stream")
+        # Header names are case-insensitive: a template's "content-type" replaces our default, never joins it.
+        self.headers = dict(template.headers)
+        _default_header(self.headers, "User-Agent", f"cliffwatch/{__version__}")
+        if self.openai or template.body is not None:
+            _default_header(self.headers, "Content-Type", "application/json")
+        if self.stream:
+            _default_header(self.headers, "Accept", "text/event-stream")
         self.in_flight = 0
         self.tokens = 0.0
         self._session: aiohttp.ClientSession | None = None
@@ -147,13 +149,18 @@ class HttpExecutor:
                         await self._read_stream(response, state)
                     else:
                         await self._read_body(response, state)
+        except aiohttp.ServerTimeoutError as exc:
+            # aiohttp's own limits (connect, read gap) are TimeoutErrors too, but not the attempt's limit.
+            state.fail(FailureKind.TIMEOUT, self._socket_timeout_text(exc))
         except TimeoutError:
-            state.fail(
-                FailureKind.TIMEOUT,
-                f"request deadline reached after {timeout_s:.3g}s"
-                if deadline_bound
-                else f"attempt timeout after {timeout_s:.3g}s",
-            )
+            # Not when the answer was already known and only reading what follows it ran out of time.
+            if state.end is None and state.failure is None:
+                state.fail(
+                    FailureKind.TIMEOUT,
+                    f"request deadline reached after {timeout_s:.3g}s"
+                    if deadline_bound
+                    else f"attempt timeout after {timeout_s:.3g}s",
+                )
         except aiohttp.ClientPayloadError as exc:
             state.fail(FailureKind.TRUNCATED, f"response body cut off: {_describe(exc)}")
         except aiohttp.ClientError as exc:
@@ -181,10 +188,23 @@ class HttpExecutor:
             retry_after_s=state.retry_after_s,
         )
 
+    def _socket_timeout_text(self, exc: aiohttp.ServerTimeoutError) -> str:
+        client = self.scenario.client
+        if isinstance(exc, aiohttp.ConnectionTimeoutError):
+            return f"connect timeout after {client.connect_timeout_ms / 1000.0:.3g}s"
+        if client.read_timeout_ms is not None:
+            return f"read timeout: no data for {client.read_timeout_ms / 1000.0:.3g}s"
+        return _describe(exc)
+
     async def _read_error(self, response: aiohttp.ClientResponse, state: _AttemptState) -> None:
-        body = await response.content.read(MAX_ERROR_BODY)
-        message = error_message(body) or response.reason or ""
+        # The status is the answer; the body only adds a message, so a slow or broken body cannot change it.
         state.retry_after_s = parse_retry_after(response.headers.get("Retry-After"))
+        state.fail(FailureKind.STATUS, f"HTTP {response.status}: {response.reason or ''}".rstrip(": "))
+        parts = bytearray()
+        with contextlib.suppress(TimeoutError, aiohttp.ClientError):
+            async with asyncio.timeout(DRAIN_TIMEOUT_S):
+                await _read_into(response, parts, MAX_ERROR_BODY)
+        message = error_message(bytes(parts)) or response.reason or ""
         state.fail(FailureKind.STATUS, f"HTTP {response.status}: {message}".rstrip(": "))
 
     async def _read_stream(self, response: aiohttp.ClientResponse, state: _AttemptState) -> None:
@@ -215,7 +235,9 @@ class HttpExecutor:
             state.fail(summary.failure, summary.error or "stream failed")
 
     async def _read_body(self, response: aiohttp.ClientResponse, state: _AttemptState) -> None:
-        body = await response.content.read(MAX_BODY)
+        parts = bytearray()
+        await _read_into(response, parts, MAX_BODY)
+        body = bytes(parts)
         arrived = time.perf_counter_ns()
         state.first_token = arrived
         if not self.openai:
@@ -269,6 +291,16 @@ class _AttemptState:
         self.error = error
 
 
+async def _read_into(response: aiohttp.ClientResponse, parts: bytearray, limit: int) -> None:
+    """Appends the body to ``parts`` until it ends or ``limit`` bytes are in: ``read(n)`` alone returns
+    whatever one network read brought, which for a body sent in pieces is only its beginning."""
+    while len(parts) < limit:
+        data = await response.content.read(limit - len(parts))
+        if not data:
+            return
+        parts += data
+
+
 async def _drain(response: aiohttp.ClientResponse) -> None:
     """Reads what follows [DONE] (normally just the end of the chunked body) so the connection is reused;
     a server that keeps the body open gets its connection closed instead of holding the attempt."""
@@ -283,13 +315,19 @@ def parse_retry_after(value: str | None) -> float | None:
     if value is None:
         return None
     text = value.strip()
-    if text.isdigit():
+    if text.isascii() and text.isdigit():  # str.isdigit alone also accepts "²", which float() refuses
         return float(text)
     try:
         when = email.utils.parsedate_to_datetime(text)
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - time.time())
+
+
+def _default_header(headers: dict[str, str], name: str, value: str) -> None:
+    """Sets ``name`` unless the headers already carry it under any capitalisation."""
+    if not any(key.lower() == name.lower() for key in headers):
+        headers[name] = value
 
 
 def _describe(exc: BaseException) -> str:
