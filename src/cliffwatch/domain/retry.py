@@ -37,6 +37,7 @@ class FailureKind(StrEnum):
     CONNECTION = "connection"  # refused, reset, or closed before a response
     TRUNCATED = "truncated"  # a 2xx stream that ended without finishing
     CANCELLED = "cancelled"  # cut short by the run itself (interrupted); never retried
+    INTERNAL = "internal"  # cliffwatch's own fault, not the target's; never retried
 
 
 RETRY_ON_WORDS = ("timeout", "connection", "truncated", "429", "5xx", "4xx")

@@ -8,11 +8,14 @@ the domain's retry policy, then one ``RequestRecord`` to the listener. The gener
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import random
 import time
 from collections.abc import Iterable
 from typing import Protocol
+
+import structlog
 
 from cliffwatch.domain.generator_health import GeneratorLimits, GeneratorReport, judge_generator
 from cliffwatch.domain.histogram import Histogram
@@ -21,6 +24,8 @@ from cliffwatch.domain.plan import PlannedRequest
 from cliffwatch.domain.ports import Clock, GeneratorListener, LiveCounters
 from cliffwatch.domain.retry import FailureKind, RetryBudgetState, RetryKind, decide_retry
 from cliffwatch.domain.scenario import Scenario
+
+log = structlog.get_logger(__name__)
 
 STALL_PROBE_S = 0.05
 
@@ -90,6 +95,8 @@ class OpenLoopGenerator:
                 await asyncio.wait(list(self._tasks))
         finally:
             watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
             for task in list(self._tasks):
                 task.cancel()
             if self._tasks:
@@ -165,6 +172,8 @@ class OpenLoopGenerator:
                 attempts.append(attempt)
                 if attempt.succeeded or policy.kind is RetryKind.NONE or attempt.failure is None:
                     break
+                if self._stop_reason is not None:
+                    break  # a stopped run (an abort protecting the target) sends no more retries either
                 rng = rng or random.Random(f"{scenario.seed}:retry:{request.id}")
                 decision = decide_retry(
                     policy,
@@ -194,6 +203,19 @@ class OpenLoopGenerator:
                 )
             self._finish(request, attempts, listener)
             raise
+        except Exception as exc:
+            # The executor turns every target failure into an Attempt; reaching here is our own bug. The
+            # request still counts (as an error) so no denominator loses it, and the bug is logged loudly.
+            log.exception("load client failed unexpectedly", request_id=request.id)
+            attempts.append(
+                Attempt(
+                    number=number,
+                    sent_ns=(began_ns or self.clock.now_ns()) - start_ns,
+                    end_ns=self.clock.now_ns() - start_ns,
+                    failure=FailureKind.INTERNAL,
+                    error=f"cliffwatch internal error: {type(exc).__name__}: {exc}",
+                )
+            )
         self._finish(request, attempts, listener)
 
     def _finish(self, request: PlannedRequest, attempts: list[Attempt], listener: GeneratorListener) -> None:

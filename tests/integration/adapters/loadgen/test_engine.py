@@ -444,6 +444,56 @@ async def test_stop_leaves_the_rest_of_the_plan_unsent_with_its_reason_and_lets_
     assert len(served.requests) == len(sent)
 
 
+async def test_a_stopped_run_sends_no_more_retries(serve: Serve) -> None:
+    """After a stop (an abort protecting the target), a failed in-flight request is not retried."""
+    release = asyncio.Event()
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        await release.wait()
+        return refuse(503)
+
+    served = await serve(handler)
+    retry = {"policy": "immediate", "max_retries": 3, "retry_on": ["5xx"]}
+    scenario = scenario_for(served.url, request={"stream": False}, client={"retry": retry}, phases=constant(10, 0.5))
+    async with running(scenario, served.url) as run:
+        run.start()
+        await run.collector.changes.until(lambda: len(run.collector.sent) >= 2, what="two dispatches")
+        run.generator.stop("aborted: error rate")
+        release.set()
+        await run.finish()
+    for rid in run.collector.sent_ids():
+        record = run.collector.by_id()[rid]
+        assert len(record.attempts) == 1
+        assert record.outcome is Outcome.SHED
+    assert len(served.requests) == len(run.collector.sent_ids())
+
+
+async def test_an_unexpected_client_failure_is_recorded_as_an_error_not_lost(serve: Serve) -> None:
+    """If the HTTP client itself raises (a cliffwatch bug), the request still gets a record: an error
+    outcome with an internal-error attempt, so no denominator loses it."""
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return ok_response()
+
+    served = await serve(handler)
+    scenario = scenario_for(served.url, request={"stream": False}, phases=constant(10, 0.3))
+
+    async with HttpExecutor(scenario, served.url) as executor:
+
+        async def broken(*args: Any, **kwargs: Any) -> Any:
+            raise ValueError("boom")
+
+        executor.attempt = broken  # type: ignore[method-assign]
+        run = Run(scenario, executor, None)
+        run.start()
+        await run.finish()
+    records = run.collector.by_id().values()
+    assert records
+    for record in records:
+        assert record.outcome is Outcome.ERROR
+        assert record.attempts[-1].failure is FailureKind.INTERNAL
+        assert "boom" in (record.attempts[-1].error or "")
+
+
 async def test_stop_with_cancel_in_flight_ends_outstanding_requests_with_a_cancelled_attempt(serve: Serve) -> None:
     async def handler(request: web.Request) -> web.StreamResponse:
         await served.hang()
