@@ -1,0 +1,299 @@
+"""The continuous-batching state machine of the simulated target, with time passed in.
+
+Everything that decides *what* the engine does lives here: the FIFO waiting queue, the running batch,
+admission (queue limit, queue deadline), how long a step takes, which sequences get a token at the end
+of it, cancellation, and the counters ``/metrics`` reports. Nothing here awaits or reads a clock: every
+method that depends on time takes ``now`` (seconds on the engine's monotonic clock), so tests drive it
+step by step with made-up times. The asyncio step loop that calls it is in ``engine.py``.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from cliffwatch.domain.errors import CliffwatchError
+from cliffwatch.domain.target_model import Admission, TargetModel
+
+_WORDS = (
+    "the of and to in is that for it as with was on be by at this from or an are not but have "
+    "which one all were when there can more if has been will would so what out about up into "
+    "than them some time only could new these two may first then do any like my now over such "
+    "our man me even most made after also did many before must through back years where much "
+    "your way well down should because each just those people how too little state good very "
+    "make world still own see men work long get here between both life being under never day "
+    "same another know while last might us great old year off come since against go came right"
+)
+# Every token is one word plus a space, so the text is readable and its tokens countable as words.
+VOCABULARY: tuple[str, ...] = tuple(f"{word} " for word in _WORDS.split())
+
+
+class SeqState(StrEnum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    ENDED = "ended"
+
+
+class Result(StrEnum):
+    """How a request ended; the ``result`` label of ``cliffwatch_target_requests_total``."""
+
+    COMPLETED = "completed"
+    REJECTED_429 = "rejected_429"
+    DROPPED_DEADLINE_503 = "dropped_deadline_503"
+    ABORTED_DISCONNECT = "aborted_disconnect"
+    ABORTED_SHUTDOWN = "aborted_shutdown"
+    BAD_REQUEST = "bad_request"
+
+
+class QueueFull(CliffwatchError):
+    """The waiting queue already holds ``max_queue`` requests (admission ``queue_limit``): answer 429."""
+
+    def __init__(self, *, queued: int, limit: int, retry_after_s: int) -> None:
+        self.queued = queued
+        self.limit = limit
+        self.retry_after_s = retry_after_s
+        super().__init__(f"the waiting queue is full ({queued} of {limit} requests); retry later")
+
+
+def retry_after_header(retry_after_s: float) -> int:
+    """Whole seconds for a ``Retry-After`` header: rounded up, and at least 1 unless the setting is 0."""
+    if retry_after_s <= 0:
+        return 0
+    return max(1, math.ceil(retry_after_s))
+
+
+@dataclass(eq=False, kw_only=True)
+class EngineRequest:
+    """One sequence inside the engine, with the times it went through each stage (engine clock)."""
+
+    id: int
+    prompt_tokens: int
+    max_tokens: int
+    arrived_at: float
+    rng: random.Random = field(repr=False)
+    state: SeqState = SeqState.WAITING
+    result: Result | None = None
+    admitted_at: float | None = None
+    first_token_at: float | None = None
+    ended_at: float | None = None
+    tokens: list[str] = field(default_factory=list, repr=False)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.tokens)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Step:
+    """What :meth:`BatchCore.begin_step` decided: the batch to decode and how long that takes."""
+
+    started_at: float
+    duration_s: float
+    batch: int  # 0 means there is nothing to run
+    admitted: tuple[EngineRequest, ...]
+    dropped: tuple[EngineRequest, ...]  # waited past the deadline, ended with 503
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineStats:
+    """A consistent snapshot of the gauges and counters ``/metrics`` exposes."""
+
+    waiting: int
+    running: int
+    max_batch: int
+    results: dict[Result, int]
+    prompt_tokens_total: int  # prefilled, i.e. counted when a request is admitted into the batch
+    generation_tokens_total: int  # including the tokens of sequences aborted later
+    steps_total: int
+
+
+class BatchCore:
+    """The scheduler of one simulated engine: a FIFO queue feeding a batch of at most ``max_batch``.
+
+    The caller alternates :meth:`begin_step` and :meth:`end_step`, passing the step's start and end
+    times; between them it may :meth:`submit`, :meth:`cancel` and :meth:`expire` at any time.
+    """
+
+    def __init__(self, model: TargetModel) -> None:
+        self.model = model
+        # An OrderedDict gives FIFO order and O(1) removal from the middle when a queued client leaves.
+        self._waiting: OrderedDict[int, EngineRequest] = OrderedDict()
+        self._running: dict[int, EngineRequest] = {}
+        # Cancelled during a step: like vLLM, an abort takes effect between steps, so the step in
+        # flight still computes (and counts) their token.
+        self._aborting: list[EngineRequest] = []
+        self._next_id = 1
+        self._jitter = random.Random(model.seed)
+        self._in_step = False
+        self._max_wait_s = model.max_queue_wait_ms / 1000.0 if model.admission is Admission.DEADLINE else None
+        self._results = dict.fromkeys(Result, 0)
+        self._prompt_tokens = 0
+        self._generation_tokens = 0
+        self._steps = 0
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    @property
+    def running(self) -> int:
+        return len(self._running)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self._waiting or self._running)
+
+    def stats(self) -> EngineStats:
+        return EngineStats(
+            waiting=len(self._waiting),
+            running=len(self._running),
+            max_batch=self.model.max_batch,
+            results=dict(self._results),
+            prompt_tokens_total=self._prompt_tokens,
+            generation_tokens_total=self._generation_tokens,
+            steps_total=self._steps,
+        )
+
+    def record_bad_request(self) -> None:
+        """Counts a request the server refused before it reached the engine (400, 404, 413)."""
+        self._results[Result.BAD_REQUEST] += 1
+
+    def submit(self, *, prompt_tokens: int, max_tokens: int, now: float) -> EngineRequest:
+        """Queues a new sequence and returns it; raises ``QueueFull`` when admission refuses it."""
+        if self.model.admission is Admission.QUEUE_LIMIT:
+            # Requests that will take a free batch slot at the next step boundary are not really
+            # queued; without this, max_queue 0 would refuse work even on an idle engine.
+            free_slots = max(0, self.model.max_batch - len(self._running))
+            queued = len(self._waiting) - free_slots
+            if queued >= self.model.max_queue:
+                self._results[Result.REJECTED_429] += 1
+                raise QueueFull(
+                    queued=len(self._waiting),
+                    limit=self.model.max_queue,
+                    retry_after_s=retry_after_header(self.model.retry_after_s),
+                )
+        request_id = self._next_id
+        self._next_id += 1
+        request = EngineRequest(
+            id=request_id,
+            prompt_tokens=prompt_tokens,
+            max_tokens=max_tokens,
+            arrived_at=now,
+            # Seeding per (seed, id) keeps each request's text independent of how batches interleave.
+            rng=random.Random(f"{self.model.seed}:{request_id}"),
+        )
+        self._waiting[request_id] = request
+        return request
+
+    def cancel(self, request: EngineRequest, now: float) -> bool:
+        """Removes a waiting or running sequence whose client went away; False if it had already ended.
+
+        Tokens a running sequence produced stay counted as generated: the engine did that work. One
+        cancelled during a step still gets that step's token; its slot is free for the next step.
+        """
+        if request.state is SeqState.WAITING:
+            del self._waiting[request.id]
+        elif request.state is SeqState.RUNNING:
+            del self._running[request.id]
+            if self._in_step:
+                self._aborting.append(request)
+        else:
+            return False
+        self._end(request, Result.ABORTED_DISCONNECT, now)
+        return True
+
+    def next_deadline(self) -> float | None:
+        """When the oldest waiting request runs out of queue time, or None if nothing can expire."""
+        if self._max_wait_s is None or not self._waiting:
+            return None
+        oldest = next(iter(self._waiting.values()))
+        return oldest.arrived_at + self._max_wait_s
+
+    def expire(self, now: float) -> list[EngineRequest]:
+        """Drops (503) the waiting requests that have waited ``max_queue_wait_ms`` by ``now``."""
+        if self._max_wait_s is None:
+            return []
+        dropped: list[EngineRequest] = []
+        # The queue is in arrival order, so the expired requests are exactly a prefix of it.
+        while self._waiting:
+            oldest = next(iter(self._waiting.values()))
+            # The same float expression as next_deadline(): `now - arrived < wait` can stay true at
+            # now == arrived + wait through rounding, and a loop waking at that deadline would spin.
+            if now < oldest.arrived_at + self._max_wait_s:
+                break
+            self._waiting.popitem(last=False)
+            self._end(oldest, Result.DROPPED_DEADLINE_503, now)
+            dropped.append(oldest)
+        return dropped
+
+    def begin_step(self, now: float) -> Step:
+        """Expires overdue requests, fills free batch slots in FIFO order, and returns the step to run.
+
+        The step lasts ``step_ms(batch)`` plus the prefill of every sequence admitted now: prefill
+        stalls the decode of everyone else, as in engines without chunked prefill.
+        """
+        if self._in_step:
+            raise RuntimeError("begin_step called twice without end_step")
+        dropped = self.expire(now)
+        admitted: list[EngineRequest] = []
+        while self._waiting and len(self._running) < self.model.max_batch:
+            _, request = self._waiting.popitem(last=False)
+            request.state = SeqState.RUNNING
+            request.admitted_at = now
+            self._running[request.id] = request
+            self._prompt_tokens += request.prompt_tokens
+            admitted.append(request)
+        batch = len(self._running)
+        if batch == 0:
+            return Step(started_at=now, duration_s=0.0, batch=0, admitted=(), dropped=tuple(dropped))
+        duration_ms = self.model.step_ms(batch) + sum(self.model.prefill_ms(r.prompt_tokens) for r in admitted)
+        if self.model.step_jitter > 0:
+            duration_ms *= 1.0 + self._jitter.uniform(-self.model.step_jitter, self.model.step_jitter)
+        self._in_step = True
+        return Step(
+            started_at=now,
+            duration_s=duration_ms / 1000.0,
+            batch=batch,
+            admitted=tuple(admitted),
+            dropped=tuple(dropped),
+        )
+
+    def end_step(self, now: float) -> list[EngineRequest]:
+        """Gives every running sequence one token; returns them (finished ones are now ENDED)."""
+        if not self._in_step:
+            raise RuntimeError("end_step called without begin_step")
+        self._in_step = False
+        self._steps += 1
+        emitted = list(self._running.values())
+        for request in emitted:
+            request.tokens.append(request.rng.choice(VOCABULARY))
+            if request.first_token_at is None:
+                request.first_token_at = now
+            if len(request.tokens) >= request.max_tokens:
+                del self._running[request.id]
+                self._end(request, Result.COMPLETED, now)
+        for request in self._aborting:
+            request.tokens.append(request.rng.choice(VOCABULARY))
+        self._generation_tokens += len(emitted) + len(self._aborting)
+        self._aborting.clear()
+        return emitted
+
+    def abort_all(self, now: float) -> list[EngineRequest]:
+        """Ends every waiting and running sequence because the engine is shutting down."""
+        ended = [*self._waiting.values(), *self._running.values()]
+        self._waiting.clear()
+        self._running.clear()
+        self._aborting.clear()
+        self._in_step = False
+        for request in ended:
+            self._end(request, Result.ABORTED_SHUTDOWN, now)
+        return ended
+
+    def _end(self, request: EngineRequest, result: Result, now: float) -> None:
+        request.state = SeqState.ENDED
+        request.result = result
+        request.ended_at = now
+        self._results[result] += 1
