@@ -8,6 +8,7 @@ can start afresh at its boundary).
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -125,6 +126,8 @@ class Spike:
 Arrival = Constant | Poisson | Gamma | Steps | Spike
 
 PROCESSES = ("constant", "poisson", "gamma", "step", "spike")
+MIN_BURSTINESS = 0.01
+MIN_SPIKE_PERIOD_S = 0.1
 
 
 def plan_offsets(arrival: Arrival, duration_s: float, rng: random.Random) -> Iterator[float]:
@@ -138,7 +141,9 @@ def plan_offsets(arrival: Arrival, duration_s: float, rng: random.Random) -> Ite
     elif isinstance(arrival, Poisson):
         yield from _poisson(arrival.rate, 0.0, duration_s, rng)
     elif isinstance(arrival, Gamma):
-        scale = 1.0 / (arrival.rate * arrival.burstiness)
+        # rate × burstiness underflows to 0 for a subnormal rate: an endless mean gap, not a ZeroDivisionError
+        product = arrival.rate * arrival.burstiness
+        scale = 1.0 / product if product > 0 else math.inf
         offset = rng.gammavariate(arrival.burstiness, scale)
         while offset < duration_s:
             yield offset
@@ -180,7 +185,8 @@ def parse_arrival(value: object, path: str, problems: Problems, *, duration_s: f
             result = Constant(rate=rate) if process == "constant" else Poisson(rate=rate)
     elif process == "gamma":
         rate = reader.number("rate", gt=0)
-        burstiness = reader.number("burstiness", gt=0, le=100)
+        # Below 0.01 most gamma draws underflow to 0.0 (all of them near 1e-300): the plan would never advance.
+        burstiness = reader.number("burstiness", ge=MIN_BURSTINESS, le=100)
         if rate is not None and burstiness is not None:
             result = Gamma(rate=rate, burstiness=burstiness)
     elif process == "step":
@@ -225,7 +231,8 @@ def _parse_spike(reader: Reader, duration_s: float | None) -> Spike | None:
     base = reader.number("base_rate", ge=0)
     burst = reader.number("burst_rate", gt=0)
     burst_s = reader.number("burst_s", gt=0)
-    period_s = reader.number("period_s", gt=0)
+    # Every burst is walked one by one, so a tiny period would stall validation and planning.
+    period_s = reader.number("period_s", ge=MIN_SPIKE_PERIOD_S)
     offset_s = reader.number("offset_s", 0, ge=0)
     if None in (base, burst, burst_s, period_s, offset_s):
         return None

@@ -54,7 +54,10 @@ class LogNormal:
     high: int
 
     def sample(self, rng: random.Random) -> int:
-        drawn = rng.lognormvariate(math.log(self.median), self.sigma)
+        # lognormvariate is exp(normalvariate(...)); clamping in log space first gives the same values but
+        # keeps exp() from overflowing on an extreme draw (a large median with a wide sigma).
+        logged = rng.normalvariate(math.log(self.median), self.sigma)
+        drawn = math.exp(min(logged, math.log(self.high) + 1.0))
         return max(self.low, min(self.high, round(drawn)))
 
     @property
@@ -143,11 +146,17 @@ def _parse_choice(reader: Reader, minimum: int) -> Choice | None:
         return None
     if not weights_given:
         weights = [1.0] * len(values)
+    elif not isinstance(reader.data["weights"], list | tuple):
+        return None  # already reported as not a list
     elif len(weights) != len(values):
         reader.error("weights", f"must have one weight per value ({len(values)}), got {len(weights)}")
         return None
     elif sum(weights) <= 0:
         reader.error("weights", "must not all be zero")
+        return None
+    elif not math.isfinite(sum(weights)):
+        # random.choices refuses an infinite total at sampling time
+        reader.error("weights", "must add up to a finite number")
         return None
     return Choice(values=tuple(values), weights=tuple(float(w) for w in weights))
 

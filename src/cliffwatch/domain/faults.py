@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from cliffwatch.domain.validation import Problems, Reader
+from cliffwatch.domain.validation import Problems, Reader, short_repr
 
 
 class ToxicType(StrEnum):
@@ -35,9 +35,11 @@ TOXIC_ATTRIBUTES: Mapping[ToxicType, Mapping[str, tuple[bool, int]]] = {
     ToxicType.TIMEOUT: {"timeout": (True, 0)},  # ms; 0 holds the data until the toxic is removed
     ToxicType.RESET_PEER: {"timeout": (False, 0)},  # ms before the reset
     ToxicType.SLOW_CLOSE: {"delay": (True, 0)},  # ms
+    # Toxiproxy's slicer calls rand.Intn(2 × size_variation), which panics at 0 (and takes the proxy
+    # down); chunks can go negative unless size_variation < average_size. So both are required.
     ToxicType.SLICER: {
         "average_size": (True, 0),
-        "size_variation": (False, 0),
+        "size_variation": (True, 0),
         "delay": (False, 0),
     },  # bytes, µs
     ToxicType.LIMIT_DATA: {"bytes": (True, 0)},
@@ -75,7 +77,7 @@ def parse_proxy(value: object, path: str, problems: Problems) -> ProxySpec | Non
     upstream = reader.string("upstream", None)
     for key, address in (("listen", listen), ("upstream", upstream)):
         if address is not None and not _is_host_port(address):
-            reader.error(key, f"must be host:port, got {address!r}")
+            reader.error(key, f"must be host:port, got {short_repr(address)}")
             listen = None if key == "listen" else listen
             upstream = None if key == "upstream" else upstream
     reader.done()
@@ -106,6 +108,10 @@ def parse_fault(value: object, path: str, problems: Problems) -> FaultSpec | Non
             if kind == ToxicType.BANDWIDTH and attributes["rate"] <= 0:
                 attrs_reader.error("rate", "must be > 0")
                 attributes = None
+            elif kind == ToxicType.SLICER and not 0 < attributes["size_variation"] < attributes["average_size"]:
+                average = attributes["average_size"]
+                attrs_reader.error("size_variation", f"must be > 0 and < average_size ({average})")
+                attributes = None
         attrs_reader.done()
     elif attrs_reader is not None:
         for key in attrs_reader.data:
@@ -124,4 +130,5 @@ def parse_fault(value: object, path: str, problems: Problems) -> FaultSpec | Non
 
 def _is_host_port(text: str) -> bool:
     host, sep, port = text.rpartition(":")
-    return bool(sep and host and port.isdigit() and 0 <= int(port) <= 65535)
+    # isdigit() alone accepts "²" and other Unicode digits, which int() then rejects
+    return bool(sep and host and port.isascii() and port.isdigit() and int(port) <= 65535)

@@ -31,9 +31,9 @@ class Histogram:
         self.max = -math.inf
 
     def add(self, value: float) -> None:
-        """Records one non-negative value."""
-        if value < 0 or math.isnan(value):
-            raise ValueError(f"histogram values must be >= 0, got {value}")
+        """Records one finite, non-negative value; raises ``ValueError`` (recording nothing) for any other."""
+        if not (math.isfinite(value) and value >= 0):
+            raise ValueError(f"histogram values must be finite and >= 0, got {value}")
         self.count += 1
         self.total += value
         self.min = min(self.min, value)

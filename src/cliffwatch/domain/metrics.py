@@ -193,7 +193,9 @@ class RunAggregator:
         if lag_ms is not None:
             phase.latency["schedule_lag"].add(max(0.0, lag_ms))
         self._second(final.end_ns).finished[record.outcome] += 1
-        e2e_ms = (final.end_ns - record.scheduled_ns) / NS_PER_MS
+        # A send timer may fire a little early, so a quick refusal can end before its scheduled time;
+        # that is 0 ms of latency, not a negative one (which the histograms refuse).
+        e2e_ms = max(0.0, (final.end_ns - record.scheduled_ns) / NS_PER_MS)
         if final.succeeded:
             self._add_success(record, final, e2e_ms, phase, scheduled)
         elif record.outcome is Outcome.SHED:
@@ -210,8 +212,8 @@ class RunAggregator:
         scheduled.e2e.add(e2e_ms)
         ttft = record.ttft_ms
         if ttft is not None:
-            phase.latency["ttft"].add(ttft)
-            scheduled.ttft.add(ttft)
+            phase.latency["ttft"].add(max(0.0, ttft))
+            scheduled.ttft.add(max(0.0, ttft))
         tpot = record.tpot_ms
         if tpot is not None:
             phase.latency["tpot"].add(tpot)

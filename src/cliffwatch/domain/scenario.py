@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeGuard
 from urllib.parse import urlsplit
 
 from cliffwatch.domain.arrivals import Arrival, parse_arrival
@@ -22,11 +23,12 @@ from cliffwatch.domain.faults import FaultSpec, ProxySpec, parse_fault, parse_pr
 from cliffwatch.domain.outcomes import Outcome, Slo
 from cliffwatch.domain.retry import RetryPolicy, parse_retry
 from cliffwatch.domain.target_model import TargetModel, parse_target_model
-from cliffwatch.domain.validation import Problems, Reader, check_number, parse_each
+from cliffwatch.domain.validation import Problems, Reader, check_number, parse_each, short_repr
 
 BUILTIN = "builtin"
 MAX_PLANNED_REQUESTS = 2_000_000
 MAX_RUN_SECONDS = 24 * 3600
+MAX_SEED = 2**63 - 1
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}$")
 _HEADER = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
 
@@ -193,18 +195,20 @@ def with_overrides(
     if target_url is not None:
         url = _check_url(target_url, "--target", problems)
         if url is not None:
-            target = replace(target, url=url, builtin=target.builtin if url == BUILTIN else None)
-    if seed is not None:
-        check_number(seed, "--seed", problems, ge=0, integer=True)
-    if threshold is not None:
-        check_number(threshold, "--threshold", problems, ge=0, le=100)
+            # a real target has no simulator settings; the simulator needs them (the file's, or the defaults)
+            builtin = (target.builtin or TargetModel()) if url == BUILTIN else None
+            target = replace(target, url=url, builtin=builtin)
+    new_seed = (
+        scenario.seed if seed is None else check_number(seed, "--seed", problems, ge=0, le=MAX_SEED, integer=True)
+    )
+    new_threshold = None if threshold is None else check_number(threshold, "--threshold", problems, ge=0, le=100)
     if problems:
         raise ScenarioInvalid(problems.items)
     return replace(
         scenario,
         target=target,
-        seed=scenario.seed if seed is None else seed,
-        score=scenario.score if threshold is None else replace(scenario.score, threshold=float(threshold)),
+        seed=new_seed,
+        score=scenario.score if new_threshold is None else replace(scenario.score, threshold=new_threshold),
     )
 
 
@@ -213,14 +217,14 @@ def _parse(document: object, problems: Problems) -> Scenario | None:
     if reader is None:
         return None
     name = reader.string("name")
-    if name is not None and not _NAME.match(name):
+    if name is not None and not _NAME.fullmatch(name):
         reader.error(
             "name",
             "must be lowercase letters, digits, '.', '_' or '-' (at most 100), starting with a letter or digit",
         )
         name = None
     description = reader.string("description", "", nonempty=False)
-    seed = reader.number("seed", 0, ge=0, le=2**63 - 1, integer=True)
+    seed = reader.number("seed", 0, ge=0, le=MAX_SEED, integer=True)
     slo = _parse_slo(reader.mapping("slo"))
     proxies = parse_each(reader, "proxies", parse_proxy, [])
     target = _parse_target(reader.mapping("target"))
@@ -229,7 +233,7 @@ def _parse(document: object, problems: Problems) -> Scenario | None:
     abort = _parse_abort(reader.mapping("abort", None))
     score = _parse_score(reader.mapping("score", None))
     reader.done()
-    _check_references(reader, proxies, target, phases)
+    _check_references(reader)
     _check_plan_size(reader, phases)
     if (
         None in (name, description, seed)
@@ -270,11 +274,14 @@ def _parse_slo(reader: Reader | None) -> Slo | None:
         or (reader.has("tpot_ms") and tpot is None)
     ):
         return None
+    ok = True
     if timeout < e2e:
         reader.error("timeout_ms", f"must be >= e2e_ms ({e2e:g}): a request cannot be late after it was given up")
-        return None
+        ok = False
     if ttft is not None and ttft > e2e:
         reader.error("ttft_ms", f"must be <= e2e_ms ({e2e:g})")
+        ok = False
+    if not ok:
         return None
     return Slo(e2e_ms=float(e2e), timeout_ms=float(timeout), ttft_ms=ttft, tpot_ms=tpot)
 
@@ -307,14 +314,22 @@ def _check_url(value: object, path: str, problems: Problems) -> str | None:
         return None
     if value == BUILTIN:
         return value
-    parts = urlsplit(value)
+    if any(c.isspace() or not c.isprintable() for c in value):
+        # urlsplit silently drops tabs and newlines, so the URL checked would not be the URL used
+        problems.add(path, f"must not contain spaces or control characters, got {short_repr(value)}")
+        return None
+    try:
+        parts = urlsplit(value)  # raises on a malformed IPv6 host, among others
+    except ValueError as exc:
+        problems.add(path, f"is not a valid URL ({exc}): {short_repr(value)}")
+        return None
     try:
         port = parts.port
     except ValueError:
-        problems.add(path, f"has an invalid port: {value!r}")
+        problems.add(path, f"has an invalid port: {short_repr(value)}")
         return None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        problems.add(path, f"must be {BUILTIN!r} or an http(s) URL with a host, got {value!r}")
+        problems.add(path, f"must be {BUILTIN!r} or an http(s) URL with a host, got {short_repr(value)}")
         return None
     if parts.query or parts.fragment:
         problems.add(path, "must not carry a query or fragment")
@@ -346,14 +361,12 @@ def _parse_request(reader: Reader, api: str | None) -> RequestTemplate | None:
         stream = reader.boolean("stream", True)
         usage = reader.boolean("include_usage", False)
         extra = reader.raw("extra_body", None)
+        extra_ok = extra is None or _check_json(extra, reader.child("extra_body"), reader.problems)
         if extra is not None and not isinstance(extra, Mapping):
             reader.error("extra_body", "must be a mapping")
+            extra_ok = False
         reader.done()
-        if (
-            None in (method, path, model, prompt, max_tokens, stream, usage)
-            or headers is None
-            or (extra is not None and not isinstance(extra, Mapping))
-        ):
+        if None in (method, path, model, prompt, max_tokens, stream, usage) or headers is None or not extra_ok:
             return None
         return RequestTemplate(
             method=method,
@@ -367,10 +380,39 @@ def _parse_request(reader: Reader, api: str | None) -> RequestTemplate | None:
             extra_body=extra,
         )
     body = reader.raw("body", None)
+    body_ok = _check_json(body, reader.child("body"), reader.problems)
     reader.done()
-    if method is None or path is None or headers is None:
+    if method is None or path is None or headers is None or not body_ok:
         return None
     return RequestTemplate(method=method, path=path, headers=headers, stream=False, body=body)
+
+
+def _check_json(value: object, path: str, problems: Problems) -> bool:
+    """Whether ``value`` can be sent as a JSON body; records the first part that cannot.
+
+    YAML gives more than JSON can carry (non-string keys, dates, NaN), and the scenario's content hash
+    serialises the document, so anything else would fail later, far from its cause.
+    """
+    if value is None or isinstance(value, bool | str):
+        return True
+    if isinstance(value, int | float):
+        try:
+            finite = math.isfinite(value)
+        except OverflowError:
+            finite = False
+        if not finite:
+            problems.add(path, "must be a finite number that fits in a float")
+        return finite
+    if isinstance(value, list | tuple):
+        return all(_check_json(item, f"{path}[{i}]", problems) for i, item in enumerate(value))
+    if isinstance(value, Mapping):
+        bad = [k for k in value if not isinstance(k, str)]
+        if bad:
+            problems.add(path, f"keys must be strings, got {short_repr(bad[0])}")
+            return False
+        return all(_check_json(item, f"{path}.{key}", problems) for key, item in value.items())
+    problems.add(path, f"must be null, true/false, a number, a string, a list or a mapping, got {short_repr(value)}")
+    return False
 
 
 def _parse_headers(reader: Reader) -> tuple[tuple[str, str], ...] | None:
@@ -380,7 +422,7 @@ def _parse_headers(reader: Reader) -> tuple[tuple[str, str], ...] | None:
     out: list[tuple[str, str]] = []
     for key, value in headers.data.items():
         headers.raw(key)
-        if not _HEADER.match(key):
+        if not _HEADER.fullmatch(key):
             headers.error(key, "is not a valid header name")
         elif not isinstance(value, str) or "\n" in value or "\r" in value:
             headers.error(key, "must be a single-line string")
@@ -479,12 +521,14 @@ def _parse_outcomes(reader: Reader) -> frozenset[Outcome] | None:
         reader.raw("outcomes", None)
         return frozenset({Outcome.ERROR, Outcome.TIMEOUT})
     found: set[Outcome] = set()
+    ok = True
     for path, item in reader.items("outcomes", nonempty=True):
         if item not in [o.value for o in failures]:
-            reader.problems.add(path, f"must be one of {', '.join(o.value for o in failures)}, got {item!r}")
-            return None
-        found.add(Outcome(item))
-    return frozenset(found) or None
+            reader.problems.add(path, f"must be one of {', '.join(o.value for o in failures)}, got {short_repr(item)}")
+            ok = False
+        else:
+            found.add(Outcome(item))
+    return frozenset(found) if ok and found else None
 
 
 def _parse_score(reader: Reader | None) -> ScoreSpec | None:
@@ -498,34 +542,52 @@ def _parse_score(reader: Reader | None) -> ScoreSpec | None:
     return ScoreSpec(threshold=float(threshold), fast_fail_fraction=float(fast))
 
 
-def _check_references(reader: Reader, proxies: list[ProxySpec], target: Target | None, phases: list[Phase]) -> None:
-    names = [p.name for p in proxies]
-    for index, name in enumerate(names):
-        if name in names[:index]:
-            reader.problems.add(f"proxies[{index}].name", f"duplicate proxy name {name!r}")
-    if target is not None and target.via_proxy is not None and target.via_proxy not in names:
-        reader.problems.add("target.via_proxy", f"names no declared proxy ({', '.join(names) or 'none declared'})")
+def _check_references(reader: Reader) -> None:
+    """Names that must match across the document: proxies, the phases' order and names, the faults' proxies.
+
+    Checked on the document itself rather than on the parsed values, so each problem names its real
+    position even when an earlier element was invalid, and an element invalid for another reason still
+    counts (a fault naming a proxy with a bad listen address is not also told that no such proxy exists).
+    """
+    names: list[str] = []
+    for index, proxy in _mappings(reader.data.get("proxies")):
+        name = proxy.get("name")
+        if not _is_name(name):
+            continue
+        if name in names:
+            reader.problems.add(f"proxies[{index}].name", f"duplicate proxy name {short_repr(name)}")
+        else:
+            names.append(name)
+    undeclared = f"names no declared proxy ({', '.join(names) or 'none declared'})"
+    target = reader.data.get("target")
+    if isinstance(target, Mapping) and _is_name(via := target.get("via_proxy")) and via not in names:
+        reader.problems.add("target.via_proxy", undeclared)
     seen: set[str] = set()
     stressed = False
-    raw_phases = reader.data.get("phases") or []
-    for index, phase in enumerate(phases):
-        # parse_each skips bad phases, so map back to the document's index by name where possible
-        position = next(
-            (i for i, p in enumerate(raw_phases) if isinstance(p, Mapping) and p.get("name") == phase.name),
-            index,
-        )
-        if phase.name in seen:
-            reader.problems.add(f"phases[{position}].name", f"duplicate phase name {phase.name!r}")
-        seen.add(phase.name)
-        if phase.role is Role.RECOVERY and not stressed:
-            reader.problems.add(f"phases[{position}].role", "a recovery phase must come after a stress phase")
-        stressed = stressed or phase.role is Role.STRESS
-        for fault_index, fault in enumerate(phase.faults):
-            if fault.proxy not in names:
-                reader.problems.add(
-                    f"phases[{position}].faults[{fault_index}].proxy",
-                    f"names no declared proxy ({', '.join(names) or 'none declared'})",
-                )
+    for index, phase in _mappings(reader.data.get("phases")):
+        name, role = phase.get("name"), phase.get("role")
+        if _is_name(name):
+            if name in seen:
+                reader.problems.add(f"phases[{index}].name", f"duplicate phase name {short_repr(name)}")
+            seen.add(name)
+        if role == Role.RECOVERY and not stressed:
+            reader.problems.add(f"phases[{index}].role", "a recovery phase must come after a stress phase")
+        stressed = stressed or role == Role.STRESS
+        for fault_index, fault in _mappings(phase.get("faults")):
+            if _is_name(named := fault.get("proxy")) and named not in names:
+                reader.problems.add(f"phases[{index}].faults[{fault_index}].proxy", undeclared)
+
+
+def _mappings(value: object) -> Iterator[tuple[int, Mapping[Any, Any]]]:
+    """The mappings in a document list, with their positions; anything else is the parsers' to report."""
+    if isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            if isinstance(item, Mapping):
+                yield index, item
+
+
+def _is_name(value: object) -> TypeGuard[str]:
+    return isinstance(value, str) and bool(value.strip())
 
 
 def _check_plan_size(reader: Reader, phases: list[Phase]) -> None:

@@ -32,6 +32,19 @@ def _type_name(value: object) -> str:
     return type(value).__name__
 
 
+def short_repr(value: object, limit: int = 60) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for quoting untrusted input in a problem message.
+
+    Never raises: ints past ``sys.get_int_max_str_digits()`` have no repr, and very deep nesting has none
+    within the recursion limit.
+    """
+    try:
+        text = repr(value)
+    except (ValueError, RecursionError):
+        return f"<{_type_name(value)}>"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 class Problems:
     """The problems found so far in one document."""
 
@@ -46,7 +59,10 @@ class Problems:
 
 
 class Reader:
-    """Reads one mapping at ``path``; unknown keys are reported when ``done()`` is called."""
+    """Reads one mapping at ``path``; unknown keys are reported when ``done()`` is called.
+
+    Only an absent key takes its default: an explicit null is a value of the wrong type, and is reported.
+    """
 
     def __init__(self, data: Mapping[str, Any], path: str, problems: Problems) -> None:
         self.data = data
@@ -62,7 +78,7 @@ class Reader:
             return None
         bad = [k for k in value if not isinstance(k, str)]
         if bad:
-            problems.add(path, f"keys must be strings, got {bad[0]!r}")
+            problems.add(path, f"keys must be strings, got {short_repr(bad[0])}")
             return None
         return cls(value, path, problems)
 
@@ -93,9 +109,9 @@ class Reader:
         choices: tuple[str, ...] | None = None,
         nonempty: bool = True,
     ) -> Any:
-        value = self.raw(key, default)
-        if value is None or (value is default and default is not _MISSING):
-            return value
+        if key not in self.data:
+            return self.raw(key, default)
+        value = self.raw(key)
         if not isinstance(value, str):
             self.error(key, f"must be a string, got {_type_name(value)}")
             return None
@@ -103,14 +119,14 @@ class Reader:
             self.error(key, "must not be empty")
             return None
         if choices is not None and value not in choices:
-            self.error(key, f"must be one of {', '.join(choices)}; got {value!r}")
+            self.error(key, f"must be one of {', '.join(choices)}; got {short_repr(value)}")
             return None
         return value
 
     def boolean(self, key: str, default: Any = _MISSING) -> Any:
-        value = self.raw(key, default)
-        if value is None or (value is default and default is not _MISSING):
-            return value
+        if key not in self.data:
+            return self.raw(key, default)
+        value = self.raw(key)
         if not isinstance(value, bool):
             self.error(key, f"must be true or false, got {_type_name(value)}")
             return None
@@ -126,22 +142,22 @@ class Reader:
         le: float | None = None,
         integer: bool = False,
     ) -> Any:
-        value = self.raw(key, default)
-        if value is None or (value is default and default is not _MISSING):
-            return value
-        return check_number(value, self.child(key), self.problems, gt=gt, ge=ge, le=le, integer=integer)
+        if key not in self.data:
+            return self.raw(key, default)
+        return check_number(self.raw(key), self.child(key), self.problems, gt=gt, ge=ge, le=le, integer=integer)
 
     def mapping(self, key: str, default: Any = _MISSING) -> Reader | None:
-        value = self.raw(key, default)
-        if value is None or (value is default and default is not _MISSING):
+        if key not in self.data:
+            self.raw(key, default)
             return None
-        return Reader.of(value, self.child(key), self.problems)
+        return Reader.of(self.raw(key), self.child(key), self.problems)
 
     def items(self, key: str, default: Any = _MISSING, *, nonempty: bool = False) -> Iterator[tuple[str, Any]]:
         """Yields ``(path, item)`` for each element of the list under ``key``."""
-        value = self.raw(key, default)
-        if value is None or (value is default and default is not _MISSING):
+        if key not in self.data:
+            self.raw(key, default)
             return
+        value = self.raw(key)
         if not isinstance(value, list | tuple):
             self.error(key, f"must be a list, got {_type_name(value)}")
             return
@@ -168,11 +184,20 @@ def check_number(
     le: float | None = None,
     integer: bool = False,
 ) -> Any:
-    """``value`` as an int/float when it satisfies the bounds; otherwise records the problem, gives None."""
+    """``value`` as an int (``integer``) or a float when it satisfies the bounds; otherwise records the problem.
+
+    Gives None when there is a problem. Ints too large for a float are refused: later arithmetic on the
+    value (rates × durations, sums) would raise ``OverflowError`` instead of reporting anything.
+    """
     if isinstance(value, bool) or not isinstance(value, int | float):
         problems.add(path, f"must be a number, got {_type_name(value)}")
         return None
-    if isinstance(value, float) and not math.isfinite(value):
+    try:
+        as_float = float(value)
+    except OverflowError:
+        problems.add(path, "is too large")
+        return None
+    if not math.isfinite(as_float):
         problems.add(path, "must be a finite number")
         return None
     if integer and not (isinstance(value, int) or value.is_integer()):
@@ -187,7 +212,7 @@ def check_number(
     if le is not None and not value <= le:
         problems.add(path, f"must be <= {le:g}")
         return None
-    return int(value) if integer else value
+    return int(value) if integer else as_float
 
 
 def parse_each(
