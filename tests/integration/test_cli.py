@@ -95,7 +95,8 @@ def test_run_writes_a_complete_result_and_exits_by_the_score(tmp_path: Path) -> 
     assert names == {"preservation", "safe_degradation", "recovery", "retry_containment"}
     assert isinstance(document["generator"]["generator_limited"], bool)
     assert document["scenario"]["content_hash"]
-    assert "quick" in result.stdout and "score" in result.stdout
+    assert "quick" in result.stdout
+    assert "score" in result.stdout
 
 
 def test_run_refuses_a_target_outside_the_allowlist_before_sending(tmp_path: Path) -> None:
@@ -155,7 +156,7 @@ def test_interrupting_a_run_stops_it_and_records_it_as_interrupted(tmp_path: Pat
             break
     time.sleep(1.0)
     process.send_signal(signal.SIGINT)
-    stdout, _ = process.communicate(timeout=30)
+    _stdout, _ = process.communicate(timeout=30)
     assert process.returncode == 130
     document = json.loads(out.read_text())
     assert document["status"] == "interrupted"

@@ -22,21 +22,19 @@ from cliffwatch.domain.outcomes import Outcome, Slo
 from cliffwatch.domain.retry import DEFAULT_RETRY_ON, Jitter, RetryBudget, RetryKind, RetryPolicy
 from cliffwatch.domain.scenario import (
     AbortSpec,
-    Api,
     BaselineGuard,
     ClientSpec,
     ErrorRateGuard,
     Phase,
-    RequestTemplate,
     Role,
     Scenario,
     ScoreSpec,
-    Target,
     content_hash,
     parse_scenario,
     with_overrides,
 )
 from cliffwatch.domain.target_model import Admission, TargetModel
+from cliffwatch.domain.target_spec import Api, RequestTemplate, Target
 
 DELETE = object()
 
@@ -342,7 +340,9 @@ def test_a_plain_http_target_sends_its_body_as_given_and_never_streams() -> None
 )
 def test_each_api_has_its_own_default_method_and_path(api: str, method: str, path: str) -> None:
     request: dict[str, Any] = {} if api == "http" else {"model": "m"}
-    document = _changed(minimal_document(), {"target.api": api, "target.request": request})
+    document = _changed(
+        minimal_document(), {"target.url": "http://127.0.0.1:8000", "target.api": api, "target.request": request}
+    )
 
     template = parse_scenario(document).target.request
 
@@ -870,3 +870,20 @@ _top_level = st.one_of(
 @given(document=_top_level)
 def test_any_json_like_value_either_parses_or_is_reported_never_anything_else(document: object) -> None:
     _parses_or_reports(document)
+
+
+def test_the_builtin_target_cannot_be_used_with_the_plain_http_api() -> None:
+    """The simulator speaks only the OpenAI API, so `url: builtin` with `api: http` is refused, in the file
+    and as a `--target builtin` override of an http scenario."""
+    document = {
+        "name": "plain",
+        "target": {"url": "builtin", "api": "http"},
+        "slo": {"e2e_ms": 100, "timeout_ms": 200},
+        "phases": [{"name": "p", "role": "baseline", "duration_s": 1, "arrival": {"process": "constant", "rate": 1}}],
+    }
+    with pytest.raises(ScenarioInvalid, match=r"target\.api: the built-in target speaks the OpenAI API"):
+        parse_scenario(document)
+    document["target"]["url"] = "http://127.0.0.1:8000"  # type: ignore[index]
+    scenario = parse_scenario(document)
+    with pytest.raises(ScenarioInvalid, match=r"--target: the built-in target speaks the OpenAI API"):
+        with_overrides(scenario, target_url="builtin")

@@ -24,7 +24,8 @@ from cliffwatch.domain.errors import TargetUnreachable
 from cliffwatch.domain.outcomes import Attempt, TokenSource
 from cliffwatch.domain.plan import PlannedRequest
 from cliffwatch.domain.retry import FailureKind
-from cliffwatch.domain.scenario import Api, Scenario
+from cliffwatch.domain.scenario import Scenario
+from cliffwatch.domain.target_spec import Api
 
 MAX_ERROR_BODY = 64 * 1024
 MAX_BODY = 16 * 1024 * 1024

@@ -1,0 +1,211 @@
+"""The target of a scenario: where requests go, which API they speak, and how each one is built.
+
+Parsed as part of a scenario (``parse_target``); ``check_url`` also validates command-line overrides.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+from urllib.parse import urlsplit
+
+from cliffwatch.domain.distributions import Distribution, parse_distribution
+from cliffwatch.domain.target_model import TargetModel, parse_target_model
+from cliffwatch.domain.validation import Problems, Reader, short_repr
+
+BUILTIN = "builtin"
+BUILTIN_SPEAKS_OPENAI = "the built-in target speaks the OpenAI API: use openai-chat or openai-completions"
+_HEADER = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
+
+
+class Api(StrEnum):
+    OPENAI_CHAT = "openai-chat"
+    OPENAI_COMPLETIONS = "openai-completions"
+    HTTP = "http"
+
+
+_DEFAULT_PATHS = {
+    Api.OPENAI_CHAT: "/v1/chat/completions",
+    Api.OPENAI_COMPLETIONS: "/v1/completions",
+    Api.HTTP: "/",
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class RequestTemplate:
+    """How each request is built. OpenAI APIs use model/prompt/max_tokens; ``http`` sends ``body`` as is."""
+
+    method: str
+    path: str
+    headers: tuple[tuple[str, str], ...] = ()
+    model: str | None = None
+    prompt_tokens: Distribution | None = None
+    max_tokens: Distribution | None = None
+    stream: bool = True
+    include_usage: bool = False
+    extra_body: Mapping[str, Any] | None = None  # merged into OpenAI bodies (e.g. ignore_eos for vLLM)
+    body: Any = None  # the JSON body of plain http requests
+
+
+@dataclass(frozen=True, kw_only=True)
+class Target:
+    url: str  # ``builtin`` (cliffwatch starts its simulated server) or http(s)://host[:port][/prefix]
+    api: Api
+    request: RequestTemplate
+    builtin: TargetModel | None = None  # the simulated server's parameters when url is builtin
+    via_proxy: str | None = None  # send through this Toxiproxy proxy
+
+    @property
+    def is_builtin(self) -> bool:
+        return self.url == BUILTIN
+
+
+def parse_target(reader: Reader | None) -> Target | None:
+    if reader is None:
+        return None
+    url = check_url(reader.raw("url"), reader.child("url"), reader.problems) if reader.has("url") else reader.raw("url")
+    api = reader.string("api", Api.OPENAI_CHAT.value, choices=tuple(a.value for a in Api))
+    via_proxy = reader.string("via_proxy", None)
+    builtin: TargetModel | None = None
+    if reader.has("builtin"):
+        builtin = parse_target_model(reader.raw("builtin"), reader.child("builtin"), reader.problems)
+        if url is not None and url != BUILTIN:
+            reader.error("builtin", f"only applies when url is {BUILTIN!r}")
+    request = _parse_request(reader.mapping("request", {}) or Reader({}, reader.child("request"), reader.problems), api)
+    reader.done()
+    if url == BUILTIN and api == Api.HTTP:
+        reader.error("api", BUILTIN_SPEAKS_OPENAI)
+        return None
+    if url is None or api is None or request is None or (reader.has("via_proxy") and via_proxy is None):
+        return None
+    if url == BUILTIN and builtin is None:
+        builtin = TargetModel()
+    return Target(url=url, api=Api(api), request=request, builtin=builtin, via_proxy=via_proxy)
+
+
+def check_url(value: object, path: str, problems: Problems) -> str | None:
+    if not isinstance(value, str) or not value.strip():
+        problems.add(path, f"must be {BUILTIN!r} or an http(s) URL")
+        return None
+    if value == BUILTIN:
+        return value
+    if any(c.isspace() or not c.isprintable() for c in value):
+        # urlsplit silently drops tabs and newlines, so the URL checked would not be the URL used
+        problems.add(path, f"must not contain spaces or control characters, got {short_repr(value)}")
+        return None
+    try:
+        parts = urlsplit(value)  # raises on a malformed IPv6 host, among others
+    except ValueError as exc:
+        problems.add(path, f"is not a valid URL ({exc}): {short_repr(value)}")
+        return None
+    try:
+        port = parts.port
+    except ValueError:
+        problems.add(path, f"has an invalid port: {short_repr(value)}")
+        return None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        problems.add(path, f"must be {BUILTIN!r} or an http(s) URL with a host, got {short_repr(value)}")
+        return None
+    if parts.query or parts.fragment:
+        problems.add(path, "must not carry a query or fragment")
+        return None
+    del port
+    return value.rstrip("/")
+
+
+def _parse_request(reader: Reader, api: str | None) -> RequestTemplate | None:
+    if api is None:
+        # Which keys belong depends on the api, which is already reported as wrong.
+        for key in reader.data:
+            reader.raw(key, None)
+        return None
+    openai = api in (Api.OPENAI_CHAT, Api.OPENAI_COMPLETIONS)
+    default_path = _DEFAULT_PATHS[Api(api)]
+    method = reader.string(
+        "method", "POST" if openai else "GET", choices=("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD")
+    )
+    path = reader.string("path", default_path)
+    if path is not None and not path.startswith("/"):
+        reader.error("path", "must start with '/'")
+        path = None
+    headers = _parse_headers(reader)
+    if openai:
+        model = reader.string("model")
+        prompt = parse_distribution(reader.raw("prompt_tokens", 128), reader.child("prompt_tokens"), reader.problems)
+        max_tokens = parse_distribution(reader.raw("max_tokens", 128), reader.child("max_tokens"), reader.problems)
+        stream = reader.boolean("stream", True)
+        usage = reader.boolean("include_usage", False)
+        extra = reader.raw("extra_body", None)
+        extra_ok = extra is None or _check_json(extra, reader.child("extra_body"), reader.problems)
+        if extra is not None and not isinstance(extra, Mapping):
+            reader.error("extra_body", "must be a mapping")
+            extra_ok = False
+        reader.done()
+        if None in (method, path, model, prompt, max_tokens, stream, usage) or headers is None or not extra_ok:
+            return None
+        return RequestTemplate(
+            method=method,
+            path=path,
+            headers=headers,
+            model=model,
+            prompt_tokens=prompt,
+            max_tokens=max_tokens,
+            stream=stream,
+            include_usage=usage,
+            extra_body=extra,
+        )
+    body = reader.raw("body", None)
+    body_ok = _check_json(body, reader.child("body"), reader.problems)
+    reader.done()
+    if method is None or path is None or headers is None or not body_ok:
+        return None
+    return RequestTemplate(method=method, path=path, headers=headers, stream=False, body=body)
+
+
+def _check_json(value: object, path: str, problems: Problems) -> bool:
+    """Whether ``value`` can be sent as a JSON body; records the first part that cannot.
+
+    YAML gives more than JSON can carry (non-string keys, dates, NaN), and the scenario's content hash
+    serialises the document, so anything else would fail later, far from its cause.
+    """
+    if value is None or isinstance(value, bool | str):
+        return True
+    if isinstance(value, int | float):
+        try:
+            finite = math.isfinite(value)
+        except OverflowError:
+            finite = False
+        if not finite:
+            problems.add(path, "must be a finite number that fits in a float")
+        return finite
+    if isinstance(value, list | tuple):
+        return all(_check_json(item, f"{path}[{i}]", problems) for i, item in enumerate(value))
+    if isinstance(value, Mapping):
+        bad = [k for k in value if not isinstance(k, str)]
+        if bad:
+            problems.add(path, f"keys must be strings, got {short_repr(bad[0])}")
+            return False
+        return all(_check_json(item, f"{path}.{key}", problems) for key, item in value.items())
+    problems.add(path, f"must be null, true/false, a number, a string, a list or a mapping, got {short_repr(value)}")
+    return False
+
+
+def _parse_headers(reader: Reader) -> tuple[tuple[str, str], ...] | None:
+    headers = reader.mapping("headers", None)
+    if headers is None:
+        return None if reader.has("headers") else ()
+    out: list[tuple[str, str]] = []
+    for key, value in headers.data.items():
+        headers.raw(key)
+        if not _HEADER.fullmatch(key):
+            headers.error(key, "is not a valid header name")
+        elif not isinstance(value, str) or "\n" in value or "\r" in value:
+            headers.error(key, "must be a single-line string")
+        else:
+            out.append((key, value))
+    headers.done()
+    return tuple(out) if len(out) == len(headers.data) else None
