@@ -6,8 +6,6 @@ prefill from another's; the rest cycles a fixed vocabulary from a request-depend
 
 from __future__ import annotations
 
-import itertools
-
 _VOCABULARY = (
     "the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "while", "seven", "bright", "stars",
     "watch", "a", "quiet", "river", "flow", "under", "old", "stone", "bridges", "near", "green", "hills",
@@ -22,5 +20,12 @@ _WORDS = tuple(_VOCABULARY[(i * 7 + i // len(_VOCABULARY)) % len(_VOCABULARY)] f
 def prompt_text(request_id: int, words: int) -> str:
     """A prompt of exactly ``words`` whitespace-separated words (at least one: the request's tag)."""
     start = (request_id * 131) % _CYCLE_LENGTH
-    body = itertools.islice(itertools.cycle(_WORDS), start, start + max(0, words - 1))
-    return " ".join(itertools.chain((f"req-{request_id}",), body))
+    remaining = max(0, words - 1)
+    parts = [f"req-{request_id}"]
+    # Tuple slices, wrapping round the sequence: walking a cycle up to ``start`` cost thousands of steps.
+    while remaining:
+        piece = _WORDS[start : start + remaining]
+        parts.extend(piece)
+        remaining -= len(piece)
+        start = 0
+    return " ".join(parts)

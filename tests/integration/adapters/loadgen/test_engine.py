@@ -471,6 +471,7 @@ async def test_a_stopped_run_sends_no_more_retries(serve: Serve) -> None:
 async def test_an_unexpected_client_failure_is_recorded_as_an_error_not_lost(serve: Serve) -> None:
     """If the HTTP client itself raises (a cliffwatch bug), the request still gets a record: an error
     outcome with an internal-error attempt, so no denominator loses it."""
+
     async def handler(request: web.Request) -> web.StreamResponse:
         return ok_response()
 
