@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from cliffwatch.domain.arrivals import plan_offsets
 from cliffwatch.domain.metrics import PhaseWindow
-from cliffwatch.domain.outcomes import NS_PER_S
+from cliffwatch.domain.outcomes import NS_PER_S, Attempt, Outcome, RequestRecord, Slo, classify
 from cliffwatch.domain.scenario import Scenario
 
 
@@ -24,6 +24,32 @@ class PlannedRequest:
     scheduled_ns: int  # from the run's start
     prompt_tokens: int
     max_tokens: int
+
+    def record(self, attempts: tuple[Attempt, ...], *, slo: Slo, not_sent_reason: str | None = None) -> RequestRecord:
+        """This request's record after ``attempts``, its outcome classified against ``slo``."""
+        return RequestRecord(
+            id=self.id,
+            phase=self.phase,
+            scheduled_ns=self.scheduled_ns,
+            prompt_tokens=self.prompt_tokens,
+            max_tokens=self.max_tokens,
+            attempts=attempts,
+            outcome=classify(attempts, scheduled_ns=self.scheduled_ns, slo=slo),
+            not_sent_reason=not_sent_reason if not attempts else None,
+        )
+
+    def not_sent(self, reason: str) -> RequestRecord:
+        """The record of this request when it was never attempted, and why."""
+        return RequestRecord(
+            id=self.id,
+            phase=self.phase,
+            scheduled_ns=self.scheduled_ns,
+            prompt_tokens=self.prompt_tokens,
+            max_tokens=self.max_tokens,
+            attempts=(),
+            outcome=Outcome.NOT_SENT,
+            not_sent_reason=reason,
+        )
 
 
 def phase_windows(scenario: Scenario) -> tuple[PhaseWindow, ...]:

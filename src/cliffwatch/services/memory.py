@@ -9,7 +9,7 @@ from cliffwatch.domain.errors import FaultInjectionFailed
 from cliffwatch.domain.faults import FaultSpec
 from cliffwatch.domain.generator_health import GeneratorLimits, GeneratorReport, judge_generator
 from cliffwatch.domain.histogram import Histogram
-from cliffwatch.domain.outcomes import NS_PER_S, Outcome, RequestRecord
+from cliffwatch.domain.outcomes import NS_PER_S, RequestRecord
 from cliffwatch.domain.plan import PlannedRequest
 from cliffwatch.domain.ports import Clock, FaultEvent, GeneratorListener, LiveCounters, Progress
 
@@ -133,7 +133,7 @@ class ScriptedGenerator:
                 if delay > 0 and self.stopped is None:
                     await self.clock.sleep(delay)
                 if self.stopped is not None:
-                    listener.finished(_not_sent(request, self.stopped))
+                    listener.finished(request.not_sent(self.stopped))
                     continue
                 latency_s, record = self.respond(request)  # a respond that raises breaks the run, not one task
                 self._dispatched += 1
@@ -163,22 +163,9 @@ class ScriptedGenerator:
             self._tasks.discard(task)
             self._in_flight -= 1
             cut_short = task.cancelled() or task.exception() is not None
-            listener.finished(_not_sent(request, self.stopped or "cancelled") if cut_short else record)
+            listener.finished(request.not_sent(self.stopped or "cancelled") if cut_short else record)
 
         task.add_done_callback(finished)
-
-
-def _not_sent(request: PlannedRequest, reason: str) -> RequestRecord:
-    return RequestRecord(
-        id=request.id,
-        phase=request.phase,
-        scheduled_ns=request.scheduled_ns,
-        prompt_tokens=request.prompt_tokens,
-        max_tokens=request.max_tokens,
-        attempts=(),
-        outcome=Outcome.NOT_SENT,
-        not_sent_reason=reason,
-    )
 
 
 class CollectingObserver:

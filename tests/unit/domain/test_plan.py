@@ -182,3 +182,22 @@ def test_phases_draw_from_their_own_random_streams() -> None:
         return [(r.scheduled_ns - start, r.prompt_tokens, r.max_tokens) for r in iter_plan(scenario) if r.phase == 1]
 
     assert phase_two(2) == phase_two(7)
+
+
+def test_a_planned_request_builds_its_own_records() -> None:
+    """A planned request's record carries its identity and a classified outcome; unsent, it says why."""
+    from cliffwatch.domain.outcomes import Attempt, Outcome, Slo
+    from cliffwatch.domain.plan import PlannedRequest
+
+    request = PlannedRequest(id=4, phase=1, scheduled_ns=1_000_000_000, prompt_tokens=10, max_tokens=5)
+    slo = Slo(e2e_ms=100.0, timeout_ms=200.0)
+    fast = Attempt(number=1, sent_ns=1_000_000_000, end_ns=1_050_000_000)
+    slow = Attempt(number=1, sent_ns=1_000_000_000, end_ns=1_150_000_000)
+    assert request.record((fast,), slo=slo).outcome is Outcome.ON_TIME
+    assert request.record((slow,), slo=slo).outcome is Outcome.LATE
+    record = request.record((fast,), slo=slo, not_sent_reason="unused when attempts exist")
+    assert (record.id, record.phase, record.scheduled_ns, record.not_sent_reason) == (4, 1, 1_000_000_000, None)
+    unsent = request.not_sent("aborted: error rate")
+    assert unsent.outcome is Outcome.NOT_SENT
+    assert unsent.attempts == ()
+    assert unsent.not_sent_reason == "aborted: error rate"

@@ -19,7 +19,7 @@ import structlog
 
 from cliffwatch.domain.generator_health import GeneratorLimits, GeneratorReport, judge_generator
 from cliffwatch.domain.histogram import Histogram
-from cliffwatch.domain.outcomes import NS_PER_MS, NS_PER_S, Attempt, Outcome, RequestRecord, classify
+from cliffwatch.domain.outcomes import NS_PER_MS, NS_PER_S, Attempt
 from cliffwatch.domain.plan import PlannedRequest
 from cliffwatch.domain.ports import Clock, GeneratorListener, LiveCounters
 from cliffwatch.domain.retry import FailureKind, RetryBudgetState, RetryKind, decide_retry
@@ -122,11 +122,11 @@ class OpenLoopGenerator:
                     await self._wakeup
                     handle.cancel()
             if self._stop_reason is not None:
-                listener.finished(_not_sent(request, self._stop_reason))
+                listener.finished(request.not_sent(self._stop_reason))
                 continue
             if len(self._tasks) >= max_in_flight:
                 self._overflow += 1
-                listener.finished(_not_sent(request, f"generator: {max_in_flight} requests already in flight"))
+                listener.finished(request.not_sent(f"generator: {max_in_flight} requests already in flight"))
                 continue
             self._dispatched += 1
             self._budgets[request.phase].on_new_request()
@@ -141,7 +141,7 @@ class OpenLoopGenerator:
         if request.id in self._unstarted:
             # Cancelled before its first step: the coroutine never ran, so it could not report itself.
             self._unstarted.discard(request.id)
-            listener.finished(_not_sent(request, self._cancel_reason or self._stop_reason or "cancelled"))
+            listener.finished(request.not_sent(self._cancel_reason or self._stop_reason or "cancelled"))
 
     async def _run_request(self, request: PlannedRequest, start_ns: int, listener: GeneratorListener) -> None:
         scenario = self.scenario
@@ -223,15 +223,8 @@ class OpenLoopGenerator:
         if record_attempts:
             self._lag.add(max(0.0, (record_attempts[0].sent_ns - request.scheduled_ns) / NS_PER_MS))
         listener.finished(
-            RequestRecord(
-                id=request.id,
-                phase=request.phase,
-                scheduled_ns=request.scheduled_ns,
-                prompt_tokens=request.prompt_tokens,
-                max_tokens=request.max_tokens,
-                attempts=record_attempts,
-                outcome=classify(record_attempts, scheduled_ns=request.scheduled_ns, slo=self.scenario.slo),
-                not_sent_reason=None if record_attempts else "deadline passed before the first attempt",
+            request.record(
+                record_attempts, slo=self.scenario.slo, not_sent_reason="deadline passed before the first attempt"
             )
         )
 
@@ -247,16 +240,3 @@ class OpenLoopGenerator:
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
-
-
-def _not_sent(request: PlannedRequest, reason: str) -> RequestRecord:
-    return RequestRecord(
-        id=request.id,
-        phase=request.phase,
-        scheduled_ns=request.scheduled_ns,
-        prompt_tokens=request.prompt_tokens,
-        max_tokens=request.max_tokens,
-        attempts=(),
-        outcome=Outcome.NOT_SENT,
-        not_sent_reason=reason,
-    )
