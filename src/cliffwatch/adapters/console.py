@@ -41,6 +41,8 @@ class ConsoleProgress:
 
     def __init__(self, stream: TextIO | None = None) -> None:
         self.console = Console(file=stream or sys.stderr, highlight=False)
+        if not self.console.is_terminal:  # log files: one line per update, not wrapped at 80 columns
+            self.console = Console(file=stream or sys.stderr, highlight=False, width=200)
         self.live: Live | None = None
         self._last_plain = 0.0
 
