@@ -114,13 +114,13 @@ class OpenLoopGenerator:
         loop = asyncio.get_running_loop()
         max_in_flight = self.scenario.client.max_in_flight
         for request in plan:
-            if self._stop_reason is None:
-                delay_ns = start_ns + request.scheduled_ns - self.clock.now_ns()
-                if delay_ns > 0:
-                    self._wakeup = loop.create_future()
-                    handle = loop.call_later(delay_ns / NS_PER_S, _resolve, self._wakeup)
-                    await self._wakeup
-                    handle.cancel()
+            due_ns = start_ns + request.scheduled_ns
+            # A loop timer may fire a hair early; never send before the planned time.
+            while self._stop_reason is None and (delay_ns := due_ns - self.clock.now_ns()) > 0:
+                self._wakeup = loop.create_future()
+                handle = loop.call_later(delay_ns / NS_PER_S, _resolve, self._wakeup)
+                await self._wakeup
+                handle.cancel()
             if self._stop_reason is not None:
                 listener.finished(request.not_sent(self._stop_reason))
                 continue
