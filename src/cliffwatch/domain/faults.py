@@ -132,3 +132,52 @@ def _is_host_port(text: str) -> bool:
     host, sep, port = text.rpartition(":")
     # isdigit() alone accepts "²" and other Unicode digits, which int() then rejects
     return bool(sep and host and port.isascii() and port.isdigit() and int(port) <= 65535)
+
+
+TOXIC_PREFIX = "cliffwatch"
+
+
+def toxic_name(run_id: str, phase: int, index: int, kind: ToxicType) -> str:
+    """The name of a toxic cliffwatch creates: recognisable by its prefix, traceable to its run and phase."""
+    return f"{TOXIC_PREFIX}-{run_id}-p{phase}-{index}-{kind.value}"
+
+
+def run_of_toxic(name: str) -> str | None:
+    """The run id in one of our toxic names, or None when the name is not one of ours."""
+    prefix = f"{TOXIC_PREFIX}-"
+    if not name.startswith(prefix):
+        return None
+    run_id, sep, _ = name[len(prefix) :].rpartition("-p")
+    return run_id if sep and run_id else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToxicState:
+    """A toxic as Toxiproxy reports it (or as we ask for it)."""
+
+    name: str
+    type: str
+    stream: str
+    toxicity: float
+    attributes: Mapping[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, fault: FaultSpec, name: str) -> ToxicState:
+        return cls(
+            name=name,
+            type=fault.type.value,
+            stream=fault.stream.value,
+            toxicity=fault.toxicity,
+            attributes=dict(fault.attributes),
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProxyState:
+    """A proxy as Toxiproxy reports it: ``listen`` is the address actually bound (port 0 resolved)."""
+
+    name: str
+    listen: str
+    upstream: str
+    enabled: bool
+    toxics: tuple[ToxicState, ...] = ()

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from cliffwatch.domain.faults import FaultSpec
+from cliffwatch.domain.faults import FaultSpec, ProxyState, ToxicState
 from cliffwatch.domain.generator_health import GeneratorReport
 from cliffwatch.domain.outcomes import RequestRecord
 from cliffwatch.domain.plan import PlannedRequest
@@ -103,3 +103,65 @@ class ProgressObserver(Protocol):
     def progress(self, progress: Progress) -> None: ...
 
     def note(self, message: str) -> None: ...
+
+
+class ToxiproxyApi(Protocol):
+    """The part of Toxiproxy's HTTP API cliffwatch uses. Every call raises ``FaultInjectionFailed`` naming
+    the proxy, the toxic and the status when it cannot be done (after a bounded number of retries)."""
+
+    url: str
+
+    async def version(self) -> str: ...
+
+    async def get_proxy(self, name: str) -> ProxyState | None:
+        """The proxy with its toxics, or None when there is no such proxy."""
+
+    async def create_proxy(self, *, name: str, listen: str, upstream: str) -> ProxyState: ...
+
+    async def delete_proxy(self, name: str) -> bool:
+        """Deletes the proxy (and its toxics); False when it was already gone."""
+
+    async def add_toxic(self, proxy: str, toxic: ToxicState) -> ToxicState: ...
+
+    async def remove_toxic(self, proxy: str, name: str) -> bool:
+        """Removes the toxic; False when it was already gone (which is as good as removed)."""
+
+    async def toxics(self, proxy: str) -> list[ToxicState]: ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class LedgerEntry:
+    """Something cliffwatch created on a Toxiproxy server: a toxic, or (``toxic`` None) a proxy."""
+
+    run_id: str
+    server: str  # the Toxiproxy API URL
+    proxy: str
+    toxic: str | None = None
+    managed: bool = False  # the server was started by the run itself, so it does not outlive the run
+
+    @property
+    def key(self) -> tuple[str, str, str | None]:
+        return (self.server, self.proxy, self.toxic)
+
+
+class FaultLedger(Protocol):
+    """A durable record of every fault cliffwatch creates, so none outlives a crash unnoticed.
+
+    An entry is recorded *before* the toxic (or proxy) is created and marked removed only once its removal
+    is confirmed; a crash between the two leaves it outstanding for the reconciler.
+    """
+
+    async def run_started(self, run_id: str) -> None:
+        """Marks ``run_id`` as running in this process (its owner)."""
+
+    async def run_finished(self, run_id: str) -> None: ...
+
+    async def planned(self, entry: LedgerEntry) -> None: ...
+
+    async def removed(self, entry: LedgerEntry) -> None: ...
+
+    async def outstanding(self) -> list[LedgerEntry]:
+        """Entries planned and not yet confirmed removed, oldest first."""
+
+    async def is_running(self, run_id: str) -> bool:
+        """Whether the run's owner is still alive and the run has not finished."""
