@@ -76,7 +76,9 @@ class FaultInjector(Protocol):
     async def check(self) -> None:
         """Raises ``FaultInjectionFailed`` when faults cannot be applied (before any load is sent)."""
 
-    async def apply(self, phase: int, faults: Sequence[FaultSpec]) -> list[FaultEvent]: ...
+    async def apply(self, phase: int, faults: Sequence[FaultSpec]) -> list[FaultEvent]:
+        """Switches the phase's faults on, one event each; a fault that could not be applied gives an event
+        with ``ok`` False (and the rest are not attempted), so the runner can abort and roll back."""
 
     async def remove(self, phase: int) -> list[FaultEvent]:
         """Removes the faults of ``phase``; must be safe to call when none are active."""

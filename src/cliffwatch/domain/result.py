@@ -71,6 +71,15 @@ class RunResult:
                     "client, not the target: " + "; ".join(self.generator.reasons),
                 )
             )
+        left = [e for e in self.fault_events if e.action == "off" and not e.ok]
+        if left:
+            found.append(
+                Verdict(
+                    name="fault_left_behind",
+                    summary=f"{len(left)} fault(s) could not be removed ({left[0].detail}); they stay in the fault "
+                    "ledger and the next start-up removes them (cliffwatch faults reconcile)",
+                )
+            )
         if self.status is RunStatus.ABORTED:
             found.append(Verdict(name="aborted", summary=self.abort_reason or "aborted"))
         if self.status is RunStatus.INTERRUPTED:

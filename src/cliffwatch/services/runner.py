@@ -179,7 +179,11 @@ class RunService:
                 return
             began = self.clock.now_ns() - state.start_ns
             if phase.faults:
-                events.extend(_run_relative(await self.faults.apply(window.index, phase.faults), state))
+                applied = _run_relative(await self.faults.apply(window.index, phase.faults), state)
+                events.extend(applied)
+                failed = [e for e in applied if not e.ok]
+                if failed:
+                    await self._abort(state, f"a fault could not be applied: {failed[0].detail}", window.index, events)
             self.observer.note(f"phase {phase.name} ({phase.role.value}): {phase.arrival.describe()}")
             check_ns: int | None = None
             if phase.role is Role.BASELINE and scenario.abort.baseline is not None:
@@ -188,12 +192,21 @@ class RunService:
                 if check_ns is not None and tick_end >= check_ns:
                     await self._sleep_until(check_ns, generator_task, state)
                     check_ns = None
-                    if not state.halted(generator_task) and self._check_baseline(scenario, window, aggregator, state):
+                    reason = (
+                        None
+                        if state.halted(generator_task)
+                        else self._unhealthy_baseline(scenario, window, aggregator, state)
+                    )
+                    if reason is not None:
+                        await self._abort(state, reason, window.index, events)
                         break
                 await self._sleep_until(tick_end, generator_task, state)
                 self._report_progress(scenario, window, aggregator, state)
                 await self.sink.flush()
-                if self._check_error_rate(scenario, aggregator, state) or state.halted(generator_task):
+                reason = self._error_rate_breach(scenario, aggregator, state)
+                if reason is not None:
+                    await self._abort(state, reason, window.index, events)
+                if state.halted(generator_task):
                     break
             if phase.faults:
                 events.extend(_run_relative(await self.faults.remove(window.index), state))
@@ -225,45 +238,44 @@ class RunService:
         finally:
             stop_waiter.cancel()
 
-    def _abort(self, state: _RunState, reason: str) -> None:
-        if state.abort_reason is None:
-            state.abort_reason = reason
-            state.stopped.set()
-            self.observer.note(f"aborting: {reason}")
-            log.warning("run aborted", reason=reason)
-            self.generator.stop(f"aborted: {reason}")
+    async def _abort(self, state: _RunState, reason: str, phase: int, events: list[FaultEvent]) -> None:
+        """Stops the load, rolls the phase's faults back, and only then records why the run stopped."""
+        if state.abort_reason is not None:
+            return
+        self.generator.stop(f"aborted: {reason}")
+        events.extend(_run_relative(await asyncio.shield(self.faults.remove(phase)), state))
+        state.abort_reason = reason
+        state.stopped.set()
+        self.observer.note(f"aborting: {reason}")
+        log.warning("run aborted", reason=reason)
 
-    def _check_error_rate(self, scenario: Scenario, aggregator: RunAggregator, state: _RunState) -> bool:
+    def _error_rate_breach(self, scenario: Scenario, aggregator: RunAggregator, state: _RunState) -> str | None:
         guard = scenario.abort.error_rate
         if guard is None:
-            return False
+            return None
         now = self.clock.now_ns() - state.start_ns
         ratio, count = aggregator.window_ratio(now, guard.window_s, guard.outcomes)
         if count >= guard.min_requests and ratio > guard.max_ratio:
             names = "/".join(sorted(o.value for o in guard.outcomes))
-            self._abort(
-                state,
+            return (
                 f"{ratio:.0%} of the {count} requests finished in the last {guard.window_s:g}s were {names} "
-                f"(limit {guard.max_ratio:.0%})",
+                f"(limit {guard.max_ratio:.0%})"
             )
-            return True
-        return False
+        return None
 
-    def _check_baseline(
+    def _unhealthy_baseline(
         self, scenario: Scenario, window: PhaseWindow, aggregator: RunAggregator, state: _RunState
-    ) -> bool:
+    ) -> str | None:
         guard = scenario.abort.baseline
         if guard is None:
-            return False
+            return None
         ratio, decided = aggregator.phase_health(window.index, self.clock.now_ns() - state.start_ns)
         if ratio is not None and ratio < guard.min_on_time_ratio:
-            self._abort(
-                state,
+            return (
                 f"baseline {window.name!r} already unhealthy: {ratio:.0%} of {decided} decided requests on time "
-                f"(needs {guard.min_on_time_ratio:.0%}); no stress was applied",
+                f"(needs {guard.min_on_time_ratio:.0%}); no stress was applied"
             )
-            return True
-        return False
+        return None
 
     def _report_progress(
         self, scenario: Scenario, window: PhaseWindow, aggregator: RunAggregator, state: _RunState

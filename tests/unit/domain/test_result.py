@@ -86,7 +86,7 @@ def _result(scenario: Scenario, *, fail_stress: bool = False, **overrides: Any) 
         "score": score_run(metrics, slo=scenario.slo, spec=scenario.score),
         "fault_events": (
             FaultEvent(phase=1, fault=LATENCY, action="on", at_ns=3 * NS_PER_S + 2_000_000, ok=True),
-            FaultEvent(phase=1, fault=LATENCY, action="off", at_ns=5 * NS_PER_S, ok=False, detail="HTTP 500"),
+            FaultEvent(phase=1, fault=LATENCY, action="off", at_ns=5 * NS_PER_S, ok=True, detail="toxic-1"),
         ),
         "phase_timings": tuple(
             PhaseTiming(index=w.index, began_ns=w.start_ns + 1_000_000, ended_ns=w.end_ns + 4_000_000) for w in windows
@@ -127,6 +127,19 @@ def test_a_run_that_cannot_be_trusted_does_not_pass(overrides: dict[str, Any], v
     assert result.score.passed
     assert result.passed is False
     assert [v.name for v in result.verdicts()] == [verdict]
+
+
+def test_a_fault_that_could_not_be_removed_is_a_verdict_of_its_own() -> None:
+    """A fault left behind is said loudly, with what went wrong and how it will be cleaned up."""
+    events = (
+        FaultEvent(phase=1, fault=LATENCY, action="on", at_ns=3 * NS_PER_S, ok=True),
+        FaultEvent(phase=1, fault=LATENCY, action="off", at_ns=5 * NS_PER_S, ok=False, detail="HTTP 500"),
+    )
+    result = _result(_scenario(), fault_events=events)
+    [verdict] = result.verdicts()
+    assert verdict.name == "fault_left_behind"
+    assert "HTTP 500" in verdict.summary
+    assert "reconcile" in verdict.summary
 
 
 def test_the_verdicts_explain_themselves() -> None:
@@ -222,8 +235,8 @@ def test_fault_events_are_written_in_seconds_from_the_start() -> None:
             "action": "off",
             "at_s": 5.0,
             "fault": "latency() on llm downstream",
-            "ok": False,
-            "detail": "HTTP 500",
+            "ok": True,
+            "detail": "toxic-1",
         },
     ]
 

@@ -1,0 +1,150 @@
+"""The fault injector on Toxiproxy: proxies set up for a run, toxics switched on and off by phase.
+
+Every toxic and every proxy cliffwatch creates is written to the fault ledger *before* it is created and
+marked removed only once Toxiproxy confirmed the removal, so a crash at any point leaves a record the
+reconciler can act on. Toxic names carry a recognisable prefix and the run id (``toxic_name``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from urllib.parse import urlsplit, urlunsplit
+
+from cliffwatch.domain.errors import FaultInjectionFailed
+from cliffwatch.domain.faults import FaultSpec, ProxyState, ToxicState, toxic_name
+from cliffwatch.domain.ports import Clock, FaultEvent, FaultLedger, LedgerEntry, ToxiproxyApi
+from cliffwatch.domain.scenario import Scenario
+
+
+class ToxiproxyFaultInjector:
+    """Implements the ``FaultInjector`` port for one run on one Toxiproxy server."""
+
+    def __init__(
+        self,
+        api: ToxiproxyApi,
+        ledger: FaultLedger,
+        *,
+        run_id: str,
+        scenario: Scenario,
+        clock: Clock,
+        managed: bool,
+    ) -> None:
+        self.api = api
+        self.ledger = ledger
+        self.run_id = run_id
+        self.scenario = scenario
+        self.clock = clock
+        self.managed = managed
+        self.proxies: dict[str, ProxyState] = {}
+        self._created: list[LedgerEntry] = []
+        self._active: dict[int, list[tuple[FaultSpec, LedgerEntry]]] = {}
+
+    def _entry(self, proxy: str, toxic: str | None = None) -> LedgerEntry:
+        return LedgerEntry(run_id=self.run_id, server=self.api.url, proxy=proxy, toxic=toxic, managed=self.managed)
+
+    async def check(self) -> None:
+        await self.api.version()
+
+    async def set_up(self, target_url: str) -> str:
+        """Ensures the scenario's proxies (upstream defaulting to the target) and returns the URL the load
+        should go to: the target's, or the listen address of the proxy it is routed through."""
+        for spec in self.scenario.proxies:
+            upstream = spec.upstream or host_port(target_url)
+            state = await self.api.get_proxy(spec.name)
+            if state is not None:
+                _check_reusable(state, spec.listen, upstream)
+            else:
+                # Recorded first: if the create times out after all, the reconciler still knows to look.
+                entry = self._entry(spec.name)
+                await self.ledger.planned(entry)
+                self._created.append(entry)
+                state = await self.api.create_proxy(name=spec.name, listen=spec.listen, upstream=upstream)
+            self.proxies[spec.name] = state
+        via = self.scenario.target.via_proxy
+        if via is None:
+            return target_url
+        return with_address(target_url, self.proxies[via].listen)
+
+    async def apply(self, phase: int, faults: Sequence[FaultSpec]) -> list[FaultEvent]:
+        events: list[FaultEvent] = []
+        active = self._active.setdefault(phase, [])
+        for index, fault in enumerate(faults):
+            name = toxic_name(self.run_id, phase, index, fault.type)
+            entry = self._entry(fault.proxy, name)
+            await self.ledger.planned(entry)
+            active.append((fault, entry))  # before the call: a timed-out add may still have happened
+            try:
+                await self.api.add_toxic(fault.proxy, ToxicState.of(fault, name))
+            except FaultInjectionFailed as exc:
+                events.append(FaultEvent(phase=phase, fault=fault, action="on", at_ns=self.clock.now_ns(),
+                                         ok=False, detail=str(exc)))  # fmt: skip
+                break
+            events.append(FaultEvent(phase=phase, fault=fault, action="on", at_ns=self.clock.now_ns(), ok=True,
+                                     detail=name))  # fmt: skip
+        return events
+
+    async def remove(self, phase: int) -> list[FaultEvent]:
+        events: list[FaultEvent] = []
+        for fault, entry in self._active.pop(phase, []):
+            assert entry.toxic is not None
+            try:
+                await self.api.remove_toxic(entry.proxy, entry.toxic)
+            except FaultInjectionFailed as exc:
+                # Left in the ledger as outstanding: the reconciler retries at the next start-up.
+                events.append(FaultEvent(phase=phase, fault=fault, action="off", at_ns=self.clock.now_ns(),
+                                         ok=False, detail=str(exc)))  # fmt: skip
+                continue
+            await self.ledger.removed(entry)
+            events.append(FaultEvent(phase=phase, fault=fault, action="off", at_ns=self.clock.now_ns(), ok=True,
+                                     detail=entry.toxic))  # fmt: skip
+        return events
+
+    async def remove_all(self) -> list[FaultEvent]:
+        events: list[FaultEvent] = []
+        for phase in list(self._active):
+            events.extend(await self.remove(phase))
+        return events
+
+    async def tear_down(self) -> list[str]:
+        """Deletes the proxies this run created; returns what could not be deleted (left to the reconciler)."""
+        failures: list[str] = []
+        for entry in reversed(self._created):
+            try:
+                await self.api.delete_proxy(entry.proxy)
+            except FaultInjectionFailed as exc:
+                failures.append(str(exc))
+                continue
+            await self.ledger.removed(entry)
+        self._created.clear()
+        return failures
+
+
+def _check_reusable(state: ProxyState, listen: str, upstream: str) -> None:
+    """An existing proxy is used only when it is the one the scenario describes: never hijack another's."""
+    if state.upstream != upstream:
+        raise FaultInjectionFailed(
+            proxy=state.name, toxic=None,
+            reason=f"a proxy of that name already exists with upstream {state.upstream}, not {upstream}",
+        )  # fmt: skip
+    if not listen.endswith(":0") and state.listen != listen:
+        raise FaultInjectionFailed(
+            proxy=state.name, toxic=None,
+            reason=f"a proxy of that name already listens on {state.listen}, not {listen}",
+        )  # fmt: skip
+
+
+def host_port(url: str) -> str:
+    """``host:port`` of an http(s) URL, with the scheme's default port when none is given."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    host = parts.hostname or ""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def with_address(url: str, address: str) -> str:
+    """``url`` with its host and port replaced by ``address`` (host:port), keeping scheme and path."""
+    parts = urlsplit(url)
+    host, _, port = address.rpartition(":")
+    if host in ("", "0.0.0.0", "[::]", "::"):  # a wildcard listen address is reached on loopback
+        host = "127.0.0.1"
+    return urlunsplit((parts.scheme, f"{host}:{port}", parts.path, parts.query, parts.fragment))
