@@ -405,6 +405,52 @@ async def test_the_error_rate_guard_aborts_and_leaves_the_rest_of_the_plan_unsen
     assert result.to_dict()["verdicts"][-1] == {"name": "aborted", "summary": result.abort_reason}
 
 
+async def test_an_abort_rolls_the_faults_back_before_it_is_recorded() -> None:
+    """When a guard fires during a faulted phase, the fault is already off when the abort is announced."""
+    scenario = _scenario(
+        _phase("calm", "baseline", 0.4),
+        _phase("burst", "stress", 3.0, 20, LATENCY),
+        abort={"error_rate": {"window_s": 5, "max_ratio": 0.5, "min_requests": 5, "outcomes": ["error"]}},
+    )
+    rig = Rig(errors_in(1))
+    active_when_announced: list[dict[int, Any]] = []
+    original_note = rig.observer.note
+
+    def note(message: str) -> None:
+        if message.startswith("aborting:"):
+            active_when_announced.append(dict(rig.injector.active))
+        original_note(message)
+
+    rig.observer.note = note  # type: ignore[method-assign]
+    result = await rig.run(scenario)
+    assert result.status is RunStatus.ABORTED
+    assert active_when_announced == [{}]
+
+
+class _FailingInjector(RecordingFaultInjector):
+    """Applies the first fault of a phase, then cannot apply the second (as a Toxiproxy 400 would)."""
+
+    async def apply(self, phase: int, faults: Sequence[FaultSpec]) -> list[FaultEvent]:
+        events = await super().apply(phase, faults[:1])
+        failed = FaultEvent(phase=phase, fault=faults[1], action="on", at_ns=self.clock.now_ns(), ok=False,
+                            detail="HTTP 400: bad attribute")  # fmt: skip
+        return [*events, failed]
+
+
+async def test_a_fault_that_cannot_be_applied_aborts_the_run_and_rolls_back_the_others() -> None:
+    """A phase whose faults cannot all be applied stops the run: the applied ones are removed, the reason
+    names the failure, and the rest of the plan is not sent."""
+    second = {"proxy": "llm", "type": "bandwidth", "attributes": {"rate": 10}}
+    scenario = _scenario(_phase("calm", "baseline", 0.3), _phase("burst", "stress", 2.0, 20, LATENCY, second))
+    rig = Rig(on_time(0.01), injector=_FailingInjector)
+    result = await rig.run(scenario)
+    assert result.status is RunStatus.ABORTED
+    assert result.abort_reason == "a fault could not be applied: HTTP 400: bad attribute"
+    assert rig.injector.active == {}
+    assert rig.injector.history == [("on", 1), ("off", 1)]
+    assert result.metrics.phases[1].outcomes[Outcome.NOT_SENT] > 0
+
+
 async def test_the_error_rate_guard_ignores_failures_outside_its_outcomes() -> None:
     """Errors do not trip a guard that watches only timeouts."""
     scenario = _scenario(
