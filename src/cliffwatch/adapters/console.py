@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cliffwatch.domain.metrics import PhaseStats, merge_phases
-from cliffwatch.domain.outcomes import Outcome
+from cliffwatch.domain.outcomes import NS_PER_S, Outcome
 from cliffwatch.domain.ports import Progress
 from cliffwatch.domain.result import RunResult
 from cliffwatch.domain.scenario import Role
@@ -125,6 +125,8 @@ def scorecard(result: RunResult) -> RenderableType:
         shown = "n/a" if component.value is None else f"{component.value:.2f}"
         components.add_row(component.name, shown, f"{component.weight:.2f}", component.summary)
     lines: list[RenderableType] = [headline, phase_table(result), components]
+    if result.fault_events:
+        lines.append(fault_timeline(result))
     for item in result.verdicts():
         lines.append(Text.from_markup(f"[bold yellow]⚠ {item.name}[/]: {item.summary}"))
     lag = result.generator.lag
@@ -137,6 +139,20 @@ def scorecard(result: RunResult) -> RenderableType:
         )
     )
     return Group(*lines)
+
+
+def fault_timeline(result: RunResult) -> Table:
+    """When each fault went on and off (seconds from the run's start), and whether Toxiproxy confirmed it."""
+    table = Table(show_edge=False, title="fault timeline", title_justify="left")
+    for header in ("at", "phase", "fault", "", "toxic / problem"):
+        table.add_column(header, justify="right" if header == "at" else "left", overflow="fold")
+    names = [p.name for p in result.scenario.phases]
+    for event in result.fault_events:
+        state = event.action if event.ok else f"[bold red]{event.action} FAILED[/]"
+        table.add_row(
+            f"{event.at_ns / NS_PER_S:.1f} s", names[event.phase], event.fault.describe(), state, event.detail
+        )
+    return table
 
 
 def comparison(results: Sequence[RunResult]) -> Table:
