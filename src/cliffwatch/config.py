@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from cliffwatch.domain.allowlist import DEFAULT_ALLOWLIST, Allowlist, parse_allowlist
 from cliffwatch.domain.errors import CliffwatchError
@@ -23,6 +24,13 @@ class Settings:
     allowlist: Allowlist
     log_format: str = "auto"  # auto: console on a terminal, JSON otherwise
     log_level: str = "info"
+    # What must survive the process (the fault ledger); built from the process environment when not given.
+    state_dir: Path = field(default_factory=lambda: _default_state_dir(os.environ))
+
+    @property
+    def fault_ledger_path(self) -> Path:
+        """The fault ledger's file, shared by every cliffwatch process that uses this state directory."""
+        return self.state_dir / "faults.jsonl"
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -32,6 +40,8 @@ class Settings:
           may target; default loopback only (``127.0.0.0/8,::1,localhost``).
         - ``CLIFFWATCH_LOG_FORMAT``: ``auto`` | ``json`` | ``console``.
         - ``CLIFFWATCH_LOG_LEVEL``: ``debug`` | ``info`` | ``warning`` | ``error``.
+        - ``CLIFFWATCH_STATE_DIR``: an absolute directory for state that outlives a run (the fault ledger);
+          default ``$XDG_STATE_HOME/cliffwatch``, or ``~/.local/state/cliffwatch``.
         """
         env = os.environ if environ is None else environ
         problems: list[str] = []
@@ -45,6 +55,29 @@ class Settings:
         log_level = env.get("CLIFFWATCH_LOG_LEVEL", "info").lower()
         if log_level not in ("debug", "info", "warning", "error"):
             problems.append(f"CLIFFWATCH_LOG_LEVEL: must be debug, info, warning or error, got {log_level!r}")
+        state_dir = _default_state_dir(env)
+        raw_state = env.get("CLIFFWATCH_STATE_DIR")
+        if raw_state is not None:
+            state_dir = _expand_home(raw_state, env)
+            # A relative directory would give each working directory its own ledger, and a clean-up run
+            # from elsewhere would miss the faults recorded there.
+            if not state_dir.is_absolute():
+                problems.append(f"CLIFFWATCH_STATE_DIR: must be an absolute path, got {raw_state!r}")
         if problems or allowlist is None:
             raise SettingsInvalid(problems)
-        return cls(allowlist=allowlist, log_format=log_format, log_level=log_level)
+        return cls(allowlist=allowlist, log_format=log_format, log_level=log_level, state_dir=state_dir)
+
+
+def _default_state_dir(env: Mapping[str, str]) -> Path:
+    # The XDG spec says a relative (or empty) XDG_STATE_HOME is to be ignored.
+    xdg = env.get("XDG_STATE_HOME", "")
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else _expand_home("~/.local/state", env)
+    return base / "cliffwatch"
+
+
+def _expand_home(path: str, env: Mapping[str, str]) -> Path:
+    """``~`` expanded with the given environment's HOME (the account's home when it has none)."""
+    if path == "~" or path.startswith("~/"):
+        home = env.get("HOME") or str(Path.home())
+        return Path(home + path[1:])
+    return Path(path)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from cliffwatch.config import Settings, SettingsInvalid
@@ -98,3 +100,31 @@ def test_settings_are_frozen() -> None:
     settings = Settings.from_env({})
     with pytest.raises(AttributeError):
         settings.log_level = "debug"  # type: ignore[misc]
+
+
+def test_the_state_directory_follows_xdg_then_home() -> None:
+    """CLIFFWATCH_STATE_DIR wins; otherwise $XDG_STATE_HOME/cliffwatch (when absolute), else ~/.local/state."""
+    home = {"HOME": "/home/ada"}
+    assert Settings.from_env(home).state_dir == Path("/home/ada/.local/state/cliffwatch")
+    xdg = {**home, "XDG_STATE_HOME": "/var/lib/ada"}
+    assert Settings.from_env(xdg).state_dir == Path("/var/lib/ada/cliffwatch")
+    # the XDG spec ignores a relative (or empty) XDG_STATE_HOME
+    assert Settings.from_env({**home, "XDG_STATE_HOME": "rel"}).state_dir == Path("/home/ada/.local/state/cliffwatch")
+    assert Settings.from_env({**xdg, "CLIFFWATCH_STATE_DIR": "/srv/cw"}).state_dir == Path("/srv/cw")
+    assert Settings.from_env({**home, "CLIFFWATCH_STATE_DIR": "~/cw"}).state_dir == Path("/home/ada/cw")
+    assert Settings.from_env(home).fault_ledger_path == Path("/home/ada/.local/state/cliffwatch/faults.jsonl")
+
+
+@pytest.mark.parametrize("value", ["state", "", "./here"])
+def test_a_relative_state_directory_is_refused(value: str) -> None:
+    """A relative state directory would give each working directory its own fault ledger."""
+    with pytest.raises(SettingsInvalid) as caught:
+        Settings.from_env({"CLIFFWATCH_STATE_DIR": value})
+    assert caught.value.problems == [f"CLIFFWATCH_STATE_DIR: must be an absolute path, got {value!r}"]
+
+
+def test_settings_built_directly_get_the_default_state_directory(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Settings made in code without a state_dir use the process environment's default."""
+    monkeypatch.setenv("XDG_STATE_HOME", "/tmp/xdg-state")
+    settings = Settings(allowlist=Settings.from_env({}).allowlist)
+    assert settings.state_dir == Path("/tmp/xdg-state/cliffwatch")

@@ -167,3 +167,7 @@ class FaultLedger(Protocol):
 
     async def is_running(self, run_id: str) -> bool:
         """Whether the run's owner is still alive and the run has not finished."""
+
+    async def compact(self) -> None:
+        """Forgets the runs that are settled (finished, or their owner dead, with nothing outstanding);
+        what ``outstanding`` and ``is_running`` answer is unchanged. The reconciler calls it after a pass."""

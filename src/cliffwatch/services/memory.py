@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import replace
 
 from cliffwatch.domain.errors import FaultInjectionFailed
-from cliffwatch.domain.faults import FaultSpec
+from cliffwatch.domain.faults import FaultSpec, ProxyState, ToxicState
 from cliffwatch.domain.generator_health import GeneratorLimits, GeneratorReport, judge_generator
 from cliffwatch.domain.histogram import Histogram
 from cliffwatch.domain.outcomes import NS_PER_S, RequestRecord
 from cliffwatch.domain.plan import PlannedRequest
-from cliffwatch.domain.ports import Clock, FaultEvent, GeneratorListener, LiveCounters, Progress
+from cliffwatch.domain.ports import (
+    Clock,
+    FaultEvent,
+    GeneratorListener,
+    LedgerEntry,
+    LiveCounters,
+    Progress,
+    ToxiproxyApi,
+)
 
 
 class InMemorySink:
@@ -190,3 +200,145 @@ __all__ = [
     "RecordingFaultInjector",
     "ScriptedGenerator",
 ]
+
+
+class InMemoryFaultLedger:
+    """The ``FaultLedger`` twin: the events a ledger file would hold, in a list.
+
+    A run is running from ``run_started`` until ``run_finished``, unless its id is put in ``dead``: its owner
+    crashed, as a test declares.
+    """
+
+    def __init__(self) -> None:
+        self.dead: set[str] = set()
+        self.events: list[tuple[str, str, LedgerEntry | None]] = []  # (event, run id, entry), oldest first
+        self.compactions = 0
+
+    async def run_started(self, run_id: str) -> None:
+        self.events.append(("run_started", run_id, None))
+
+    async def run_finished(self, run_id: str) -> None:
+        self.events.append(("run_finished", run_id, None))
+
+    async def planned(self, entry: LedgerEntry) -> None:
+        self.events.append(("planned", entry.run_id, entry))
+
+    async def removed(self, entry: LedgerEntry) -> None:
+        self.events.append(("removed", entry.run_id, entry))
+
+    async def outstanding(self) -> list[LedgerEntry]:
+        return list(self._outstanding().values())
+
+    async def is_running(self, run_id: str) -> bool:
+        return self._running(run_id)
+
+    async def compact(self) -> None:
+        keep = {run_id for run_id, _ in self._outstanding()} | {r for _, r, _ in self.events if self._running(r)}
+        self.events = [event for event in self.events if event[1] in keep]
+        self.compactions += 1
+
+    def _outstanding(self) -> dict[tuple[str, tuple[str, str, str | None]], LedgerEntry]:
+        entries: dict[tuple[str, tuple[str, str, str | None]], LedgerEntry] = {}
+        for kind, run_id, entry in self.events:
+            if entry is not None and kind == "planned":
+                entries[(run_id, entry.key)] = entry
+            elif entry is not None:
+                entries.pop((run_id, entry.key), None)
+        return entries
+
+    def _running(self, run_id: str) -> bool:
+        lifecycle = [kind for kind, r, entry in self.events if r == run_id and entry is None]
+        return bool(lifecycle) and lifecycle[-1] == "run_started" and run_id not in self.dead
+
+
+class InMemoryToxiproxy:
+    """The ``ToxiproxyApi`` twin: proxies and their toxics in a dict, answering as Toxiproxy does.
+
+    ``down`` (a reason) makes every call fail as an unreachable server does, without an HTTP status;
+    ``fail`` may fail any one call: given (call, proxy, toxic) it returns the error to raise, or None.
+    ``calls`` lists the changes asked for that reached the server, in order, whether or not they changed anything.
+    """
+
+    def __init__(self, url: str = "http://127.0.0.1:8474") -> None:
+        self.url = url
+        self.proxies: dict[str, ProxyState] = {}
+        self.down: str | None = None
+        self.fail: Callable[[str, str, str | None], FaultInjectionFailed | None] | None = None
+        self.calls: list[tuple[str, str, str | None]] = []
+        self._next_port = 20000
+
+    async def version(self) -> str:
+        self._call("version", "-")
+        return "2.12.0"
+
+    async def get_proxy(self, name: str) -> ProxyState | None:
+        self._call("get_proxy", name)
+        return self.proxies.get(name)
+
+    async def create_proxy(self, *, name: str, listen: str, upstream: str) -> ProxyState:
+        self._call("create_proxy", name, change=True)
+        if name in self.proxies:
+            raise FaultInjectionFailed(proxy=name, toxic=None, reason="proxy already exists", status=409)
+        host, _, port = listen.rpartition(":")
+        if port == "0":  # Toxiproxy binds a free port and reports it
+            self._next_port += 1
+            listen = f"{host}:{self._next_port}"
+        self.proxies[name] = ProxyState(name=name, listen=listen, upstream=upstream, enabled=True)
+        return self.proxies[name]
+
+    async def delete_proxy(self, name: str) -> bool:
+        self._call("delete_proxy", name, change=True)
+        return self.proxies.pop(name, None) is not None
+
+    async def add_toxic(self, proxy: str, toxic: ToxicState) -> ToxicState:
+        self._call("add_toxic", proxy, toxic.name, change=True)
+        state = self._proxy(proxy, toxic.name)
+        if any(t.name == toxic.name for t in state.toxics):
+            raise FaultInjectionFailed(proxy=proxy, toxic=toxic.name, reason="toxic already exists", status=409)
+        self.proxies[proxy] = replace(state, toxics=(*state.toxics, toxic))
+        return toxic
+
+    async def remove_toxic(self, proxy: str, name: str) -> bool:
+        self._call("remove_toxic", proxy, name, change=True)
+        state = self.proxies.get(proxy)
+        if state is None or all(t.name != name for t in state.toxics):
+            return False  # with its proxy gone, the toxic is gone too
+        self.proxies[proxy] = replace(state, toxics=tuple(t for t in state.toxics if t.name != name))
+        return True
+
+    async def toxics(self, proxy: str) -> list[ToxicState]:
+        self._call("toxics", proxy)
+        return list(self._proxy(proxy, None).toxics)
+
+    def _proxy(self, proxy: str, toxic: str | None) -> ProxyState:
+        state = self.proxies.get(proxy)
+        if state is None:
+            raise FaultInjectionFailed(proxy=proxy, toxic=toxic, reason="proxy not found", status=404)
+        return state
+
+    def _call(self, call: str, proxy: str, toxic: str | None = None, *, change: bool = False) -> None:
+        if self.down is not None:
+            raise FaultInjectionFailed(proxy=proxy, toxic=toxic, reason=self.down)
+        error = self.fail(call, proxy, toxic) if self.fail is not None else None
+        if error is not None:
+            raise error
+        if change:
+            self.calls.append((call, proxy, toxic))
+
+
+def in_memory_connect(*servers: InMemoryToxiproxy) -> Callable[[str], AbstractAsyncContextManager[ToxiproxyApi]]:
+    """A ``connect`` for the reconciler over in-memory servers, by URL; an unknown URL fails as a refused
+    connection does."""
+    by_url = {server.url: server for server in servers}
+
+    @asynccontextmanager
+    async def connect(url: str) -> AsyncIterator[ToxiproxyApi]:
+        server = by_url.get(url)
+        if server is None:
+            raise FaultInjectionFailed(proxy="-", toxic=None, reason=f"cannot connect to {url}: connection refused")
+        yield server
+
+    return connect
+
+
+__all__ += ["InMemoryFaultLedger", "InMemoryToxiproxy", "in_memory_connect"]
