@@ -128,3 +128,41 @@ def test_settings_built_directly_get_the_default_state_directory(monkeypatch: py
     monkeypatch.setenv("XDG_STATE_HOME", "/tmp/xdg-state")
     settings = Settings(allowlist=Settings.from_env({}).allowlist)
     assert settings.state_dir == Path("/tmp/xdg-state/cliffwatch")
+
+
+def test_toxiproxy_settings_default_to_a_server_started_per_run() -> None:
+    """With nothing set, no external Toxiproxy and no explicit binary: cliffwatch starts its own."""
+    settings = Settings.from_env({"HOME": "/home/someone"})
+    assert settings.toxiproxy_url is None
+    assert settings.toxiproxy_bin is None
+    assert settings.toxiproxy_timeout_s == 5.0
+
+
+def test_toxiproxy_settings_are_read_and_checked(tmp_path: Path) -> None:
+    """A URL, an existing binary and a timeout are taken; each bad one is named with its reason."""
+    binary = tmp_path / "toxiproxy-server"
+    binary.write_text("")
+    settings = Settings.from_env(
+        {
+            "HOME": "/h",
+            "CLIFFWATCH_TOXIPROXY_URL": "http://127.0.0.1:8474/",
+            "CLIFFWATCH_TOXIPROXY_BIN": str(binary),
+            "CLIFFWATCH_TOXIPROXY_TIMEOUT_S": "2.5",
+        }
+    )
+    assert settings.toxiproxy_url == "http://127.0.0.1:8474"
+    assert settings.toxiproxy_bin == binary
+    assert settings.toxiproxy_timeout_s == 2.5
+    with pytest.raises(SettingsInvalid) as caught:
+        Settings.from_env(
+            {
+                "HOME": "/h",
+                "CLIFFWATCH_TOXIPROXY_URL": "toxiproxy:8474",
+                "CLIFFWATCH_TOXIPROXY_BIN": str(tmp_path / "missing"),
+                "CLIFFWATCH_TOXIPROXY_TIMEOUT_S": "soon",
+            }
+        )
+    text = str(caught.value)
+    assert "CLIFFWATCH_TOXIPROXY_URL: must be http(s)://host:port" in text
+    assert "CLIFFWATCH_TOXIPROXY_BIN: no such file" in text
+    assert "CLIFFWATCH_TOXIPROXY_TIMEOUT_S: must be seconds" in text
