@@ -3,8 +3,11 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Shopify's Toxiproxy server, built from source with Go into a project-local tools dir (git-ignored).
+TOXIPROXY_VERSION := 2.12.0
+TOXIPROXY_BIN := .tools/bin/toxiproxy-server
 
-.PHONY: demo test lint typecheck check clean
+.PHONY: demo test lint typecheck check clean toxiproxy
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "cliffwatch needs Python >= 3.11")'
@@ -13,10 +16,31 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+# A toxiproxy-server on PATH is used as it is; otherwise .tools/bin/toxiproxy-server is built unless it is
+# there at this version. Without Go this only warns: the demo still runs, without faults.
+toxiproxy:
+	@if command -v toxiproxy-server >/dev/null 2>&1; then \
+		echo "toxiproxy: using $$(command -v toxiproxy-server)"; \
+	elif $(TOXIPROXY_BIN) -version 2>/dev/null | grep -q ' $(TOXIPROXY_VERSION)$$'; then \
+		:; \
+	elif ! command -v go >/dev/null 2>&1; then \
+		echo "WARNING: toxiproxy-server is not on PATH and Go is not installed, so it cannot be built." >&2; \
+		echo "WARNING: scenarios run without faults and the Toxiproxy tests fail; install Go and run 'make toxiproxy'." >&2; \
+	else \
+		echo "toxiproxy: building toxiproxy-server $(TOXIPROXY_VERSION) into $(TOXIPROXY_BIN)"; \
+		rm -rf .tools/build && \
+		GOBIN="$(CURDIR)/.tools/build" go install \
+			-ldflags "-X github.com/Shopify/toxiproxy/v2.Version=$(TOXIPROXY_VERSION)" \
+			github.com/Shopify/toxiproxy/v2/cmd/server@v$(TOXIPROXY_VERSION) && \
+		mkdir -p $(dir $(TOXIPROXY_BIN)) && \
+		mv .tools/build/server $(TOXIPROXY_BIN) && \
+		rm -rf .tools/build; \
+	fi
+
+demo: $(STAMP) toxiproxy
 	$(BIN)/cliffwatch demo --reports-dir demo-out
 
-test: $(STAMP)
+test: $(STAMP) toxiproxy
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)

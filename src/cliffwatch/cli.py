@@ -11,8 +11,7 @@ import argparse
 import asyncio
 import signal
 import sys
-import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from cliffwatch.adapters.console import ConsoleProgress, comparison, scorecard
 from cliffwatch.adapters.logs import configure_logging
 from cliffwatch.adapters.result_files import write_result
 from cliffwatch.adapters.scenario_files import bundled_names, load_scenario
-from cliffwatch.bootstrap import prepare_run
+from cliffwatch.bootstrap import clean_up_leftover_faults, prepare_run, toxiproxy_unavailable
 from cliffwatch.config import Settings, SettingsInvalid
 from cliffwatch.domain.errors import (
     BuiltinTargetFailed,
@@ -40,9 +39,11 @@ from cliffwatch.domain.errors import (
 from cliffwatch.domain.result import RunResult, RunStatus
 from cliffwatch.domain.scenario import Scenario, with_overrides
 from cliffwatch.domain.target_model import TargetModel, target_model_from
+from cliffwatch.services.reconcile import ReconcileReport
 
 EXIT_PASS, EXIT_FAIL, EXIT_INVALID, EXIT_ENVIRONMENT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 DEMO_SCENARIOS = ("burst-storm", "retry-storm")
+FAULT_DEMO = "slow-backend"  # runs when Toxiproxy is available
 _INPUT_ERRORS = (ScenarioInvalid, TargetConfigInvalid, SettingsInvalid, TargetNotAllowed)
 _ENVIRONMENT_ERRORS = (TargetUnreachable, BuiltinTargetFailed, FaultInjectionFailed)
 
@@ -87,9 +88,18 @@ def _parser() -> argparse.ArgumentParser:
     validate.add_argument("files", nargs="+")
     validate.set_defaults(handler=_validate)
 
-    demo = commands.add_parser("demo", help="run burst-storm and retry-storm on the built-in target, side by side")
+    demo = commands.add_parser(
+        "demo", help="run burst-storm, retry-storm (and slow-backend with Toxiproxy) on the built-in target"
+    )
     demo.add_argument("--reports-dir", type=Path, default=Path("demo-out"), help="where the JSON results go")
     demo.set_defaults(handler=_demo)
+
+    faults = commands.add_parser("faults", help="fault housekeeping")
+    fault_commands = faults.add_subparsers(dest="faults_command", required=True)
+    reconcile = fault_commands.add_parser(
+        "reconcile", help="remove toxics and proxies left behind by crashed runs (also done at every start-up)"
+    )
+    reconcile.set_defaults(handler=_faults)
 
     scenarios = commands.add_parser("scenarios", help="list the bundled scenarios")
     scenarios.set_defaults(handler=_scenarios)
@@ -137,6 +147,7 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
 async def _execute(scenario: Scenario, settings: Settings) -> RunResult:
     loop = asyncio.get_running_loop()
     with ConsoleProgress() as progress:
+        await _clean_up(settings, progress.note)
         async with prepare_run(settings, scenario, observer=progress) as prepared:
             main_task = asyncio.current_task()
             presses = 0
@@ -153,9 +164,9 @@ async def _execute(scenario: Scenario, settings: Settings) -> RunResult:
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, on_signal)
             try:
-                run_id = uuid.uuid4().hex[:12]
-                progress.note(f"run {run_id}: {scenario.name} against {prepared.target_url}")
-                return await prepared.service.execute(scenario, run_id=run_id, target_url=prepared.target_url)
+                via = "" if prepared.load_url == prepared.target_url else f" through {prepared.load_url}"
+                progress.note(f"run {prepared.run_id}: {scenario.name} against {prepared.target_url}{via}")
+                return await prepared.service.execute(scenario, run_id=prepared.run_id, target_url=prepared.target_url)
             finally:
                 for sig in (signal.SIGINT, signal.SIGTERM):
                     loop.remove_signal_handler(sig)
@@ -183,11 +194,30 @@ def _scenarios(args: argparse.Namespace, settings: Settings) -> int:
     return EXIT_PASS
 
 
+async def _clean_up(settings: Settings, say: Callable[[str], None]) -> ReconcileReport:
+    """The start-up reconciler: leftovers of crashed runs are removed before anything else happens."""
+    report = await clean_up_leftover_faults(settings)
+    if not report.is_empty():
+        say(report.summary())
+    return report
+
+
+def _faults(args: argparse.Namespace, settings: Settings) -> int:
+    out = _stdout()
+    report = asyncio.run(_clean_up(settings, lambda line: None))
+    out.print(report.summary(), markup=False, soft_wrap=True)
+    return EXIT_ENVIRONMENT if report.unreachable or report.kept else EXIT_PASS
+
+
 def _demo(args: argparse.Namespace, settings: Settings) -> int:
     out = _stdout()
     results: list[RunResult] = []
     args.reports_dir.mkdir(parents=True, exist_ok=True)
-    for name in DEMO_SCENARIOS:
+    names = list(DEMO_SCENARIOS)
+    unavailable = asyncio.run(toxiproxy_unavailable(settings))
+    if unavailable is None:
+        names.append(FAULT_DEMO)
+    for name in names:
         scenario = load_scenario(name)
         out.rule(f"{name}: {scenario.description.strip().splitlines()[0]}")
         result = asyncio.run(_execute(scenario, settings))
@@ -198,7 +228,9 @@ def _demo(args: argparse.Namespace, settings: Settings) -> int:
         out.print(scorecard(result))
         out.print(f"[dim]result: {path}[/dim]")
         results.append(result)
-    out.rule("burst-storm vs retry-storm")
+    if unavailable is not None:
+        out.print(f"[bold yellow]{FAULT_DEMO} skipped:[/] {unavailable}")
+    out.rule(" vs ".join(r.scenario.name for r in results))
     out.print(comparison(results))
     return EXIT_PASS
 

@@ -36,6 +36,10 @@ class ReconcileReport:
     left_running: tuple[LedgerEntry, ...] = ()
     kept: tuple[tuple[LedgerEntry, str], ...] = ()
 
+    def is_empty(self) -> bool:
+        """Nothing was removed, lost or kept: only (perhaps) the faults of runs still going were seen."""
+        return not (self.removed or self.gone_with_server or self.unreachable or self.kept)
+
     def summary(self) -> str:
         """One line per run and server, for the command line; "nothing to clean up" when there was nothing."""
         lines = [

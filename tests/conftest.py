@@ -1,0 +1,46 @@
+"""Fixtures every test directory may use; kept small: directory-specific fixtures live in their own conftests.
+
+``toxiproxy``: a Toxiproxy server of the tests' own, so no test ever touches a shared one (such as a
+developer's on the default port 8474, whose toxics would be someone else's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from cliffwatch.adapters.toxiproxy_server import ManagedToxiproxy, find_toxiproxy_server
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToxiproxyServer:
+    """A running toxiproxy-server: its API at ``url`` (``http://host:port``)."""
+
+    url: str
+    host: str
+    port: int
+    pid: int
+
+
+@pytest.fixture(scope="session")
+def toxiproxy() -> Iterator[ToxiproxyServer]:
+    """A private toxiproxy-server on a free 127.0.0.1 port, started once for the whole session.
+
+    Fails rather than skips when the binary is missing, so a machine without it cannot pass the suite
+    without testing fault injection. Tests share it: each names its proxies uniquely and removes them.
+    """
+    if find_toxiproxy_server() is None:
+        pytest.fail("toxiproxy-server is not on PATH nor in .tools/bin: run `make toxiproxy`")
+    managed = ManagedToxiproxy()
+    # Its own loop, which sets no current loop: pytest-asyncio gives each test a loop of its own. The server's
+    # output is drained by a thread, so it keeps running between tests while no loop runs.
+    with asyncio.Runner(loop_factory=asyncio.new_event_loop) as runner:
+        runner.run(managed.__aenter__())
+        try:
+            assert managed.pid is not None
+            yield ToxiproxyServer(url=managed.url, host=managed.host, port=managed.port, pid=managed.pid)
+        finally:
+            runner.run(managed.__aexit__(None, None, None))
