@@ -8,6 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
+STATE_DIR = tempfile.mkdtemp(prefix="cliffwatch-cli-state-")  # never the developer's own fault ledger
 
 # A short scenario on a small, fast built-in target: three phases, about six seconds in all.
 QUICK = {
@@ -35,8 +37,8 @@ QUICK = {
 }
 
 
-def cliffwatch(*args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "CLIFFWATCH_LOG_FORMAT": "json"}
+def cliffwatch(*args: str, timeout: float = 90, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "CLIFFWATCH_LOG_FORMAT": "json", "CLIFFWATCH_STATE_DIR": STATE_DIR, **(env or {})}
     env.pop("CLIFFWATCH_ALLOWED_TARGETS", None)
     return subprocess.run(
         [sys.executable, "-m", "cliffwatch", *args],
@@ -116,11 +118,37 @@ def test_run_against_an_unreachable_target_fails_fast_without_load(tmp_path: Pat
     assert time.monotonic() - started < 30
 
 
-def test_run_of_a_fault_scenario_without_toxiproxy_says_why(tmp_path: Path) -> None:
-    """slow-backend validates, but running it without a fault injector is refused (exit 3) with the reason."""
-    result = cliffwatch("run", "slow-backend")
+def test_run_of_a_fault_scenario_with_an_unreachable_toxiproxy_fails_fast(tmp_path: Path) -> None:
+    """slow-backend with a Toxiproxy that does not answer: exit 3, the server named, no run started."""
+    url = f"http://127.0.0.1:{closed_port()}"
+    started = time.monotonic()
+    result = cliffwatch(
+        "run", "slow-backend", env={"CLIFFWATCH_TOXIPROXY_URL": url, "CLIFFWATCH_STATE_DIR": str(tmp_path)}
+    )
     assert result.returncode == 3
-    assert "Toxiproxy" in result.stderr
+    assert url in result.stderr
+    assert "phase baseline" not in result.stderr
+    assert time.monotonic() - started < 30
+
+
+def test_run_of_a_fault_scenario_with_a_hanging_toxiproxy_gives_up_within_the_timeout(tmp_path: Path) -> None:
+    """A Toxiproxy that accepts connections and never answers is given up on within the configured timeout
+    (three attempts of 0.5 s), with exit 3 and the reason."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        started = time.monotonic()
+        result = cliffwatch(
+            "run", "slow-backend",
+            env={"CLIFFWATCH_TOXIPROXY_URL": url, "CLIFFWATCH_TOXIPROXY_TIMEOUT_S": "0.5",
+                 "CLIFFWATCH_STATE_DIR": str(tmp_path)},
+        )  # fmt: skip
+        elapsed = time.monotonic() - started
+    assert result.returncode == 3
+    assert url in result.stderr
+    assert "phase baseline" not in result.stderr
+    assert elapsed < 15
 
 
 @pytest.mark.parametrize(
@@ -145,7 +173,7 @@ def test_interrupting_a_run_stops_it_and_records_it_as_interrupted(tmp_path: Pat
     long_run = json.loads(json.dumps(QUICK))
     long_run["phases"][0]["duration_s"] = 60
     out = tmp_path / "out.json"
-    env = {**os.environ, "CLIFFWATCH_LOG_FORMAT": "json"}
+    env = {**os.environ, "CLIFFWATCH_LOG_FORMAT": "json", "CLIFFWATCH_STATE_DIR": STATE_DIR}
     process = subprocess.Popen(
         [sys.executable, "-m", "cliffwatch", "run", str(write(tmp_path, long_run)), "--json", str(out)],
         cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

@@ -102,9 +102,7 @@ class Oracle:
         found = self.server().get_proxy(self.proxy)
         if found is None:
             return None
-        return {
-            name: (t.type, t.stream, float(t.toxicity), dict(t.attributes)) for name, t in found.toxics().items()
-        }
+        return {name: (t.type, t.stream, float(t.toxicity), dict(t.attributes)) for name, t in found.toxics().items()}
 
     def poll(self) -> None:
         while not self._stop.is_set():
@@ -245,13 +243,13 @@ async def close_delimited_server() -> AsyncIterator[str]:
 async def test_a_slow_close_toxic_delays_answers_that_end_with_the_connection(
     toxiproxy: Any, proxy_name: str, state_dir: Path
 ) -> None:
-    """For answers delimited by the connection closing, slow_close's 600 ms delay is felt (about 500 ms of it
-    was measured: Toxiproxy counts the delay from before the answer's last bytes leave)."""
+    """For answers delimited by the connection closing, slow_close's 600 ms delay is felt in full (but for
+    requests in the phase's last 0.6 s, which the toxic's removal releases early)."""
     fault = {"type": "slow_close", "attributes": {"delay": 600}}
     async with close_delimited_server() as url:
-        chosen = scenario(fault, proxy=proxy_name, target=url, api="http", request={"path": "/"})
+        chosen = scenario(fault, proxy=proxy_name, target=url, api="http", request={"path": "/"}, stress_s=3)
         result, _ = await run(chosen, settings(toxiproxy.url, state_dir))
-    assert p50(result, 1, "e2e") >= p50(result, 0, "e2e") + 400
+    assert p50(result, 1, "e2e") >= p50(result, 0, "e2e") + 580
 
 
 async def test_faults_are_removed_when_an_abort_guard_fires_mid_phase(

@@ -38,7 +38,7 @@ class BuiltinTarget:
         self._process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "cliffwatch", "target", "--host", self.host, "--port", "0",
             "--config-json", json.dumps(self.model.to_dict()),
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, preexec_fn=die_with_parent,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, preexec_fn=die_with_parent(),
         )  # fmt: skip
         stdout, stderr = self._process.stdout, self._process.stderr
         if stdout is None or stderr is None:

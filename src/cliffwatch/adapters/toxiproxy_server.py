@@ -14,23 +14,20 @@ the server.
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import IO
 
+from cliffwatch.adapters.processes import die_with_parent
 from cliffwatch.adapters.toxiproxy import ANY_PROXY, ToxiproxyClient
 from cliffwatch.domain.errors import FaultInjectionFailed
 
@@ -39,7 +36,6 @@ BINARY = "toxiproxy-server"
 TOOLS_BINARY = Path(__file__).resolve().parents[3] / ".tools" / "bin" / BINARY
 START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 5.0
-_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 _BIND_FAILED = "address already in use"
 
 
@@ -144,7 +140,7 @@ class ManagedToxiproxy:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
-                preexec_fn=_die_with_parent(os.getpid()) if sys.platform == "linux" else None,
+                preexec_fn=die_with_parent(),
             )
             self._drain = threading.Thread(
                 target=_drain,
@@ -209,16 +205,3 @@ def _drain(stream: IO[bytes] | None, tail: deque[str], bind_failed: threading.Ev
             tail.append(line)
             if _BIND_FAILED in line:
                 bind_failed.set()
-
-
-def _die_with_parent(parent: int) -> Callable[[], None]:
-    """A ``preexec_fn`` that has the kernel SIGKILL the child when the thread that forked it exits."""
-    libc = ctypes.CDLL(None, use_errno=True)  # loaded before the fork: the child only makes one call
-
-    def in_child() -> None:
-        if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
-            raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) failed")  # Popen re-raises it in the parent
-        if os.getppid() != parent:  # the parent died before prctl: nobody would send the signal now
-            os._exit(1)
-
-    return in_child

@@ -362,15 +362,20 @@ asyncio.run(main())
 
 @pytest.mark.skipif(sys.platform != "linux", reason="PR_SET_PDEATHSIG is Linux's")
 async def test_a_managed_server_dies_with_its_parent_even_on_sigkill() -> None:
-    parent = await asyncio.create_subprocess_exec(sys.executable, "-c", PARENT, stdout=asyncio.subprocess.PIPE)
+    parent = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", PARENT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
     try:
         assert parent.stdout is not None
-        line = await asyncio.wait_for(parent.stdout.readline(), 10.0)
+        assert parent.stderr is not None
+        line = await asyncio.wait_for(parent.stdout.readline(), 20.0)
+        if not line:  # the parent failed: show why rather than a bare unpacking error
+            pytest.fail((await parent.stderr.read()).decode(errors="replace"))
         pid, port = map(int, line.split())
         assert alive(pid)
         parent.send_signal(signal.SIGKILL)  # no finally, no __aexit__: only the kernel can stop the child
         await parent.wait()
-        await wait_until(lambda: not alive(pid), within_s=3.0)
+        await wait_until(lambda: not alive(pid), within_s=5.0)
         with pytest.raises(ConnectionRefusedError):
             await asyncio.open_connection("127.0.0.1", port)
     finally:
