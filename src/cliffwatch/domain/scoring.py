@@ -17,7 +17,7 @@ from typing import Any
 
 from cliffwatch.domain.histogram import Histogram
 from cliffwatch.domain.metrics import PhaseStats, RunMetrics, SecondStats, merge_phases
-from cliffwatch.domain.outcomes import NS_PER_S, Outcome, Slo
+from cliffwatch.domain.outcomes import NS_PER_MS, NS_PER_S, Outcome, Slo
 from cliffwatch.domain.scenario import Role, ScoreSpec
 
 SCORE_VERSION = "1"
@@ -156,7 +156,7 @@ def score_run(metrics: RunMetrics, *, slo: Slo, spec: ScoreSpec) -> Score:
     stress = merge_phases(metrics.by_role(Role.STRESS))
     if stress is not None and stress.offered == 0:
         stress = None
-    reference = _reference(merge_phases(metrics.by_role(Role.BASELINE)))
+    reference = _reference(metrics, slo)
     components = (
         _preservation(stress, reference),
         _safe_degradation(stress, fast_fail_ms=spec.fast_fail_fraction * slo.e2e_ms),
@@ -191,15 +191,31 @@ def score_run(metrics: RunMetrics, *, slo: Slo, spec: ScoreSpec) -> Score:
     )
 
 
-def _reference(baseline: PhaseStats | None) -> _Reference:
-    if baseline is None or baseline.offered == 0:
+def _reference(metrics: RunMetrics, slo: Slo) -> _Reference:
+    """The pooled baseline, without the requests of each baseline's last ``e2e_ms``.
+
+    Those requests may still be running when the next phase changes conditions (a toxic goes on, a burst
+    queues ahead of them), so they describe the change, not the normal. A baseline too short to keep any
+    whole second is used whole.
+    """
+    baselines = metrics.by_role(Role.BASELINE)
+    pooled = merge_phases(baselines)
+    if pooled is None or pooled.offered == 0:
         return _Reference(ratio=1.0, p99_ms=None, offered=0, on_time=0, measured=False)
+    offered = on_time = 0
+    e2e = Histogram()
+    for phase in baselines:
+        first = math.ceil(phase.window.start_ns / NS_PER_S)
+        settled_end = (phase.window.end_ns - slo.e2e_ms * NS_PER_MS) / NS_PER_S
+        for second in metrics.seconds:
+            if first <= second.t and second.t + 1 <= settled_end:
+                offered += second.offered
+                on_time += second.outcomes[Outcome.ON_TIME]
+                e2e.merge(second.e2e)
+    if offered == 0:
+        offered, on_time, e2e = pooled.offered, pooled.on_time, pooled.latency["e2e"]
     return _Reference(
-        ratio=baseline.on_time / baseline.offered,
-        p99_ms=baseline.latency["e2e"].quantile(0.99),
-        offered=baseline.offered,
-        on_time=baseline.on_time,
-        measured=True,
+        ratio=on_time / offered, p99_ms=e2e.quantile(0.99), offered=offered, on_time=on_time, measured=True
     )
 
 

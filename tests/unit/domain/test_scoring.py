@@ -609,3 +609,27 @@ def test_to_dict_is_json_ready_and_reads_back() -> None:
         assert json.loads(text)["version"] == SCORE_VERSION == "1"
     empty = score_run(_metrics([]), slo=slo, spec=SPEC)
     assert Score.from_dict(json.loads(json.dumps(empty.to_dict(), allow_nan=False))) == empty
+
+
+def test_the_baseline_reference_leaves_out_requests_overtaken_by_the_next_phase() -> None:
+    """Requests sent in a baseline's last e2e_ms may still be running when the stress (or a toxic) starts;
+    they describe the change, not the normal, so the reference ratio and p99 come from the rest."""
+    baseline_w, stress_w = _windows((B, 10), (S, 5))
+    seconds = [_second(t, on_time=5) for t in range(9)] + [_second(9, late=5)]
+    seconds += [_second(10 + t, on_time=2) for t in range(5)]
+    baseline = _phase(baseline_w, on_time=45, late=5)
+    stress = _phase(stress_w, on_time=9, late=1)
+    score = score_run(_metrics([baseline, stress], seconds), slo=SLO, spec=SPEC)
+    preservation = _component(score, PRESERVATION)
+    assert preservation.evidence["reference_ratio"] == 1.0  # the late second 9 is left out (whole: 0.9)
+    assert preservation.value == pytest.approx(0.9)
+
+
+def test_a_baseline_shorter_than_the_slo_is_used_whole_for_the_reference() -> None:
+    """With no whole second of a baseline settled before its end, the whole baseline is the reference."""
+    baseline_w, stress_w = _windows((B, 0.8), (S, 5))
+    seconds = [_second(0, on_time=3, late=1)] + [_second(1 + t, on_time=2) for t in range(5)]
+    baseline = _phase(baseline_w, on_time=3, late=1)
+    stress = _phase(stress_w, on_time=9, late=1)
+    score = score_run(_metrics([baseline, stress], seconds), slo=SLO, spec=SPEC)
+    assert _component(score, PRESERVATION).evidence["reference_ratio"] == pytest.approx(0.75)
