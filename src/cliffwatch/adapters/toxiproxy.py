@@ -26,7 +26,7 @@ import structlog
 from yarl import URL
 
 from cliffwatch.domain.errors import FaultInjectionFailed
-from cliffwatch.domain.faults import ProxySpec, ProxyState, ToxicState
+from cliffwatch.domain.faults import ProxySpec, ProxyState, ToxicState, proxy_matches
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -34,7 +34,6 @@ T = TypeVar("T")
 ANY_PROXY = "*"  # the ``proxy`` of errors from calls about the server rather than one proxy
 BACKOFF_S = 0.1  # doubled after each failed attempt: 0.1 s, 0.2 s, … — a stall is either brief or hopeless
 # Hosts that Toxiproxy turns into another spelling once it has bound the address.
-_HOST_ALIASES = {"localhost": {"127.0.0.1", "[::1]", "::1"}, "0.0.0.0": {"[::]", "::"}, "": {"[::]", "::"}}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,7 +109,7 @@ class ToxiproxyClient:
         answer = await self._call("POST", "/proxies", proxy=name, body=body)
         if answer.status == 409 and answer.attempts > 1:
             existing = await self.get_proxy(name)
-            if existing is not None and _proxy_matches(existing, listen=listen, upstream=upstream):
+            if existing is not None and proxy_matches(existing, listen=listen, upstream=upstream):
                 return existing
         return self._json(answer, 201, _proxy_from)
 
@@ -133,7 +132,7 @@ class ToxiproxyClient:
                 raise FaultInjectionFailed(
                     proxy=name, toxic=None, reason=f"{self.url}: the proxy appeared and vanished while creating it"
                 )
-        if not _proxy_matches(existing, listen=listen, upstream=upstream):
+        if not proxy_matches(existing, listen=listen, upstream=upstream):
             raise self._taken(existing, listen=listen, upstream=upstream)
         return existing, False
 
@@ -166,7 +165,7 @@ class ToxiproxyClient:
         existing = await self.proxies()
         for spec in wanted:
             found = existing.get(spec.name)
-            if found is not None and not _proxy_matches(found, listen=spec.listen, upstream=spec.upstream or ""):
+            if found is not None and not proxy_matches(found, listen=spec.listen, upstream=spec.upstream or ""):
                 raise self._taken(found, listen=spec.listen, upstream=spec.upstream or "")
         body = [
             {"name": spec.name, "listen": spec.listen, "upstream": spec.upstream}
@@ -295,22 +294,6 @@ def _error_message(text: str) -> str:
     if isinstance(data, dict) and isinstance(data.get("error"), str):
         return str(data["error"])
     return text.strip()[:200] or "(empty answer)"
-
-
-def _host_port(address: str) -> tuple[str, str]:
-    host, _, port = address.rpartition(":")
-    return host, port
-
-
-def _proxy_matches(proxy: ProxyState, *, listen: str, upstream: str) -> bool:
-    """Whether an existing proxy is the one asked for: same upstream, and same listen unless port 0 was asked."""
-    if proxy.upstream != upstream:
-        return False
-    host, port = _host_port(listen)
-    if port == "0":
-        return True
-    actual_host, actual_port = _host_port(proxy.listen)
-    return actual_port == port and (actual_host == host or actual_host in _HOST_ALIASES.get(host, set()))
 
 
 def _toxic_matches(found: ToxicState, wanted: ToxicState) -> bool:

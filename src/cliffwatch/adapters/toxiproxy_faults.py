@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from urllib.parse import urlsplit, urlunsplit
 
 from cliffwatch.domain.errors import FaultInjectionFailed
-from cliffwatch.domain.faults import FaultSpec, ProxyState, ToxicState, toxic_name
+from cliffwatch.domain.faults import FaultSpec, ProxyState, ToxicState, proxy_matches, toxic_name
 from cliffwatch.domain.ports import Clock, FaultEvent, FaultLedger, LedgerEntry, ToxiproxyApi
 from cliffwatch.domain.scenario import Scenario
 
@@ -52,7 +52,13 @@ class ToxiproxyFaultInjector:
             upstream = spec.upstream or host_port(target_url)
             state = await self.api.get_proxy(spec.name)
             if state is not None:
-                _check_reusable(state, spec.listen, upstream)
+                if not proxy_matches(state, listen=spec.listen, upstream=upstream):
+                    # never hijack another's proxy
+                    raise FaultInjectionFailed(
+                        proxy=spec.name, toxic=None, status=409,
+                        reason=f"{self.api.url} already has this proxy with listen {state.listen} and upstream "
+                        f"{state.upstream}, not listen {spec.listen} and upstream {upstream}; it is left alone",
+                    )  # fmt: skip
             else:
                 # Recorded first: if the create times out after all, the reconciler still knows to look.
                 entry = self._entry(spec.name)
@@ -117,20 +123,6 @@ class ToxiproxyFaultInjector:
             await self.ledger.removed(entry)
         self._created.clear()
         return failures
-
-
-def _check_reusable(state: ProxyState, listen: str, upstream: str) -> None:
-    """An existing proxy is used only when it is the one the scenario describes: never hijack another's."""
-    if state.upstream != upstream:
-        raise FaultInjectionFailed(
-            proxy=state.name, toxic=None,
-            reason=f"a proxy of that name already exists with upstream {state.upstream}, not {upstream}",
-        )  # fmt: skip
-    if not listen.endswith(":0") and state.listen != listen:
-        raise FaultInjectionFailed(
-            proxy=state.name, toxic=None,
-            reason=f"a proxy of that name already listens on {state.listen}, not {listen}",
-        )  # fmt: skip
 
 
 def host_port(url: str) -> str:

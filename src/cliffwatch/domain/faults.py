@@ -172,6 +172,23 @@ class ToxicState:
         )
 
 
+_HOST_ALIASES = {"localhost": {"127.0.0.1", "[::1]", "::1"}, "0.0.0.0": {"[::]", "::"}, "": {"[::]", "::"}}
+
+
+def proxy_matches(proxy: ProxyState, *, listen: str, upstream: str) -> bool:
+    """Whether an existing proxy is the one asked for: same upstream, and same listen unless port 0 was asked.
+
+    Anything else belongs to someone else and must be left alone.
+    """
+    if proxy.upstream != upstream:
+        return False
+    host, _, port = listen.rpartition(":")
+    if port == "0":
+        return True
+    actual_host, _, actual_port = proxy.listen.rpartition(":")
+    return actual_port == port and (actual_host == host or actual_host in _HOST_ALIASES.get(host, set()))
+
+
 @dataclass(frozen=True, kw_only=True)
 class ProxyState:
     """A proxy as Toxiproxy reports it: ``listen`` is the address actually bound (port 0 resolved)."""
