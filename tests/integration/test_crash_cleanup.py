@@ -119,3 +119,41 @@ def test_a_toxic_left_by_a_killed_run_is_removed_at_the_next_start_up(toxiproxy:
     )  # fmt: skip
     assert again.returncode == 0
     assert "nothing to clean up" in again.stdout
+
+
+def test_sigterm_mid_fault_stops_the_run_and_removes_its_toxic_itself(toxiproxy: Any, tmp_path: Path) -> None:
+    """SIGTERM (what a supervisor sends) is an orderly stop: the run removes its own toxic and proxy, records
+    itself as interrupted, and leaves nothing for the reconciler."""
+    proxy = f"term-{uuid.uuid4().hex[:8]}"
+    path = tmp_path / "term.yaml"
+    path.write_text(yaml.safe_dump(scenario(proxy)))
+    env = {**os.environ, "CLIFFWATCH_TOXIPROXY_URL": toxiproxy.url, "CLIFFWATCH_STATE_DIR": str(tmp_path / "state"),
+           "CLIFFWATCH_LOG_FORMAT": "json"}  # fmt: skip
+    oracle = Toxiproxy()
+    oracle.update_api_consumer(toxiproxy.host, toxiproxy.port)
+    run = subprocess.Popen(
+        [sys.executable, "-m", "cliffwatch", "run", str(path), "--json", str(tmp_path / "out.json")],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 20
+        while not our_toxics(oracle, proxy):
+            assert time.monotonic() < deadline, "the toxic never appeared"
+            time.sleep(0.05)
+        run.send_signal(signal.SIGTERM)
+        run.communicate(timeout=30)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate(timeout=10)
+    assert run.returncode == 130
+    assert our_toxics(oracle, proxy) is None
+    document = yaml.safe_load((tmp_path / "out.json").read_text())
+    assert document["status"] == "interrupted"
+    assert [f["action"] for f in document["faults"]] == ["on", "off"]
+    assert all(f["ok"] for f in document["faults"])
+    check = subprocess.run(
+        [sys.executable, "-m", "cliffwatch", "faults", "reconcile"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert "nothing to clean up" in check.stdout
