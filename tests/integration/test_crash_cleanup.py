@@ -151,7 +151,7 @@ def test_sigterm_mid_fault_stops_the_run_and_removes_its_toxic_itself(toxiproxy:
     document = yaml.safe_load((tmp_path / "out.json").read_text())
     assert document["status"] == "interrupted"
     assert [f["action"] for f in document["faults"]] == ["on", "off"]
-    assert all(f["ok"] for f in document["faults"])
+    assert all(f["ok"] for f in document["faults"]), document["faults"]
     check = subprocess.run(
         [sys.executable, "-m", "cliffwatch", "faults", "reconcile"],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False,

@@ -315,3 +315,52 @@ async def test_an_unreachable_toxiproxy_fails_before_any_load(state_dir: Path, p
         with pytest.raises(FaultInjectionFailed, match=closed.replace(".", r"\.")):
             await run(chosen, settings(closed, state_dir, toxiproxy_timeout_s=0.5))
     assert seen == []
+
+
+async def test_removing_a_toxic_while_clients_disconnect_leaves_nothing_behind(
+    toxiproxy: Any, proxy_name: str, state_dir: Path
+) -> None:
+    """Clients dropping their streams at the very moment a latency toxic is removed stall Toxiproxy's
+    removal (its issue #558; on 2.12.0 this test hits it most times). The injector still gets the toxic off —
+    by recreating the run's proxy at the same address — and the proxy serves again at once."""
+    import aiohttp
+
+    from cliffwatch.adapters.builtin_target import BuiltinTarget
+    from cliffwatch.adapters.clock import MonotonicClock
+    from cliffwatch.adapters.fault_ledger import FileFaultLedger
+    from cliffwatch.adapters.toxiproxy import ToxiproxyClient
+    from cliffwatch.adapters.toxiproxy_faults import ToxiproxyFaultInjector
+    from cliffwatch.domain.target_model import TargetModel
+
+    fault = {"type": "latency", "attributes": {"latency": 1000}}
+    chosen = scenario(fault, proxy=proxy_name)
+    ledger = FileFaultLedger(state_dir / "faults.jsonl")
+    async with BuiltinTarget(TargetModel(**FAST_TARGET)) as target, ToxiproxyClient(toxiproxy.url) as api:
+        injector = ToxiproxyFaultInjector(
+            api, ledger, run_id="stall", scenario=chosen, clock=MonotonicClock(), managed=False
+        )
+        load_url = await injector.set_up(target)
+        await injector.apply(1, chosen.phases[1].faults)
+        body = {"model": "sim-llm", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 200, "stream": True}
+        async with aiohttp.ClientSession() as session:
+
+            async def stream() -> None:
+                async with session.post(f"{load_url}/v1/chat/completions", json=body) as response:
+                    async for _ in response.content.iter_any():
+                        pass
+
+            streams = [asyncio.create_task(stream()) for _ in range(5)]
+            await asyncio.sleep(1.5)  # data is now held inside the toxic
+            for task in streams:
+                task.cancel()
+            await asyncio.sleep(0)
+            [event] = await injector.remove(1)
+            await asyncio.gather(*streams, return_exceptions=True)
+            assert event.ok, event.detail
+            async with session.post(f"{load_url}/v1/chat/completions", json={**body, "stream": False}) as response:
+                assert response.status == 200
+        state = await api.get_proxy(proxy_name)
+        assert state is not None
+        assert state.toxics == ()
+        await injector.tear_down()
+    assert await ledger.outstanding() == []

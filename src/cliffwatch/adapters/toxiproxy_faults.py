@@ -7,6 +7,7 @@ reconciler can act on. Toxic names carry a recognisable prefix and the run id (`
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from urllib.parse import urlsplit, urlunsplit
 
@@ -14,6 +15,9 @@ from cliffwatch.domain.errors import FaultInjectionFailed
 from cliffwatch.domain.faults import FaultSpec, ProxyState, ToxicState, proxy_matches, toxic_name
 from cliffwatch.domain.ports import Clock, FaultEvent, FaultLedger, LedgerEntry, ToxiproxyApi
 from cliffwatch.domain.scenario import Scenario
+
+REMOVE_STALL_S = 3.0  # a removal normally takes a millisecond; this long means Toxiproxy has stalled
+STALL_NOTE = "Toxiproxy stalled removing it (upstream issue #558), so the run's proxy was recreated without it"
 
 
 class ToxiproxyFaultInjector:
@@ -93,17 +97,43 @@ class ToxiproxyFaultInjector:
         events: list[FaultEvent] = []
         for fault, entry in self._active.pop(phase, []):
             assert entry.toxic is not None
+            detail = entry.toxic
             try:
-                await self.api.remove_toxic(entry.proxy, entry.toxic)
+                try:
+                    async with asyncio.timeout(REMOVE_STALL_S):
+                        await self.api.remove_toxic(entry.proxy, entry.toxic)
+                except TimeoutError as exc:
+                    raise FaultInjectionFailed(
+                        proxy=entry.proxy, toxic=entry.toxic, reason=f"no answer within {REMOVE_STALL_S:g}s"
+                    ) from exc
             except FaultInjectionFailed as exc:
-                # Left in the ledger as outstanding: the reconciler retries at the next start-up.
-                events.append(FaultEvent(phase=phase, fault=fault, action="off", at_ns=self.clock.now_ns(),
-                                         ok=False, detail=str(exc)))  # fmt: skip
-                continue
+                if exc.status is not None or not self._owns(entry.proxy):
+                    # Left in the ledger as outstanding: the reconciler retries at the next start-up.
+                    events.append(FaultEvent(phase=phase, fault=fault, action="off", at_ns=self.clock.now_ns(),
+                                             ok=False, detail=str(exc)))  # fmt: skip
+                    continue
+                try:
+                    await self._recreate(entry.proxy)
+                except FaultInjectionFailed as again:
+                    events.append(FaultEvent(phase=phase, fault=fault, action="off", at_ns=self.clock.now_ns(),
+                                             ok=False, detail=f"{exc}; then {again}"))  # fmt: skip
+                    continue
+                detail = f"{entry.toxic}: {STALL_NOTE}"
             await self.ledger.removed(entry)
             events.append(FaultEvent(phase=phase, fault=fault, action="off", at_ns=self.clock.now_ns(), ok=True,
-                                     detail=entry.toxic))  # fmt: skip
+                                     detail=detail))  # fmt: skip
         return events
+
+    def _owns(self, proxy: str) -> bool:
+        return any(entry.proxy == proxy for entry in self._created)
+
+    async def _recreate(self, proxy: str) -> None:
+        """Deletes and recreates one of the run's proxies, with the same address: the way out when
+        Toxiproxy stalls removing a toxic (it does when clients disconnect during the removal, upstream
+        issue #558); deleting a proxy still works then, and takes every toxic on it along."""
+        state = self.proxies[proxy]
+        await self.api.delete_proxy(proxy)
+        self.proxies[proxy] = await self.api.create_proxy(name=proxy, listen=state.listen, upstream=state.upstream)
 
     async def remove_all(self) -> list[FaultEvent]:
         events: list[FaultEvent] = []

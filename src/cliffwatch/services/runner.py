@@ -99,7 +99,9 @@ class RunService:
         if self._state is not None and not self._state.interrupted:
             self._state.interrupted = True
             self._state.stopped.set()
-            self.generator.stop("run interrupted", cancel_in_flight=True)
+            # In-flight requests are cut only once the phase's faults are off (see execute): clients
+            # disconnecting while a toxic is being removed can stall Toxiproxy (its issue #558).
+            self.generator.stop("run interrupted")
 
     async def execute(self, scenario: Scenario, *, run_id: str, target_url: str) -> RunResult:
         """Runs ``scenario`` against ``target_url`` and returns its result; raises before sending any load
@@ -125,6 +127,8 @@ class RunService:
         bound.info("run started", target=target_url, phases=len(windows))
         try:
             await self._drive_phases(scenario, windows, aggregator, state, events, timings, generator_task)
+            if state.interrupted:
+                self.generator.stop("run interrupted", cancel_in_flight=True)
             report = await generator_task
         except BaseException:
             generator_task.cancel()

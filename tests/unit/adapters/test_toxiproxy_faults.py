@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -157,3 +158,51 @@ def test_upstreams_default_to_the_targets_host_and_port(url: str, expected: str)
 def test_the_load_url_keeps_path_and_query_on_the_proxys_address(address: str, expected: str) -> None:
     """Only host and port change; a wildcard listen address is reached on loopback."""
     assert with_address("http://10.0.0.1:8000/v1?a=1", address) == expected
+
+
+class _StallingToxiproxy(InMemoryToxiproxy):
+    """Never answers a toxic removal, as Toxiproxy does when clients disconnect during it (its #558)."""
+
+    async def remove_toxic(self, proxy: str, name: str) -> bool:
+        if self.proxies.get(proxy) is not None and any(t.name == name for t in self.proxies[proxy].toxics):
+            await asyncio.sleep(3600)
+        return await super().remove_toxic(proxy, name)
+
+
+async def test_a_stalled_removal_recreates_the_runs_own_proxy_without_the_toxic(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """When Toxiproxy stalls removing a toxic, the run's own proxy is deleted (which still works) and made
+    again at the same address: the toxic is gone, traffic can go on, and the event says what happened."""
+    monkeypatch.setattr("cliffwatch.adapters.toxiproxy_faults.REMOVE_STALL_S", 0.05)
+    server, ledger = _StallingToxiproxy(), InMemoryFaultLedger()
+    chosen = scenario()
+    made = ToxiproxyFaultInjector(server, ledger, run_id="r1", scenario=chosen, clock=MonotonicClock(), managed=False)
+    await made.set_up("http://127.0.0.1:8000")
+    before = server.proxies["llm"]
+    await made.apply(1, chosen.phases[1].faults)
+    events = await made.remove(1)
+    assert [e.ok for e in events] == [True, True]
+    assert "#558" in events[0].detail
+    after = server.proxies["llm"]
+    assert (after.listen, after.upstream, after.toxics) == (before.listen, before.upstream, ())
+    assert [e.toxic for e in await ledger.outstanding()] == [None]  # only the (recreated) proxy
+
+
+async def test_a_stalled_removal_on_someone_elses_proxy_is_reported_not_forced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A proxy the run did not create is never deleted: the stalled removal is a failed event, kept
+    outstanding for the reconciler."""
+    monkeypatch.setattr("cliffwatch.adapters.toxiproxy_faults.REMOVE_STALL_S", 0.05)
+    server, ledger = _StallingToxiproxy(), InMemoryFaultLedger()
+    server.proxies["llm"] = ProxyState(name="llm", listen="127.0.0.1:26000", upstream="127.0.0.1:8000", enabled=True)
+    chosen = scenario([{"name": "llm", "listen": "127.0.0.1:26000"}])
+    made = ToxiproxyFaultInjector(server, ledger, run_id="r1", scenario=chosen, clock=MonotonicClock(), managed=False)
+    await made.set_up("http://127.0.0.1:8000")
+    await made.apply(1, chosen.phases[1].faults[:1])
+    [event] = await made.remove(1)
+    assert not event.ok
+    assert "no answer" in event.detail
+    assert "llm" in server.proxies
+    assert [e.toxic for e in await ledger.outstanding()] == ["cliffwatch-r1-p1-0-latency"]
