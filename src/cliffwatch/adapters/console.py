@@ -21,7 +21,7 @@ from cliffwatch.domain.outcomes import NS_PER_S, Outcome
 from cliffwatch.domain.ports import Progress
 from cliffwatch.domain.result import RunResult
 from cliffwatch.domain.scenario import Role
-from cliffwatch.domain.scoring import HIDDEN_OVERLOAD
+from cliffwatch.domain.scoring import HIDDEN_OVERLOAD, PRESERVATION
 
 PLAIN_EVERY_S = 5.0
 
@@ -172,7 +172,7 @@ def comparison(results: Sequence[RunResult]) -> Table:
         row(name.replace("_", " "), [_component_value(r, name) for r in results])
     row("hidden overload", [_flag(r, HIDDEN_OVERLOAD) for r in results])
     row("stress on time", [_pct(_stress(r, lambda p: p.on_time_ratio)) for r in results])
-    row("baseline on time", [_pct(_baseline(r)) for r in results])
+    row("baseline on time (reference)", [_pct(_reference(r)) for r in results])
     row("stress tokens/s vs peak", [_tokens_vs_peak(r) for r in results])
     row("stress attempts/request", [_fmt(_stress(r, lambda p: p.amplification), "{:.2f}") for r in results])
     row("generator", ["limited" if r.generator.limited else "kept schedule" for r in results])
@@ -203,9 +203,13 @@ def _stress(result: RunResult, pick: Callable[[PhaseStats], float | None]) -> fl
     return None if pooled is None else pick(pooled)
 
 
-def _baseline(result: RunResult) -> float | None:
-    pooled = merge_phases(result.metrics.by_role(Role.BASELINE))
-    return None if pooled is None else pooled.on_time_ratio
+def _reference(result: RunResult) -> float | None:
+    """The baseline on-time ratio the score compares with (settled requests only: see docs/scoring.md)."""
+    for component in result.score.components:
+        ratio = component.evidence.get("baseline_ratio")
+        if component.name == PRESERVATION and isinstance(ratio, int | float):
+            return float(ratio)
+    return None
 
 
 def _fmt(value: float | None, pattern: str) -> str:
