@@ -1,17 +1,40 @@
-"""Settings: one frozen value built from the environment. The only module that reads ``os.environ``."""
+"""Settings: one frozen value built from the environment and an optional file; the only reader of ``os.environ``.
+
+Every setting is declared once in ``SPECS``: its environment variable, its parser, its default and its help.
+The same table reads a YAML config file (``CLIFFWATCH_CONFIG``, keys are the names without the
+``CLIFFWATCH_`` prefix, in lower case), documents ``cliffwatch serve --help``, and feeds docs/operations.md.
+The environment wins over the file; every bad value is reported with its source, all at once.
+"""
 
 from __future__ import annotations
 
+import math
 import os
-from collections.abc import Mapping
+import socket
+import uuid
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
+
+import yaml
 
 from cliffwatch.domain.allowlist import DEFAULT_ALLOWLIST, Allowlist, parse_allowlist
 from cliffwatch.domain.errors import CliffwatchError
+from cliffwatch.domain.runs import Caps
 
 LOG_FORMATS = ("auto", "json", "console")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./cliffwatch.db"
+
+
+class _Several(ValueError):
+    """Several problems with one value (each bad entry of a list)."""
+
+    def __init__(self, messages: list[str]) -> None:
+        self.messages = messages
+        super().__init__("; ".join(messages))
 
 
 class SettingsInvalid(CliffwatchError):
@@ -30,79 +53,241 @@ class Settings:
     toxiproxy_url: str | None = None  # an existing Toxiproxy server's API; None: start one per run
     toxiproxy_bin: Path | None = None  # the toxiproxy-server to start; None: PATH, then the project's .tools
     toxiproxy_timeout_s: float = 5.0  # for each call to Toxiproxy's API
+    database_url: str = DEFAULT_DATABASE_URL
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 8080
+    instance_id: str = field(default_factory=lambda: _default_instance_id())
+    max_concurrent_runs: int = 2
+    max_offered_rate: float = 1_000.0
+    max_run_duration_s: float = 3_600.0
+    lease_s: float = 30.0
+    shutdown_grace_s: float = 20.0
+    api_max_body_bytes: int = 1 << 20
+    api_max_expensive: int = 4
+    trend_regression_margin: float = 5.0
 
     @property
     def fault_ledger_path(self) -> Path:
         """The fault ledger's file, shared by every cliffwatch process that uses this state directory."""
         return self.state_dir / "faults.jsonl"
 
+    @property
+    def caps(self) -> Caps:
+        return Caps(
+            max_concurrent_runs=self.max_concurrent_runs,
+            max_offered_rate=self.max_offered_rate,
+            max_duration_s=self.max_run_duration_s,
+        )
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
-        """Reads ``CLIFFWATCH_*`` variables; raises ``SettingsInvalid`` naming each bad one.
-
-        - ``CLIFFWATCH_ALLOWED_TARGETS``: comma-separated hosts, IPs or CIDRs (optional ``:port``) that runs
-          may target; default loopback only (``127.0.0.0/8,::1,localhost``).
-        - ``CLIFFWATCH_LOG_FORMAT``: ``auto`` | ``json`` | ``console``.
-        - ``CLIFFWATCH_LOG_LEVEL``: ``debug`` | ``info`` | ``warning`` | ``error``.
-        - ``CLIFFWATCH_STATE_DIR``: an absolute directory for state that outlives a run (the fault ledger);
-          default ``$XDG_STATE_HOME/cliffwatch``, or ``~/.local/state/cliffwatch``.
-        - ``CLIFFWATCH_TOXIPROXY_URL``: the API of a running Toxiproxy server to inject faults with (e.g.
-          ``http://127.0.0.1:8474``); unset, cliffwatch starts its own ``toxiproxy-server`` for each run that
-          needs faults.
-        - ``CLIFFWATCH_TOXIPROXY_BIN``: the ``toxiproxy-server`` binary to start; default ``toxiproxy-server``
-          on PATH, then the project's ``.tools/bin/toxiproxy-server`` (``make toxiproxy``).
-        - ``CLIFFWATCH_TOXIPROXY_TIMEOUT_S``: the timeout of each call to Toxiproxy's API (default 5).
-        """
+        """Reads ``CLIFFWATCH_*`` variables (and the file ``CLIFFWATCH_CONFIG`` names, if any); raises
+        ``SettingsInvalid`` naming each bad value and where it came from. ``SPECS`` lists them all."""
         env = os.environ if environ is None else environ
         problems: list[str] = []
-        raw_allow = env.get("CLIFFWATCH_ALLOWED_TARGETS")
-        items = DEFAULT_ALLOWLIST if raw_allow is None else tuple(i for i in raw_allow.split(",") if i.strip())
-        allowlist, allow_problems = parse_allowlist(items)
-        problems += [f"CLIFFWATCH_ALLOWED_TARGETS: {p.message}" for p in allow_problems]
-        log_format = env.get("CLIFFWATCH_LOG_FORMAT", "auto").lower()
-        if log_format not in LOG_FORMATS:
-            problems.append(f"CLIFFWATCH_LOG_FORMAT: must be one of {', '.join(LOG_FORMATS)}, got {log_format!r}")
-        log_level = env.get("CLIFFWATCH_LOG_LEVEL", "info").lower()
-        if log_level not in ("debug", "info", "warning", "error"):
-            problems.append(f"CLIFFWATCH_LOG_LEVEL: must be debug, info, warning or error, got {log_level!r}")
-        state_dir = _default_state_dir(env)
-        raw_state = env.get("CLIFFWATCH_STATE_DIR")
-        if raw_state is not None:
-            state_dir = _expand_home(raw_state, env)
-            # A relative directory would give each working directory its own ledger, and a clean-up run
-            # from elsewhere would miss the faults recorded there.
-            if not state_dir.is_absolute():
-                problems.append(f"CLIFFWATCH_STATE_DIR: must be an absolute path, got {raw_state!r}")
-        toxiproxy_url = env.get("CLIFFWATCH_TOXIPROXY_URL") or None
-        if toxiproxy_url is not None:
-            parts = urlsplit(toxiproxy_url)
-            if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/"):
-                problems.append(f"CLIFFWATCH_TOXIPROXY_URL: must be http(s)://host:port, got {toxiproxy_url!r}")
-            toxiproxy_url = toxiproxy_url.rstrip("/")
-        raw_bin = env.get("CLIFFWATCH_TOXIPROXY_BIN") or None
-        toxiproxy_bin = None if raw_bin is None else _expand_home(raw_bin, env)
-        if toxiproxy_bin is not None and not toxiproxy_bin.is_file():
-            problems.append(f"CLIFFWATCH_TOXIPROXY_BIN: no such file: {raw_bin!r}")
-        toxiproxy_timeout_s = 5.0
-        raw_timeout = env.get("CLIFFWATCH_TOXIPROXY_TIMEOUT_S")
-        if raw_timeout is not None:
+        from_file = _read_config_file(env, problems)
+        values: dict[str, Any] = {}
+        for spec in SPECS:
+            if spec.env in env:
+                raw, where = env[spec.env], spec.env
+            elif spec.key in from_file:
+                raw, where = from_file[spec.key], f"{env['CLIFFWATCH_CONFIG']}: {spec.key}"
+            else:
+                continue
             try:
-                toxiproxy_timeout_s = float(raw_timeout)
-            except ValueError:
-                toxiproxy_timeout_s = -1.0
-            if not 0 < toxiproxy_timeout_s <= 300:
-                problems.append(f"CLIFFWATCH_TOXIPROXY_TIMEOUT_S: must be seconds in (0, 300], got {raw_timeout!r}")
-        if problems or allowlist is None:
+                values[spec.field] = spec.parse(raw, env)
+            except _Several as exc:
+                problems += [f"{where}: {message}" for message in exc.messages]
+            except ValueError as exc:
+                problems.append(f"{where}: {exc}")
+        unknown = sorted(set(from_file) - {s.key for s in SPECS})
+        problems += [f"{env['CLIFFWATCH_CONFIG']}: {key}: unknown setting" for key in unknown]
+        if "allowlist" not in values:
+            values["allowlist"] = _allowlist(",".join(DEFAULT_ALLOWLIST), env)
+        if "state_dir" not in values:
+            values["state_dir"] = _default_state_dir(env)
+        if problems:
             raise SettingsInvalid(problems)
-        return cls(
-            allowlist=allowlist,
-            log_format=log_format,
-            log_level=log_level,
-            state_dir=state_dir,
-            toxiproxy_url=toxiproxy_url,
-            toxiproxy_bin=toxiproxy_bin,
-            toxiproxy_timeout_s=toxiproxy_timeout_s,
+        return cls(**values)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Spec:
+    field: str  # the Settings field it sets
+    env: str
+    parse: Callable[[Any, Mapping[str, str]], Any]  # raises ValueError with the reason
+    help: str
+
+    @property
+    def key(self) -> str:
+        """Its name in a config file."""
+        return self.env.removeprefix("CLIFFWATCH_").lower()
+
+
+def _text(raw: Any) -> str:
+    if isinstance(raw, bool) or not isinstance(raw, str | int | float):
+        raise ValueError(f"must be a string, got {type(raw).__name__}")
+    return str(raw).strip()
+
+
+def _allowlist(raw: Any, env: Mapping[str, str]) -> Allowlist:
+    items = [raw] if not isinstance(raw, list) else raw
+    entries = tuple(i.strip() for item in items for i in _text(item).split(",") if i.strip())
+    allowlist, problems = parse_allowlist(entries)
+    if allowlist is None:
+        raise _Several([p.message for p in problems])
+    return allowlist
+
+
+def _choice(options: tuple[str, ...]) -> Callable[[Any, Mapping[str, str]], str]:
+    def parse(raw: Any, env: Mapping[str, str]) -> str:
+        value = _text(raw).lower()
+        if value not in options:
+            raise ValueError(f"must be one of {', '.join(options)}, got {value!r}")
+        return value
+
+    return parse
+
+
+def _number(
+    *, low: float, high: float, integer: bool = False, unit: str = ""
+) -> Callable[[Any, Mapping[str, str]], Any]:
+    """Integers in [low, high]; other numbers in (low, high]."""
+
+    def parse(raw: Any, env: Mapping[str, str]) -> Any:
+        try:
+            value: float | None = int(_text(raw)) if integer else float(_text(raw))
+        except ValueError:
+            value = None
+        inside = (
+            value is not None and math.isfinite(value) and (low <= value <= high if integer else low < value <= high)
         )
+        if not inside:
+            what = unit or ("a whole number" if integer else "a number")
+            interval = f"[{low:g}, {high:g}]" if integer else f"({low:g}, {high:g}]"
+            raise ValueError(f"must be {what} in {interval}, got {raw!r}")
+        return value
+
+    return parse
+
+
+def _state_dir(raw: Any, env: Mapping[str, str]) -> Path:
+    path = _expand_home(_text(raw), env)
+    # A relative directory would give each working directory its own ledger, and a clean-up run from
+    # elsewhere would miss the faults recorded there.
+    if not path.is_absolute():
+        raise ValueError(f"must be an absolute path, got {raw!r}")
+    return path
+
+
+def _toxiproxy_url(raw: Any, env: Mapping[str, str]) -> str | None:
+    text = _text(raw)
+    if not text:
+        return None
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.path not in ("", "/"):
+        raise ValueError(f"must be http(s)://host:port, got {text!r}")
+    return text.rstrip("/")
+
+
+def _existing_file(raw: Any, env: Mapping[str, str]) -> Path | None:
+    text = _text(raw)
+    if not text:
+        return None
+    path = _expand_home(text, env)
+    if not path.is_file():
+        raise ValueError(f"no such file: {text!r}")
+    return path
+
+
+def _database_url(raw: Any, env: Mapping[str, str]) -> str:
+    text = _text(raw)
+    if not text.startswith(("sqlite+aiosqlite://", "postgresql+asyncpg://")):
+        raise ValueError("must be sqlite+aiosqlite:///path or postgresql+asyncpg://user:password@host:port/db")
+    return text
+
+
+def _name(raw: Any, env: Mapping[str, str]) -> str:
+    text = _text(raw)
+    if not text or len(text) > 100 or any(c.isspace() for c in text):
+        raise ValueError(f"must be a short name without spaces, got {raw!r}")
+    return text
+
+
+SPECS: tuple[Spec, ...] = (
+    Spec(field="allowlist", env="CLIFFWATCH_ALLOWED_TARGETS", parse=_allowlist,
+         help="Hosts, IPs or CIDRs (optional :port), comma-separated, that runs may target; "
+              "default loopback only (127.0.0.0/8,::1,localhost)."),
+    Spec(field="log_format", env="CLIFFWATCH_LOG_FORMAT", parse=_choice(LOG_FORMATS),
+         help="auto (console on a terminal, JSON lines otherwise), json or console."),
+    Spec(field="log_level", env="CLIFFWATCH_LOG_LEVEL", parse=_choice(LOG_LEVELS),
+         help="debug, info, warning or error."),
+    Spec(field="state_dir", env="CLIFFWATCH_STATE_DIR", parse=_state_dir,
+         help="Absolute directory for state that outlives a run (the CLI's fault ledger); "
+              "default $XDG_STATE_HOME/cliffwatch or ~/.local/state/cliffwatch."),
+    Spec(field="toxiproxy_url", env="CLIFFWATCH_TOXIPROXY_URL", parse=_toxiproxy_url,
+         help="A running Toxiproxy server's API (http://127.0.0.1:8474); unset, a private toxiproxy-server is "
+              "started for each run that needs faults."),
+    Spec(field="toxiproxy_bin", env="CLIFFWATCH_TOXIPROXY_BIN", parse=_existing_file,
+         help="The toxiproxy-server binary to start; default toxiproxy-server on PATH, then .tools/bin."),
+    Spec(field="toxiproxy_timeout_s", env="CLIFFWATCH_TOXIPROXY_TIMEOUT_S",
+         parse=_number(low=0, high=300, unit="seconds"),
+         help="Timeout of each call to Toxiproxy's API (three attempts); default 5."),
+    Spec(field="database_url", env="CLIFFWATCH_DATABASE_URL", parse=_database_url,
+         help=f"The service's database: SQLite (default {DEFAULT_DATABASE_URL}) or "
+              "postgresql+asyncpg://user:password@host:port/db."),
+    Spec(field="listen_host", env="CLIFFWATCH_LISTEN_HOST", parse=lambda raw, env: _text(raw),
+         help="Address the API listens on; default 127.0.0.1."),
+    Spec(field="listen_port", env="CLIFFWATCH_LISTEN_PORT", parse=_number(low=0, high=65535, integer=True),
+         help="Port the API listens on; default 8080 (0: any free port)."),
+    Spec(field="instance_id", env="CLIFFWATCH_INSTANCE_ID", parse=_name,
+         help="This instance's name, owner of the runs it claims; default host-pid-random."),
+    Spec(field="max_concurrent_runs", env="CLIFFWATCH_MAX_CONCURRENT_RUNS", parse=_number(low=1, high=64, integer=True),
+         help="Runs one instance executes at once; default 2."),
+    Spec(field="max_offered_rate", env="CLIFFWATCH_MAX_OFFERED_RATE", parse=_number(low=0, high=100_000),
+         help="Highest arrival rate (requests/s, at any phase's peak) a run may offer; default 1000."),
+    Spec(field="max_run_duration_s", env="CLIFFWATCH_MAX_RUN_DURATION_S", parse=_number(low=0, high=7 * 86_400),
+         help="Longest run accepted, in seconds; default 3600."),
+    Spec(field="lease_s", env="CLIFFWATCH_LEASE_S", parse=_number(low=1, high=3_600, unit="seconds"),
+         help="A worker's lease on a run, renewed every third of it; an instance silent this long loses its "
+              "runs (they become interrupted). Default 30."),
+    Spec(field="shutdown_grace_s", env="CLIFFWATCH_SHUTDOWN_GRACE_S", parse=_number(low=0, high=3_600, unit="seconds"),
+         help="On SIGTERM, how long running runs may take to stop (faults rolled back) before the process "
+              "exits; default 20."),
+    Spec(field="api_max_body_bytes", env="CLIFFWATCH_API_MAX_BODY_BYTES",
+         parse=_number(low=1_024, high=64 << 20, integer=True), help="Largest request body accepted; default 1 MiB."),
+    Spec(field="api_max_expensive", env="CLIFFWATCH_API_MAX_EXPENSIVE", parse=_number(low=1, high=1_000, integer=True),
+         help="Expensive API calls (outcomes, time series, trends) served at once; beyond, 429 with "
+              "Retry-After. Default 4."),
+    Spec(field="trend_regression_margin", env="CLIFFWATCH_TREND_REGRESSION_MARGIN", parse=_number(low=0, high=100),
+         help="Score points below the trailing median that flag a regression; default 5."),
+)  # fmt: skip
+
+
+def describe_settings() -> str:
+    """Every setting with its help, for ``--help`` texts and the operations guide."""
+    return "\n".join(f"  {spec.env}\n      {spec.help}" for spec in SPECS)
+
+
+def _read_config_file(env: Mapping[str, str], problems: list[str]) -> dict[str, Any]:
+    path_text = env.get("CLIFFWATCH_CONFIG")
+    if not path_text:
+        return {}
+    path = _expand_home(path_text, env)
+    try:
+        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        problems.append(f"CLIFFWATCH_CONFIG: cannot read {path_text}: {exc.strerror}")
+        return {}
+    except yaml.YAMLError as exc:
+        problems.append(f"CLIFFWATCH_CONFIG: {path_text} is not valid YAML: {exc}")
+        return {}
+    if document is None:
+        return {}
+    if not isinstance(document, dict) or not all(isinstance(k, str) for k in document):
+        problems.append(f"CLIFFWATCH_CONFIG: {path_text} must be a mapping of setting names to values")
+        return {}
+    return document
 
 
 def _default_state_dir(env: Mapping[str, str]) -> Path:
@@ -110,6 +295,10 @@ def _default_state_dir(env: Mapping[str, str]) -> Path:
     xdg = env.get("XDG_STATE_HOME", "")
     base = Path(xdg) if xdg and Path(xdg).is_absolute() else _expand_home("~/.local/state", env)
     return base / "cliffwatch"
+
+
+def _default_instance_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
 
 
 def _expand_home(path: str, env: Mapping[str, str]) -> Path:

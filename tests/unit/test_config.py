@@ -60,7 +60,11 @@ def test_log_level(value: str, expected: str) -> None:
         ("CLIFFWATCH_ALLOWED_TARGETS", "10.0.0.0/8,not a host", "CLIFFWATCH_ALLOWED_TARGETS: "),
         ("CLIFFWATCH_LOG_FORMAT", "xml", "CLIFFWATCH_LOG_FORMAT: must be one of auto, json, console, got 'xml'"),
         ("CLIFFWATCH_LOG_FORMAT", "", "CLIFFWATCH_LOG_FORMAT: must be one of auto, json, console, got ''"),
-        ("CLIFFWATCH_LOG_LEVEL", "trace", "CLIFFWATCH_LOG_LEVEL: must be debug, info, warning or error, got 'trace'"),
+        (
+            "CLIFFWATCH_LOG_LEVEL",
+            "trace",
+            "CLIFFWATCH_LOG_LEVEL: must be one of debug, info, warning, error, got 'trace'",
+        ),
     ],
 )
 def test_a_bad_value_is_reported_with_its_variable(name: str, value: str, message: str) -> None:
@@ -166,3 +170,56 @@ def test_toxiproxy_settings_are_read_and_checked(tmp_path: Path) -> None:
     assert "CLIFFWATCH_TOXIPROXY_URL: must be http(s)://host:port" in text
     assert "CLIFFWATCH_TOXIPROXY_BIN: no such file" in text
     assert "CLIFFWATCH_TOXIPROXY_TIMEOUT_S: must be seconds" in text
+
+
+def test_the_service_settings_have_working_defaults() -> None:
+    """Without any variable the service listens on loopback, uses ./cliffwatch.db and the default caps."""
+    settings = Settings.from_env({"HOME": "/h"})
+    assert settings.database_url == "sqlite+aiosqlite:///./cliffwatch.db"
+    assert (settings.listen_host, settings.listen_port) == ("127.0.0.1", 8080)
+    assert settings.caps.max_concurrent_runs == 2
+    assert settings.lease_s == 30.0
+    assert settings.instance_id
+
+
+def test_a_config_file_sets_values_and_the_environment_wins_over_it(tmp_path: Path) -> None:
+    """Keys of CLIFFWATCH_CONFIG are the variables' names without the prefix; a variable overrides a key."""
+    config = tmp_path / "cliffwatch.yaml"
+    config.write_text("max_concurrent_runs: 5\nlisten_port: 9000\nallowed_targets: [10.0.0.0/8, localhost]\n")
+    settings = Settings.from_env({"HOME": "/h", "CLIFFWATCH_CONFIG": str(config), "CLIFFWATCH_LISTEN_PORT": "9100"})
+    assert settings.max_concurrent_runs == 5
+    assert settings.listen_port == 9100
+    assert [e.describe() for e in settings.allowlist.entries] == ["10.0.0.0/8", "localhost"]
+
+
+def test_bad_values_in_a_config_file_name_the_file_and_the_key(tmp_path: Path) -> None:
+    """Every bad key of the file is reported with the file's name, unknown keys included."""
+    config = tmp_path / "cliffwatch.yaml"
+    config.write_text("max_concurrent_runs: 0\ndatabase_url: mysql://x\nlisten_prot: 1\n")
+    with pytest.raises(SettingsInvalid) as caught:
+        Settings.from_env({"HOME": "/h", "CLIFFWATCH_CONFIG": str(config)})
+    assert caught.value.problems == [
+        f"{config}: database_url: must be sqlite+aiosqlite:///path or postgresql+asyncpg://user:password@host:port/db",
+        f"{config}: max_concurrent_runs: must be a whole number in [1, 64], got 0",
+        f"{config}: listen_prot: unknown setting",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [("- a\n- b\n", "must be a mapping"), ("a: [\n", "is not valid YAML")],
+)
+def test_a_config_file_that_is_not_a_mapping_is_refused(tmp_path: Path, content: str, message: str) -> None:
+    """A file that is not a YAML mapping is one clear problem."""
+    config = tmp_path / "c.yaml"
+    config.write_text(content)
+    with pytest.raises(SettingsInvalid, match=message):
+        Settings.from_env({"HOME": "/h", "CLIFFWATCH_CONFIG": str(config)})
+
+
+def test_every_setting_is_documented() -> None:
+    """The help text lists each variable with its explanation."""
+    from cliffwatch.config import SPECS, describe_settings
+
+    text = describe_settings()
+    assert all(spec.env in text and spec.help in text for spec in SPECS)

@@ -19,10 +19,16 @@ RESULT_FORMAT = 1
 
 
 class RunStatus(StrEnum):
+    QUEUED = "queued"  # accepted by the service, waiting for a worker
+    RUNNING = "running"  # claimed by a worker, which holds its lease
     SUCCEEDED = "succeeded"  # ran every phase (the score may still fail)
     ABORTED = "aborted"  # an abort guard stopped it
     INTERRUPTED = "interrupted"  # stopped from outside (Ctrl-C, shutdown, crash)
     FAILED = "failed"  # could not run (target unreachable, faults unavailable, ...)
+
+    @property
+    def terminal(self) -> bool:
+        return self not in (RunStatus.QUEUED, RunStatus.RUNNING)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,0 +1,234 @@
+"""Runs as the service keeps them: requested, queued, claimed by a worker under a lease, finished.
+
+Values only; the store adapters persist them and the services move them through their states.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from cliffwatch.domain.outcomes import NS_PER_MS, RequestRecord, TokenSource
+from cliffwatch.domain.result import RunStatus
+from cliffwatch.domain.scenario import Scenario
+
+
+class Trigger(StrEnum):
+    API = "api"  # a client of the REST API (triggered_by: the token's name)
+    SCHEDULE = "schedule"  # a schedule's fire (triggered_by: the schedule id)
+    CLI = "cli"
+
+
+class ScenarioSource(StrEnum):
+    BUNDLED = "bundled"  # shipped in scenarios/, loaded at start-up
+    REGISTERED = "registered"  # sent to the API by an admin
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScenarioVersion:
+    """One exact version of a scenario document: runs point at it by (name, content_hash)."""
+
+    name: str
+    content_hash: str
+    document: Mapping[str, Any]
+    source: ScenarioSource
+    created_at: datetime
+
+
+@dataclass(frozen=True, kw_only=True)
+class Overrides:
+    """What a run changed of its scenario, as given (validated like the file's own fields)."""
+
+    target_url: str | None = None
+    seed: int | None = None
+    threshold: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in (("target_url", self.target_url), ("seed", self.seed),
+                                  ("threshold", self.threshold)) if v is not None}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Overrides:
+        return cls(target_url=data.get("target_url"), seed=data.get("seed"), threshold=data.get("threshold"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Caps:
+    """Limits on what one service instance will run."""
+
+    max_concurrent_runs: int = 2
+    max_offered_rate: float = 1_000.0  # requests/s at the peak of any phase
+    max_duration_s: float = 3_600.0
+
+
+def cap_violations(scenario: Scenario, caps: Caps) -> list[str]:
+    """Why ``scenario`` is over the caps (empty when it is within them)."""
+    problems: list[str] = []
+    peak = max((p.arrival.peak_rate() for p in scenario.phases), default=0.0)
+    if peak > caps.max_offered_rate:
+        problems.append(f"offers up to {peak:g} requests/s; this service runs at most {caps.max_offered_rate:g}/s")
+    if scenario.duration_s > caps.max_duration_s:
+        problems.append(f"lasts {scenario.duration_s:g}s; this service runs at most {caps.max_duration_s:g}s")
+    return problems
+
+
+@dataclass(frozen=True, kw_only=True)
+class Run:
+    """A run as stored: what was asked, what was resolved, who holds it, and how it ended."""
+
+    id: str
+    scenario_name: str
+    scenario_hash: str
+    status: RunStatus
+    trigger: Trigger
+    triggered_by: str
+    created_at: datetime
+    target_url: str  # after overrides; "builtin" for the simulated target
+    seed: int
+    threshold: float
+    overrides: Overrides = field(default_factory=Overrides)
+    schedule_id: str | None = None
+    fire_time: datetime | None = None
+    idempotency_key: str | None = None
+    owner: str | None = None  # the instance that claimed it
+    lease_until: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    abort_requested: str | None = None  # why someone asked it to stop
+    reason: str | None = None  # why it ended as it did (abort, interruption, failure)
+    score: float | None = None
+    score_version: str | None = None
+    passed: bool | None = None
+    verdicts: tuple[str, ...] = ()
+    result: Mapping[str, Any] | None = None  # the result document, without its time series
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunEnd:
+    """How a run ended, as the worker reports it to the store."""
+
+    status: RunStatus
+    finished_at: datetime
+    reason: str | None = None
+    score: float | None = None
+    score_version: str | None = None
+    passed: bool | None = None
+    verdicts: tuple[str, ...] = ()
+    result: Mapping[str, Any] | None = None  # ``RunResult.to_dict()`` without "timeseries"
+    timeseries: tuple[Mapping[str, Any], ...] = ()  # its rows, one per second
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunQuery:
+    scenario: str | None = None
+    status: RunStatus | None = None
+    schedule_id: str | None = None
+    since: datetime | None = None
+    until: datetime | None = None
+    cursor: str | None = None  # opaque, from the previous page
+    limit: int = 50
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunPage:
+    runs: tuple[Run, ...]
+    next_cursor: str | None  # None on the last page
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoredOutcome:
+    """One logical request as the store keeps it (its attempts summarised in ``attempt_log``)."""
+
+    run_id: str
+    request_id: int
+    phase: int
+    scheduled_ms: float
+    outcome: str
+    attempts: int
+    status: int | None  # of the final attempt
+    error: str | None  # of the final attempt
+    e2e_ms: float | None
+    ttft_ms: float | None
+    tpot_ms: float | None
+    output_tokens: int  # over every attempt
+    token_source: str
+    schedule_lag_ms: float | None
+    attempt_log: tuple[Mapping[str, Any], ...] = ()  # number, sent_ms, end_ms, status, failure, error
+
+    @classmethod
+    def of(cls, run_id: str, record: RequestRecord) -> StoredOutcome:
+        final = record.final
+        return cls(
+            run_id=run_id,
+            request_id=record.id,
+            phase=record.phase,
+            scheduled_ms=record.scheduled_ns / NS_PER_MS,
+            outcome=record.outcome.value,
+            attempts=len(record.attempts),
+            status=None if final is None else final.status,
+            error=record.not_sent_reason if final is None else final.error,
+            e2e_ms=record.e2e_ms,
+            ttft_ms=record.ttft_ms,
+            tpot_ms=record.tpot_ms,
+            output_tokens=sum(a.output_tokens for a in record.attempts),
+            token_source=TokenSource.NONE.value if final is None else final.token_source.value,
+            schedule_lag_ms=record.schedule_lag_ms,
+            attempt_log=tuple(
+                {
+                    "number": a.number,
+                    "sent_ms": a.sent_ns / NS_PER_MS,
+                    "end_ms": a.end_ns / NS_PER_MS,
+                    "status": a.status,
+                    "failure": None if a.failure is None else a.failure.value,
+                    "error": a.error,
+                }
+                for a in record.attempts
+            ),
+        )
+
+
+class Role(StrEnum):
+    VIEWER = "viewer"  # reads everything
+    OPERATOR = "operator"  # also triggers and aborts runs
+    ADMIN = "admin"  # also schedules, scenarios, tokens, the emergency stop
+
+    def allows(self, needed: Role) -> bool:
+        order = (Role.VIEWER, Role.OPERATOR, Role.ADMIN)
+        return order.index(self) >= order.index(needed)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ApiToken:
+    """A bearer token's record; the token itself is never stored, only its SHA-256."""
+
+    id: str
+    name: str
+    role: Role
+    token_hash: str
+    created_at: datetime
+    revoked_at: datetime | None = None
+
+
+class CatchUp(StrEnum):
+    SKIP = "skip"  # fire times missed while the service was down are dropped
+    RUN_ONCE = "run_once"  # the latest missed fire time runs once at start-up
+
+
+@dataclass(frozen=True, kw_only=True)
+class Schedule:
+    """A game day: a scenario run on a cron schedule in a time zone."""
+
+    id: str
+    name: str
+    cron: str  # five fields, minute first (crontab)
+    timezone: str  # IANA name, e.g. Europe/Berlin
+    scenario_name: str
+    overrides: Overrides = field(default_factory=Overrides)
+    enabled: bool = True
+    catch_up: CatchUp = CatchUp.SKIP
+    created_at: datetime
+    created_by: str = ""
+    last_fire_time: datetime | None = None  # the latest fire time handled (run queued, or skipped)
