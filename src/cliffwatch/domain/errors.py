@@ -66,15 +66,6 @@ class BuiltinTargetFailed(CliffwatchError):
         super().__init__(f"the built-in target did not start: {reason}")
 
 
-class RunAborted(CliffwatchError):
-    """A run stopped early because one of its abort conditions fired."""
-
-    def __init__(self, reason: str, *, at_s: float) -> None:
-        self.reason = reason
-        self.at_s = at_s
-        super().__init__(f"run aborted at {at_s:.1f}s: {reason}")
-
-
 class FaultInjectionFailed(CliffwatchError):
     """A fault could not be applied or removed; names the proxy, the toxic and what went wrong."""
 
@@ -88,10 +79,29 @@ class FaultInjectionFailed(CliffwatchError):
         super().__init__(f"fault injection failed for {what}{code}: {reason}")
 
 
-class ResultInvalid(CliffwatchError):
-    """A saved result document cannot be read back."""
+class RunNotFound(CliffwatchError):
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        super().__init__(f"no run {run_id!r}")
 
-    def __init__(self, source: str, reason: str) -> None:
-        self.source = source
+
+class ScenarioNotFound(CliffwatchError):
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f"no scenario named {name!r} (bundled or registered)")
+
+
+class RunRefused(CliffwatchError):
+    """A run request is valid but over a limit this service keeps (caps), so it was not queued."""
+
+    def __init__(self, reasons: Sequence[str]) -> None:
+        self.reasons = tuple(reasons)
+        super().__init__("run refused: " + "; ".join(self.reasons))
+
+
+class EmergencyStopActive(CliffwatchError):
+    """The emergency stop is on: no run is accepted until an admin releases it."""
+
+    def __init__(self, reason: str) -> None:
         self.reason = reason
-        super().__init__(f"{source}: not a cliffwatch result: {reason}")
+        super().__init__(f"the emergency stop is on ({reason}); no run is accepted until it is released")

@@ -25,6 +25,7 @@ class Trigger(StrEnum):
 class ScenarioSource(StrEnum):
     BUNDLED = "bundled"  # shipped in scenarios/, loaded at start-up
     REGISTERED = "registered"  # sent to the API by an admin
+    INLINE = "inline"  # sent with one run request: kept so the run points at it, never a name's latest
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -28,7 +28,8 @@ class ScenarioStore(Protocol):
     async def save_scenario(
         self, *, name: str, document: Mapping[str, Any], content_hash: str, source: ScenarioSource, at: datetime
     ) -> ScenarioVersion:
-        """Stores this version (idempotent on name and hash) and makes it the name's latest."""
+        """Stores this version (idempotent on name and hash) and, unless its source is INLINE, makes it the
+        name's latest (an inline document sent with one run must not replace a shared scenario)."""
 
     async def latest_scenario(self, name: str) -> ScenarioVersion | None: ...
 
@@ -67,6 +68,9 @@ class RunStore(Protocol):
 
     async def active_runs(self) -> list[Run]:
         """Queued and running runs, oldest first."""
+
+    async def count_runs(self) -> Mapping[str, int]:
+        """How many runs are in each status (every status present, zeros included), for /metrics."""
 
     async def add_outcomes(self, run_id: str, records: Sequence[RequestRecord]) -> None:
         """Appends finished requests in one batch (called every second or so during a run)."""

@@ -1,0 +1,139 @@
+"""Score trends: how a scenario's resilience score and its components moved over time, per target.
+
+Runs are compared only with runs of the same scenario, target and score version (a new formula is a new
+series, never a dip). A series is flagged as a regression when its latest point falls below the median of
+the points before it by more than a margin.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Any
+
+from cliffwatch.domain.runs import Run
+
+TRAILING_POINTS = 10  # the median the latest point is judged against covers this many points before it
+MIN_HISTORY = 3  # fewer earlier points than this: too little history to call anything a regression
+
+
+class Bucket(StrEnum):
+    RUN = "run"
+    DAY = "day"
+    WEEK = "week"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrendPoint:
+    start: datetime  # the run's end (bucket "run"), or the UTC day or ISO week it covers
+    run_ids: tuple[str, ...]
+    score: float  # mean of the runs' scores
+    components: Mapping[str, float | None]  # mean of each component over the runs where it applied
+    passed: int  # runs that passed
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"start": self.start.isoformat(), "runs": list(self.run_ids), "score": round(self.score, 2),
+                "components": {k: None if v is None else round(v, 4) for k, v in self.components.items()},
+                "passed": self.passed}  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrendSeries:
+    scenario: str
+    target_url: str
+    score_version: str
+    points: tuple[TrendPoint, ...]
+    trailing_median: float | None
+    regression: bool
+    summary: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "scenario": self.scenario,
+            "target_url": self.target_url,
+            "score_version": self.score_version,
+            "points": [p.to_dict() for p in self.points],
+            "trailing_median": None if self.trailing_median is None else round(self.trailing_median, 2),
+            "regression": self.regression,
+            "summary": self.summary,
+        }
+
+
+def trend_series(runs: Sequence[Run], *, bucket: Bucket, margin: float) -> list[TrendSeries]:
+    """One series per (scenario, target, score version), its points in time order, each judged."""
+    groups: dict[tuple[str, str, str], list[Run]] = {}
+    for run in runs:
+        if run.score is None or run.score_version is None or run.finished_at is None:
+            continue
+        groups.setdefault((run.scenario_name, run.target_url, run.score_version), []).append(run)
+    series = []
+    for (scenario, target, version), members in sorted(groups.items()):
+        members.sort(key=lambda r: (r.finished_at or datetime.min.replace(tzinfo=UTC), r.id))
+        points = _points(members, bucket)
+        median, regression, summary = _judge(points, margin)
+        series.append(TrendSeries(scenario=scenario, target_url=target, score_version=version, points=tuple(points),
+                                  trailing_median=median, regression=regression, summary=summary))  # fmt: skip
+    return series
+
+
+def _bucket_start(at: datetime, bucket: Bucket) -> datetime:
+    day = at.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    if bucket is Bucket.DAY:
+        return day
+    return day - timedelta(days=day.weekday())
+
+
+def _points(runs: list[Run], bucket: Bucket) -> list[TrendPoint]:
+    grouped: dict[datetime, list[Run]] = {}
+    for run in runs:
+        assert run.finished_at is not None
+        key = run.finished_at if bucket is Bucket.RUN else _bucket_start(run.finished_at, bucket)
+        grouped.setdefault(key, []).append(run)
+    return [_point(start, members) for start, members in sorted(grouped.items())]
+
+
+def _point(start: datetime, runs: list[Run]) -> TrendPoint:
+    values: dict[str, list[float]] = {}
+    names: list[str] = []
+    for run in runs:
+        for component in _components(run):
+            name, value = str(component.get("name")), component.get("value")
+            if name not in names:
+                names.append(name)
+            if isinstance(value, int | float):
+                values.setdefault(name, []).append(float(value))
+    return TrendPoint(
+        start=start,
+        run_ids=tuple(r.id for r in runs),
+        score=statistics.fmean(r.score for r in runs if r.score is not None),
+        components={n: statistics.fmean(values[n]) if n in values else None for n in names},
+        passed=sum(1 for r in runs if r.passed),
+    )
+
+
+def _components(run: Run) -> list[Mapping[str, Any]]:
+    score = (run.result or {}).get("score")
+    components = score.get("components") if isinstance(score, Mapping) else None
+    return [c for c in components if isinstance(c, Mapping)] if isinstance(components, list) else []
+
+
+def _judge(points: list[TrendPoint], margin: float) -> tuple[float | None, bool, str]:
+    if not points:
+        return None, False, "no scored runs"
+    latest, earlier = points[-1], [p.score for p in points[:-1]][-TRAILING_POINTS:]
+    if len(earlier) < MIN_HISTORY:
+        return None, False, f"latest score {latest.score:.1f}; too little history to judge ({len(earlier)} earlier)"
+    median = statistics.median(earlier)
+    regression = latest.score < median - margin
+    verdict = "REGRESSION" if regression else "no regression"
+    return (
+        median,
+        regression,
+        (
+            f"{verdict}: latest score {latest.score:.1f} against a trailing median of {median:.1f} "
+            f"over {len(earlier)} earlier points (margin {margin:g})"
+        ),
+    )

@@ -1,0 +1,146 @@
+"""Run requests: from a scenario (by name or inline) and overrides to a queued run, or a clear refusal.
+
+Everything that can refuse a run is checked here, before it is queued: the emergency stop, the scenario's
+validity, the target allowlist (the service must never aim load at an arbitrary host) and the caps.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+import structlog
+
+from cliffwatch.domain.errors import EmergencyStopActive, RunNotFound, RunRefused, TargetNotAllowed
+from cliffwatch.domain.result import RunStatus
+from cliffwatch.domain.runs import Caps, Overrides, Run, RunPage, RunQuery, Trigger, cap_violations
+from cliffwatch.domain.scenario import Scenario, parse_scenario, with_overrides
+from cliffwatch.domain.service_ports import ControlStore, RunStore
+from cliffwatch.services.catalog import ScenarioCatalog
+
+log = structlog.get_logger(__name__)
+
+
+class TargetPolicy(Protocol):
+    async def check(self, url: str) -> str | None:
+        """Why load may not be aimed at ``url`` (an http URL or ``http://host:port``), or None."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunRequest:
+    scenario: str | None = None  # a bundled or registered scenario's name
+    document: Mapping[str, Any] | None = None  # or a whole scenario document
+    overrides: Overrides = field(default_factory=Overrides)
+    idempotency_key: str | None = None
+    trigger: Trigger = Trigger.API
+    triggered_by: str = ""
+    schedule_id: str | None = None
+    fire_time: datetime | None = None
+
+
+class RunsService:
+    def __init__(
+        self,
+        *,
+        runs: RunStore,
+        control: ControlStore,
+        catalog: ScenarioCatalog,
+        policy: TargetPolicy,
+        caps: Caps,
+        now: Callable[[], datetime],
+    ) -> None:
+        self.runs = runs
+        self.control = control
+        self.catalog = catalog
+        self.policy = policy
+        self.caps = caps
+        self.now = now
+
+    async def submit(self, request: RunRequest) -> tuple[Run, bool]:
+        """Queues the run (True), or returns the run an earlier identical request queued (False).
+
+        Raises ``EmergencyStopActive``, ``ScenarioNotFound``, ``ScenarioInvalid`` (the document or an
+        override), ``TargetNotAllowed`` or ``RunRefused`` (over the caps), all before anything is stored.
+        """
+        stop = await self.control.emergency_stop()
+        if stop is not None:
+            raise EmergencyStopActive(stop)
+        if (request.scenario is None) == (request.document is None):
+            raise ValueError("a run request names a scenario or carries a document, not both")
+        if request.document is not None:
+            version, _ = await self.catalog.keep_inline(request.document)
+        else:
+            assert request.scenario is not None
+            version = await self.catalog.latest(request.scenario)
+        base = parse_scenario(version.document, source=f"{version.name}@{version.content_hash[:12]}")
+        o = request.overrides
+        scenario = with_overrides(base, target_url=o.target_url, seed=o.seed, threshold=o.threshold)
+        await self._check_targets(scenario)
+        problems = cap_violations(scenario, self.caps)
+        if problems:
+            raise RunRefused(problems)
+        run = Run(
+            id=uuid.uuid4().hex[:12],
+            scenario_name=version.name,
+            scenario_hash=version.content_hash,
+            status=RunStatus.QUEUED,
+            trigger=request.trigger,
+            triggered_by=request.triggered_by,
+            created_at=self.now(),
+            target_url=scenario.target.url,
+            seed=scenario.seed,
+            threshold=scenario.score.threshold,
+            overrides=request.overrides,
+            schedule_id=request.schedule_id,
+            fire_time=request.fire_time,
+            idempotency_key=request.idempotency_key,
+        )
+        stored, created = await self.runs.create_run(run)
+        if created:
+            log.info("run queued", run_id=stored.id, scenario=stored.scenario_name, trigger=stored.trigger.value)
+        return stored, created
+
+    async def _check_targets(self, scenario: Scenario) -> None:
+        urls = [] if scenario.target.is_builtin else [scenario.target.url]
+        urls += [f"http://{p.upstream}" for p in scenario.proxies if p.upstream is not None]
+        for url in urls:
+            reason = await self.policy.check(url)
+            if reason is not None:
+                raise TargetNotAllowed(url, reason)
+
+    async def get(self, run_id: str) -> Run:
+        run = await self.runs.get_run(run_id)
+        if run is None:
+            raise RunNotFound(run_id)
+        return run
+
+    async def page(self, query: RunQuery) -> RunPage:
+        return await self.runs.list_runs(query)
+
+    async def abort(self, run_id: str, reason: str) -> Run:
+        """Stops a run: a queued one ends at once, a running one is stopped by its worker within a second
+        or two, faults rolled back. A finished run is returned as it is."""
+        run = await self.runs.request_abort(run_id, reason)
+        if run is None:
+            raise RunNotFound(run_id)
+        return run
+
+    async def stop_all(self, reason: str) -> list[Run]:
+        """The emergency stop: no run is accepted, and every queued or running run is aborted."""
+        await self.control.set_emergency_stop(reason)
+        stopped = []
+        for run in await self.runs.active_runs():
+            aborted = await self.runs.request_abort(run.id, f"emergency stop: {reason}")
+            if aborted is not None:
+                stopped.append(aborted)
+        log.warning("emergency stop", reason=reason, runs=len(stopped))
+        return stopped
+
+    async def release_stop(self) -> None:
+        await self.control.set_emergency_stop(None)
+
+    async def emergency_stop(self) -> str | None:
+        return await self.control.emergency_stop()

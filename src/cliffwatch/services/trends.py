@@ -1,0 +1,20 @@
+"""Trends queries: stored runs in, judged score series out."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from cliffwatch.domain.service_ports import RunStore
+from cliffwatch.domain.trends import Bucket, TrendSeries, trend_series
+
+
+class TrendsService:
+    def __init__(self, runs: RunStore, *, margin: float) -> None:
+        self.runs = runs
+        self.margin = margin
+
+    async def series(
+        self, *, scenario: str | None, target_url: str | None, since: datetime | None, bucket: Bucket
+    ) -> list[TrendSeries]:
+        finished = await self.runs.finished_runs(scenario=scenario, target_url=target_url, since=since)
+        return trend_series(finished, bucket=bucket, margin=self.margin)
