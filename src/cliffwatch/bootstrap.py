@@ -25,7 +25,7 @@ from cliffwatch.adapters.toxiproxy_faults import ToxiproxyFaultInjector
 from cliffwatch.adapters.toxiproxy_server import ManagedToxiproxy, find_toxiproxy_server
 from cliffwatch.config import Settings
 from cliffwatch.domain.errors import FaultInjectionFailed
-from cliffwatch.domain.ports import FaultInjector, ProgressObserver, RecordSink, ToxiproxyApi
+from cliffwatch.domain.ports import FaultInjector, FaultLedger, ProgressObserver, RecordSink, ToxiproxyApi
 from cliffwatch.domain.scenario import Scenario
 from cliffwatch.services.memory import NoFaultInjector, NullSink
 from cliffwatch.services.reconcile import ReconcileReport, reconcile_faults
@@ -54,6 +54,7 @@ async def prepare_run(
     observer: ProgressObserver,
     sink: RecordSink | None = None,
     run_id: str | None = None,
+    ledger: FaultLedger | None = None,
 ) -> AsyncIterator[PreparedRun]:
     """Starts what the run needs and stops it afterwards; raises before any load when something is missing
     (a target outside the allowlist, an unreachable Toxiproxy)."""
@@ -76,7 +77,7 @@ async def prepare_run(
             server_url, managed = await stack.enter_async_context(toxiproxy_server(settings, observer))
             api = await stack.enter_async_context(ToxiproxyClient(server_url, timeout_s=settings.toxiproxy_timeout_s))
             await api.version()  # unreachable or hanging: a clear error now, before any load
-            ledger = FileFaultLedger(settings.fault_ledger_path)
+            ledger = ledger or FileFaultLedger(settings.fault_ledger_path)
             injector = ToxiproxyFaultInjector(
                 api, ledger, run_id=run_id, scenario=scenario, clock=clock, managed=managed
             )
@@ -144,5 +145,5 @@ async def _tear_down(injector: ToxiproxyFaultInjector, observer: ProgressObserve
         observer.note(f"could not delete a proxy (the next start-up will): {problem}")
 
 
-async def _finish_run(ledger: FileFaultLedger, run_id: str) -> None:
+async def _finish_run(ledger: FaultLedger, run_id: str) -> None:
     await asyncio.shield(ledger.run_finished(run_id))

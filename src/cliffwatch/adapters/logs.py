@@ -8,6 +8,8 @@ from typing import TextIO
 
 import structlog
 
+from cliffwatch.domain.ports import Progress
+
 LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
 
@@ -39,3 +41,28 @@ def configure_logging(*, level: str, fmt: str, stream: TextIO | None = None) -> 
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(LEVELS[level])
+
+
+class LogProgress:
+    """A ``ProgressObserver`` for runs without a terminal (the service): notes and every tenth tick, logged."""
+
+    def __init__(self, every: int = 10) -> None:
+        self.every = every
+        self._ticks = 0
+        self._log = structlog.get_logger("cliffwatch.run")
+
+    def note(self, message: str) -> None:
+        self._log.info(message)
+
+    def progress(self, progress: Progress) -> None:
+        self._ticks += 1
+        if self._ticks % self.every == 0:
+            self._log.info(
+                "progress",
+                phase=progress.phase,
+                elapsed_s=round(progress.elapsed_s, 1),
+                offered_per_s=round(progress.offered_per_s, 1),
+                on_time=None if progress.on_time_ratio is None else round(progress.on_time_ratio, 3),
+                tokens_per_s=round(progress.tokens_per_s),
+                in_flight=progress.in_flight,
+            )

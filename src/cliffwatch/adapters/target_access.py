@@ -30,3 +30,17 @@ async def ensure_allowed(url: str, allowlist: Allowlist) -> None:
     reason = allowlist.check(host, port, addresses)
     if reason is not None:
         raise TargetNotAllowed(url, reason)
+
+
+class AllowlistPolicy:
+    """The service's ``TargetPolicy``: a target is allowed when ``ensure_allowed`` does not object."""
+
+    def __init__(self, allowlist: Allowlist) -> None:
+        self.allowlist = allowlist
+
+    async def check(self, url: str) -> str | None:
+        try:
+            await ensure_allowed(url, self.allowlist)
+        except TargetNotAllowed as exc:
+            return exc.reason
+        return None

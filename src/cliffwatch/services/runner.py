@@ -60,6 +60,7 @@ class _RunState:
     start_ns: int
     abort_reason: str | None = None
     interrupted: bool = False
+    cut_in_flight: bool = False  # stop outstanding requests too, once the faults are off
     last_progress_ns: int = 0  # when the previous progress line was taken; rates are over the time since
     last_dispatched: int = 0
     last_tokens: float = 0.0
@@ -98,10 +99,22 @@ class RunService:
         """Stops the current run early (Ctrl-C): nothing more is sent; the run is recorded as interrupted."""
         if self._state is not None and not self._state.interrupted:
             self._state.interrupted = True
+            self._state.cut_in_flight = True
             self._state.stopped.set()
             # In-flight requests are cut only once the phase's faults are off (see execute): clients
             # disconnecting while a toxic is being removed can stall Toxiproxy (its issue #558).
             self.generator.stop("run interrupted")
+
+    def abort(self, reason: str) -> None:
+        """Stops the current run at once because someone asked (an API abort, the emergency stop): as an
+        interrupt, but recorded as aborted with ``reason``."""
+        state = self._state
+        if state is not None and state.abort_reason is None and not state.interrupted:
+            state.abort_reason = reason
+            state.cut_in_flight = True
+            state.stopped.set()
+            self.observer.note(f"aborting: {reason}")
+            self.generator.stop(f"aborted: {reason}")
 
     async def execute(self, scenario: Scenario, *, run_id: str, target_url: str) -> RunResult:
         """Runs ``scenario`` against ``target_url`` and returns its result; raises before sending any load
@@ -127,8 +140,8 @@ class RunService:
         bound.info("run started", target=target_url, phases=len(windows))
         try:
             await self._drive_phases(scenario, windows, aggregator, state, events, timings, generator_task)
-            if state.interrupted:
-                self.generator.stop("run interrupted", cancel_in_flight=True)
+            if state.cut_in_flight:
+                self.generator.stop(state.abort_reason or "run interrupted", cancel_in_flight=True)
             report = await generator_task
         except BaseException:
             generator_task.cancel()

@@ -520,3 +520,18 @@ async def test_interrupt_outside_a_run_does_nothing() -> None:
     result = await rig.run(_three_phases(0.3))
     assert result.status is RunStatus.SUCCEEDED
     assert rig.generator.stopped is None
+
+
+async def test_an_abort_from_outside_stops_the_run_and_records_it_as_aborted_with_the_reason() -> None:
+    """An API abort mid-phase: faults off, nothing more sent, status aborted with the given reason."""
+    scenario = _scenario(_phase("calm", "baseline", 0.3), _phase("burst", "stress", 5.0, 20, LATENCY))
+    rig = Rig(on_time(0.01), injector=_SignallingInjector)
+    task = asyncio.create_task(rig.run(scenario))
+    await rig.applied()
+    rig.service.abort("aborted by ops via the API")
+    result = await asyncio.wait_for(task, 5)
+    assert result.status is RunStatus.ABORTED
+    assert result.abort_reason == "aborted by ops via the API"
+    assert rig.injector.active == {}
+    assert result.duration_s < 3
+    assert result.metrics.phases[1].outcomes[Outcome.NOT_SENT] > 0
