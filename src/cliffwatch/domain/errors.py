@@ -105,3 +105,40 @@ class EmergencyStopActive(CliffwatchError):
     def __init__(self, reason: str) -> None:
         self.reason = reason
         super().__init__(f"the emergency stop is on ({reason}); no run is accepted until it is released")
+
+
+class StoreUnavailable(CliffwatchError):
+    """The database could not be reached or did not answer; names it by its URL, never with its password."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        self.url = without_password(url)
+        self.reason = reason
+        super().__init__(f"the database {self.url} is unavailable: {reason}")
+
+
+def without_password(url: str) -> str:
+    """``url`` with the password of its user part masked, so it can be logged and shown."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    # The user part ends at the last "@": a password may itself hold "@", ":" or "/" (unescaped, if careless),
+    # and masking too much of an odd URL is better than showing a password.
+    user, at, host = rest.rpartition("@")
+    if not at or ":" not in user:
+        return url
+    return f"{scheme}://{user.partition(':')[0]}:***@{host}"
+
+
+class ScheduleInvalid(CliffwatchError):
+    """A schedule (its cron expression, time zone, scenario or overrides) breaks the rules; lists every problem."""
+
+    def __init__(self, problems: Sequence[Problem]) -> None:
+        self.problems = tuple(problems)
+        lines = "\n".join(f"  {p}" for p in self.problems)
+        super().__init__(f"invalid schedule ({len(self.problems)} problem(s)):\n{lines}")
+
+
+class ScheduleNotFound(CliffwatchError):
+    def __init__(self, schedule_id: str) -> None:
+        self.schedule_id = schedule_id
+        super().__init__(f"no schedule {schedule_id!r}")

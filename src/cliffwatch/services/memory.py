@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 
 from cliffwatch.domain.errors import FaultInjectionFailed
 from cliffwatch.domain.faults import FaultSpec, ProxyState, ToxicState
@@ -342,3 +343,37 @@ def in_memory_connect(*servers: InMemoryToxiproxy) -> Callable[[str], AbstractAs
 
 
 __all__ += ["InMemoryFaultLedger", "InMemoryToxiproxy", "in_memory_connect"]
+
+
+class ManualClock:
+    """A UTC wall clock that moves only when a test moves it: the ``now`` callable services take.
+
+    ``clock()`` (and ``wall()``) give the current aware UTC time; ``advance`` moves it on, ``set`` anywhere
+    (back too, as a host's clock can jump).
+    """
+
+    def __init__(self, start: datetime) -> None:
+        self._now = _aware_utc(start)
+
+    def __call__(self) -> datetime:
+        return self._now
+
+    def wall(self) -> datetime:
+        return self._now
+
+    def advance(self, by: timedelta | float) -> datetime:
+        """Moves the clock on by ``by`` (seconds, or a timedelta); returns the new time."""
+        self._now += by if isinstance(by, timedelta) else timedelta(seconds=by)
+        return self._now
+
+    def set(self, at: datetime) -> None:
+        self._now = _aware_utc(at)
+
+
+def _aware_utc(moment: datetime) -> datetime:
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ValueError(f"a clock needs an aware datetime, got {moment!r}")
+    return moment.astimezone(UTC)
+
+
+__all__ += ["ManualClock"]

@@ -65,6 +65,15 @@ class RunsService:
         Raises ``EmergencyStopActive``, ``ScenarioNotFound``, ``ScenarioInvalid`` (the document or an
         override), ``TargetNotAllowed`` or ``RunRefused`` (over the caps), all before anything is stored.
         """
+        run = await self.build(request)
+        stored, created = await self.runs.create_run(run)
+        if created:
+            log.info("run queued", run_id=stored.id, scenario=stored.scenario_name, trigger=stored.trigger.value)
+        return stored, created
+
+    async def build(self, request: RunRequest) -> Run:
+        """The queued run a request would make, every check passed, not stored (schedules insert it with
+        their own key). Raises as ``submit`` does."""
         stop = await self.control.emergency_stop()
         if stop is not None:
             raise EmergencyStopActive(stop)
@@ -98,10 +107,7 @@ class RunsService:
             fire_time=request.fire_time,
             idempotency_key=request.idempotency_key,
         )
-        stored, created = await self.runs.create_run(run)
-        if created:
-            log.info("run queued", run_id=stored.id, scenario=stored.scenario_name, trigger=stored.trigger.value)
-        return stored, created
+        return run
 
     async def _check_targets(self, scenario: Scenario) -> None:
         urls = [] if scenario.target.is_builtin else [scenario.target.url]
