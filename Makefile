@@ -44,8 +44,8 @@ test: $(STAMP) toxiproxy
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench migrations
+	$(BIN)/ruff format --check src tests bench migrations
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -24,28 +24,33 @@ from cliffwatch.adapters.console import ConsoleProgress, comparison, scorecard
 from cliffwatch.adapters.logs import configure_logging
 from cliffwatch.adapters.result_files import write_result
 from cliffwatch.adapters.scenario_files import bundled_names, load_scenario
+from cliffwatch.adapters.store.migrate import upgrade
 from cliffwatch.bootstrap import clean_up_leftover_faults, prepare_run, toxiproxy_unavailable
-from cliffwatch.config import Settings, SettingsInvalid
+from cliffwatch.bootstrap_service import open_store, serve, utc_now
+from cliffwatch.config import Settings, SettingsInvalid, describe_settings
 from cliffwatch.domain.errors import (
     BuiltinTargetFailed,
     CliffwatchError,
     FaultInjectionFailed,
     Problem,
     ScenarioInvalid,
+    StoreUnavailable,
     TargetConfigInvalid,
     TargetNotAllowed,
     TargetUnreachable,
 )
 from cliffwatch.domain.result import RunResult, RunStatus
+from cliffwatch.domain.runs import ApiToken, Role
 from cliffwatch.domain.scenario import Scenario, with_overrides
 from cliffwatch.domain.target_model import TargetModel, target_model_from
 from cliffwatch.services.reconcile import ReconcileReport
+from cliffwatch.services.tokens import TokenService
 
 EXIT_PASS, EXIT_FAIL, EXIT_INVALID, EXIT_ENVIRONMENT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 DEMO_SCENARIOS = ("burst-storm", "retry-storm")
 FAULT_DEMO = "slow-backend"  # runs when Toxiproxy is available
 _INPUT_ERRORS = (ScenarioInvalid, TargetConfigInvalid, SettingsInvalid, TargetNotAllowed)
-_ENVIRONMENT_ERRORS = (TargetUnreachable, BuiltinTargetFailed, FaultInjectionFailed)
+_ENVIRONMENT_ERRORS = (TargetUnreachable, BuiltinTargetFailed, FaultInjectionFailed, StoreUnavailable)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -54,7 +59,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     err = Console(stderr=True, highlight=False)
     try:
         settings = Settings.from_env()
-        configure_logging(level=settings.log_level if args.verbose else "warning", fmt=settings.log_format)
+        # The service logs what it does; one-shot commands keep the terminal for their output unless -v.
+        quiet = not args.verbose and args.command != "serve"
+        configure_logging(level="warning" if quiet else settings.log_level, fmt=settings.log_format)
         code: int = args.handler(args, settings)
         return code
     except _INPUT_ERRORS as exc:
@@ -100,6 +107,31 @@ def _parser() -> argparse.ArgumentParser:
         "reconcile", help="remove toxics and proxies left behind by crashed runs (also done at every start-up)"
     )
     reconcile.set_defaults(handler=_faults)
+
+    serve = commands.add_parser(
+        "serve", help="run the service: REST API, worker, schedules (settings from the environment)",
+        description="Runs the long-running service. Every setting comes from the environment or the YAML file "
+        "CLIFFWATCH_CONFIG names (keys: the names below without the prefix, in lower case):",
+        epilog=describe_settings(), formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    serve.set_defaults(handler=_serve)
+
+    db = commands.add_parser("db", help="database housekeeping")
+    db_commands = db.add_subparsers(dest="db_command", required=True)
+    db_commands.add_parser("upgrade", help="apply the migrations to CLIFFWATCH_DATABASE_URL").set_defaults(
+        handler=_db_upgrade
+    )
+
+    token = commands.add_parser("token", help="API tokens")
+    token_commands = token.add_subparsers(dest="token_command", required=True)
+    create = token_commands.add_parser("create", help="create a token and print it (once: it is not stored)")
+    create.add_argument("--role", required=True, choices=[r.value for r in Role])
+    create.add_argument("--name", default="cli", help="who or what holds it (shown in logs and run triggers)")
+    create.set_defaults(handler=_token_create)
+    token_commands.add_parser("list", help="list tokens (never their secrets)").set_defaults(handler=_token_list)
+    revoke = token_commands.add_parser("revoke", help="revoke a token by its id")
+    revoke.add_argument("token_id")
+    revoke.set_defaults(handler=_token_revoke)
 
     scenarios = commands.add_parser("scenarios", help="list the bundled scenarios")
     scenarios.set_defaults(handler=_scenarios)
@@ -261,6 +293,61 @@ def _target(args: argparse.Namespace, settings: Settings) -> int:
         asyncio.run(serve(model, host=args.host, port=args.port, on_ready=ready))
     except KeyboardInterrupt:
         return EXIT_PASS
+    return EXIT_PASS
+
+
+def _serve(args: argparse.Namespace, settings: Settings) -> int:
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+
+        def ready(url: str) -> None:
+            print(f"cliffwatch serve: listening on {url} (instance {settings.instance_id})", flush=True)
+
+        await serve(settings, on_ready=ready, stop=stop)
+
+    asyncio.run(main())
+    return EXIT_PASS
+
+
+def _db_upgrade(args: argparse.Namespace, settings: Settings) -> int:
+    revision = asyncio.run(upgrade(settings.database_url))
+    print(f"database at revision {revision}")
+    return EXIT_PASS
+
+
+def _token_create(args: argparse.Namespace, settings: Settings) -> int:
+    async def create() -> tuple[ApiToken, str]:
+        async with open_store(settings) as store:
+            return await TokenService(store, now=utc_now).create(args.name, Role(args.role))
+
+    record, token = asyncio.run(create())
+    print(token)
+    print(f"token {record.id} ({record.name}, {record.role.value}): shown once, keep it safe", file=sys.stderr)
+    return EXIT_PASS
+
+
+def _token_list(args: argparse.Namespace, settings: Settings) -> int:
+    async def listed() -> list[ApiToken]:
+        async with open_store(settings) as store:
+            return await TokenService(store, now=utc_now).all()
+
+    for record in asyncio.run(listed()):
+        state = "revoked " + record.revoked_at.isoformat() if record.revoked_at else "active"
+        print(f"{record.id}  {record.role.value:8}  {record.name}  created {record.created_at.isoformat()}  {state}")
+    return EXIT_PASS
+
+
+def _token_revoke(args: argparse.Namespace, settings: Settings) -> int:
+    async def revoke() -> bool:
+        async with open_store(settings) as store:
+            return await TokenService(store, now=utc_now).revoke(args.token_id)
+
+    if not asyncio.run(revoke()):
+        print(f"no active token {args.token_id!r}", file=sys.stderr)
+        return EXIT_FAIL
     return EXIT_PASS
 
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -39,6 +40,20 @@ def resolve(reference: str) -> Path:
 
 def load_scenario(reference: str) -> Scenario:
     """Reads and validates a scenario; every failure is a ``ScenarioInvalid`` naming the file."""
+    path, text = _read(reference)
+    return parse_scenario_text(text, source=str(path))
+
+
+def load_document(reference: str) -> Mapping[str, Any]:
+    """The document of a valid scenario file, as written (what the service stores and hashes)."""
+    path, text = _read(reference)
+    document = _yaml(text, source=str(path))
+    parse_scenario(document, source=str(path))
+    assert isinstance(document, Mapping)
+    return document
+
+
+def _read(reference: str) -> tuple[Path, str]:
     path = resolve(reference)
     try:
         with path.open("rb") as handle:
@@ -50,11 +65,15 @@ def load_scenario(reference: str) -> Scenario:
         raise ScenarioInvalid(
             [Problem(path="", message=f"is over the limit of {MAX_SCENARIO_BYTES:,} bytes")], source=str(path)
         )
-    return parse_scenario_text(raw.decode("utf-8", errors="replace"), source=str(path))
+    return path, raw.decode("utf-8", errors="replace")
 
 
 def parse_scenario_text(text: str, *, source: str) -> Scenario:
     """A scenario from YAML (JSON is YAML too), with YAML syntax errors reported by line and column."""
+    return parse_scenario(_yaml(text, source=source), source=source)
+
+
+def _yaml(text: str, *, source: str) -> Any:
     try:
         document = yaml.load(text, Loader=_BoundedLoader)
     except yaml.YAMLError as exc:
@@ -64,7 +83,7 @@ def parse_scenario_text(text: str, *, source: str) -> Scenario:
         raise ScenarioInvalid([Problem(path="", message=f"not valid YAML: {where}{reason}")], source=source) from exc
     except RecursionError as exc:  # PyYAML composes nested collections recursively
         raise ScenarioInvalid([Problem(path="", message="not valid YAML: nested too deeply")], source=source) from exc
-    return parse_scenario(document, source=source)
+    return document
 
 
 class _BoundedLoader(yaml.SafeLoader):

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
-from cliffwatch.domain.errors import ScenarioInvalid, ScenarioNotFound
+from cliffwatch.domain.errors import Problem, ScenarioInvalid, ScenarioNotFound
 from cliffwatch.domain.runs import ScenarioSource, ScenarioVersion
 from cliffwatch.domain.scenario import Scenario, content_hash, parse_scenario
 from cliffwatch.domain.service_ports import ScenarioStore
@@ -56,10 +56,15 @@ class ScenarioCatalog:
     @staticmethod
     def validate(document: object) -> list[str]:
         """Every problem with a document, path-qualified; empty when it is a valid scenario."""
+        return [str(p) for p in ScenarioCatalog.problems(document)]
+
+    @staticmethod
+    def problems(document: object) -> list[Problem]:
+        """Every problem with a document, each with its path and message; empty when it is a valid scenario."""
         try:
             parse_scenario(document)
         except ScenarioInvalid as exc:
-            return [str(p) for p in exc.problems]
+            return list(exc.problems)
         return []
 
     async def _save(self, scenario: Scenario, document: Mapping[str, Any], source: ScenarioSource) -> ScenarioVersion:

@@ -91,7 +91,7 @@ class RunsService:
         problems = cap_violations(scenario, self.caps)
         if problems:
             raise RunRefused(problems)
-        run = Run(
+        return Run(
             id=uuid.uuid4().hex[:12],
             scenario_name=version.name,
             scenario_hash=version.content_hash,
@@ -107,7 +107,6 @@ class RunsService:
             fire_time=request.fire_time,
             idempotency_key=request.idempotency_key,
         )
-        return run
 
     async def _check_targets(self, scenario: Scenario) -> None:
         urls = [] if scenario.target.is_builtin else [scenario.target.url]

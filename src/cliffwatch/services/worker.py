@@ -35,9 +35,14 @@ ABORT_POLL_S = 1.0
 
 
 class PreparedRunLike(Protocol):
-    service: RunService
-    target_url: str
-    run_id: str
+    @property
+    def service(self) -> RunService: ...
+
+    @property
+    def target_url(self) -> str: ...
+
+    @property
+    def run_id(self) -> str: ...
 
 
 Prepare = Callable[[Scenario, str, RecordSink], AbstractAsyncContextManager[PreparedRunLike]]

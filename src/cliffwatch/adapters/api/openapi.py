@@ -1,0 +1,344 @@
+"""The OpenAPI 3.1 document of the API, written by hand: every path, parameter, body, response and problem.
+
+Each operation names the role it needs in ``x-required-role`` (absent: public); a test holds the route
+table, the roles and this document together, validates real responses against it, and schemathesis
+fuzzes the served app with it.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from cliffwatch import __version__
+from cliffwatch.adapters.api.openapi_schemas import DATE_TIME, SCHEMAS, Schema, ref, text
+from cliffwatch.domain.result import RunStatus
+from cliffwatch.domain.trends import Bucket
+
+PROBLEM_JSON = "application/problem+json"
+_RETRY_AFTER = {"Retry-After": {"description": "seconds to wait", "schema": {"type": "string"}, "required": True}}
+
+
+def _problem(description: str, headers: dict[str, Any] | None = None) -> dict[str, Any]:
+    response: dict[str, Any] = {"description": description, "content": {PROBLEM_JSON: {"schema": ref("Problem")}}}
+    if headers:
+        response["headers"] = headers
+    return response
+
+
+RESPONSES: dict[str, Any] = {
+    "BadRequest": _problem("Invalid query parameters or header, malformed JSON, or a missing body."),
+    "Unauthenticated": _problem(
+        "No bearer token, or an unknown or revoked one.",
+        {"WWW-Authenticate": {"schema": {"type": "string"}, "required": True}},
+    ),
+    "Forbidden": _problem("The token's role is too low for this operation."),
+    "NotFound": _problem("No such resource."),
+    "TooLarge": _problem("The body is over the size limit (CLIFFWATCH_API_MAX_BODY_BYTES)."),
+    "UnsupportedMedia": _problem("The body is not application/json."),
+    "Unprocessable": _problem(
+        "Well-formed, but breaks the rules (the body; for next fire times, a time zone this host lacks); "
+        "`problems` lists each."
+    ),
+    "Overloaded": _problem(
+        "Too many expensive requests are in progress (CLIFFWATCH_API_MAX_EXPENSIVE); retry later.", _RETRY_AFTER
+    ),
+    "Unavailable": _problem(
+        "Not now: the emergency stop is on, the database does not answer, or (readyz) this instance is not ready.",
+        _RETRY_AFTER,
+    ),
+    "Error": _problem("An unexpected error; details are logged under the request_id, never shown."),
+}
+
+
+def _json(schema: Schema, description: str, headers: dict[str, Any] | None = None) -> dict[str, Any]:
+    response: dict[str, Any] = {"description": description, "content": {"application/json": {"schema": schema}}}
+    if headers:
+        response["headers"] = headers
+    return response
+
+
+def _param(name: str, where: str, schema: Schema, description: str) -> dict[str, Any]:
+    """A parameter: required when in the path, optional everywhere else."""
+    return {"name": name, "in": where, "required": where == "path", "schema": schema, "description": description}
+
+
+def _op(
+    summary: str,
+    *,
+    tag: str,
+    role: str | None,
+    ok: dict[str, Any],
+    params: tuple[dict[str, Any], ...] = (),
+    body: Schema | None = None,
+    body_optional: bool = False,
+    errors: tuple[int, ...] = (),
+    description: str = "",
+) -> dict[str, Any]:
+    """One operation; the problem responses every operation of its kind can give are added here."""
+    codes = set(errors)
+    if role is not None:  # the public probes read no query; every other operation refuses unknown parameters
+        codes |= {400, 401} | ({403} if role != "viewer" else set())
+    if body is not None:
+        codes |= {413, 415, 422}
+    names = {400: "BadRequest", 401: "Unauthenticated", 403: "Forbidden", 404: "NotFound", 413: "TooLarge",
+             415: "UnsupportedMedia", 422: "Unprocessable", 429: "Overloaded", 503: "Unavailable"}  # fmt: skip
+    responses = {**ok, **{str(c): {"$ref": f"#/components/responses/{names[c]}"} for c in sorted(codes)}}
+    responses["default"] = {"$ref": "#/components/responses/Error"}
+    operation: dict[str, Any] = {"summary": summary, "tags": [tag], "responses": responses}
+    if description:
+        operation["description"] = description
+    if params:
+        operation["parameters"] = list(params)
+    if body is not None:
+        operation["requestBody"] = {"required": not body_optional, "content": {"application/json": {"schema": body}}}
+    if role is None:
+        operation["security"] = []
+    else:
+        operation["x-required-role"] = role
+    return operation
+
+
+RUN_ID = _param("run_id", "path", {"type": "string"}, "the run's id")
+SCHEDULE_ID = _param("schedule_id", "path", {"type": "string"}, "the schedule's id")
+LOCATION = {"Location": {"description": "the run's URL", "schema": {"type": "string"}, "required": True}}
+LINK = {"Link": {"description": 'the next page: <url>; rel="next" (absent on the last)', "schema": {"type": "string"}}}
+EXPENSIVE = "Expensive: at most CLIFFWATCH_API_MAX_EXPENSIVE at once across these endpoints; beyond, 429."
+
+
+def _runs_paths() -> dict[str, Any]:
+    list_params = (
+        _param("scenario", "query", text(100), "only runs of this scenario"),
+        _param("status", "query", {"enum": [s.value for s in RunStatus]}, "only runs in this status"),
+        _param("schedule", "query", text(100), "only runs this schedule queued"),
+        _param("since", "query", DATE_TIME, "created at or after (RFC 3339, with an offset)"),
+        _param("until", "query", DATE_TIME, "created before"),
+        _param("cursor", "query", text(500), "from the previous page's next_cursor"),
+        _param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 200, "default": 50}, "page size"),
+    )
+    idempotency = _param(
+        "Idempotency-Key", "header", {"type": "string", "pattern": "^[\\x21-\\x7e]{1,200}$"},
+        "repeat a request safely: the same key (per token) returns the run the first request queued",
+    )  # fmt: skip
+    return {
+        "/api/v1/runs": {
+            "post": _op(
+                "Queue a run", tag="runs", role="operator", params=(idempotency,), body=ref("RunCreate"),
+                ok={"202": _json(ref("RunDetail"), "Queued.", LOCATION),
+                    "200": _json(ref("RunDetail"), "An idempotent repeat: the run the key queued.", LOCATION)},
+                errors=(404, 503),
+                description="A scenario by name or a whole document, with optional overrides. Refused with 422 "
+                "when the document is invalid, the target is outside the allowlist (target-not-allowed) or the "
+                "run is over the caps (run-refused); 503 while the emergency stop is on.",
+            ),
+            "get": _op("List runs, newest first", tag="runs", role="viewer", params=list_params,
+                       ok={"200": _json(ref("RunPage"), "One page.", LINK)}),
+        },
+        "/api/v1/runs/{run_id}": {
+            "get": _op("A run: status, phases, score with components, verdicts", tag="runs", role="viewer",
+                       params=(RUN_ID,), ok={"200": _json(ref("RunDetail"), "The run.")}, errors=(404,)),
+        },
+        "/api/v1/runs/{run_id}/timeseries": {
+            "get": _op("A run's per-second rows", tag="runs", role="viewer", params=(RUN_ID,),
+                       ok={"200": _json(ref("Timeseries"), "Empty until the run ends.")}, errors=(404, 429),
+                       description=EXPENSIVE),
+        },
+        "/api/v1/runs/{run_id}/outcomes": {
+            "get": _op(
+                "A run's requests, by request id", tag="runs", role="viewer", errors=(404, 429),
+                params=(RUN_ID,
+                        _param("after", "query", {"type": "integer", "minimum": 0, "maximum": 2**53},
+                               "the page after this request id"),
+                        _param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 1000, "default": 100},
+                               "page size")),
+                ok={"200": _json(ref("OutcomePage"), "One page; next_after is null on the last.", LINK)},
+                description=EXPENSIVE,
+            ),
+        },
+        "/api/v1/runs/{run_id}/abort": {
+            "post": _op("Abort a run", tag="runs", role="operator", params=(RUN_ID,), body=ref("ReasonBody"),
+                        body_optional=True, errors=(404,),
+                        ok={"200": _json(ref("RunDetail"), "A queued run is aborted at once; a running one is "
+                                         "flagged and stops within seconds; a finished one is returned as it is.")}),
+        },
+        "/api/v1/trends": {
+            "get": _op(
+                "Score trends with regression flags", tag="runs", role="viewer", errors=(429,),
+                params=(_param("scenario", "query", text(100), "one scenario"),
+                        _param("target", "query", text(2000), "one target URL"),
+                        _param("since", "query", DATE_TIME, "runs that ended at or after"),
+                        _param("bucket", "query", {"enum": [b.value for b in Bucket], "default": "run"},
+                               "one point per run, UTC day or ISO week")),
+                ok={"200": _json(ref("Trends"), "One series per scenario, target and score version.")},
+                description=EXPENSIVE,
+            ),
+        },
+    }  # fmt: skip
+
+
+def _scenario_and_schedule_paths() -> dict[str, Any]:
+    name = {
+        **_param("name", "path", {"type": "string", "not": {"const": "validate"}},
+                 "the scenario's name (validate is reserved for the validation endpoint)"),
+        "example": "burst-storm",
+    }  # fmt: skip
+    schedule = (SCHEDULE_ID,)
+    return {
+        "/api/v1/scenarios": {
+            "get": _op("Bundled and registered scenarios, latest versions", tag="scenarios", role="viewer",
+                       ok={"200": _json(ref("ScenarioList"), "By name.")}),
+        },
+        "/api/v1/scenarios/validate": {
+            "post": _op("Validate a scenario document", tag="scenarios", role="viewer",
+                        body={"description": "any JSON value: what is not a scenario document is judged invalid"},
+                        ok={"200": _json(ref("Validation"), "valid, and every problem when it is not.")}),
+        },
+        "/api/v1/scenarios/{name}": {
+            "get": _op("A scenario's latest version, or one by hash", tag="scenarios", role="viewer", errors=(404,),
+                       params=(name, _param("hash", "query", {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+                                            "a version's content hash")),
+                       ok={"200": _json(ref("ScenarioDetail"), "The version, with its document.")}),
+            "put": _op("Register a scenario version", tag="scenarios", role="admin", params=(name,),
+                       body=ref("ScenarioDocument"),
+                       ok={"200": _json(ref("ScenarioDetail"), "Stored (an unchanged document keeps its version).")},
+                       description="The document's name must be the path's; 422 scenario-invalid lists every "
+                       "problem."),
+        },
+        "/api/v1/schedules": {
+            "post": _op("Create a schedule", tag="schedules", role="admin", body=ref("ScheduleWrite"),
+                        ok={"201": _json(ref("Schedule"), "Created.")}),
+            "get": _op("Every schedule", tag="schedules", role="viewer",
+                       ok={"200": _json(ref("ScheduleList"), "By name.")}),
+        },
+        "/api/v1/schedules/{schedule_id}": {
+            "get": _op("A schedule", tag="schedules", role="viewer", params=schedule, errors=(404,),
+                       ok={"200": _json(ref("Schedule"), "The schedule.")}),
+            "put": _op("Replace a schedule", tag="schedules", role="admin", params=schedule, errors=(404,),
+                       body=ref("ScheduleWrite"), ok={"200": _json(ref("Schedule"), "Replaced.")}),
+            "delete": _op("Delete a schedule", tag="schedules", role="admin", params=schedule, errors=(404,),
+                          ok={"204": {"description": "Deleted."}}),
+        },
+        "/api/v1/schedules/{schedule_id}/pause": {
+            "post": _op("Pause a schedule", tag="schedules", role="admin", params=schedule, errors=(404,),
+                        ok={"200": _json(ref("Schedule"), "Paused (enabled: false).")}),
+        },
+        "/api/v1/schedules/{schedule_id}/resume": {
+            "post": _op("Resume a schedule", tag="schedules", role="admin", params=schedule, errors=(404,),
+                        ok={"200": _json(ref("Schedule"), "Resumed (enabled: true).")}),
+        },
+        "/api/v1/schedules/{schedule_id}/next": {
+            "get": _op("A schedule's next fire times", tag="schedules", role="viewer", errors=(404, 422),
+                       params=(SCHEDULE_ID, _param("count", "query",
+                                                   {"type": "integer", "minimum": 1, "maximum": 100, "default": 5},
+                                                   "how many")),
+                       ok={"200": _json(ref("FireTimes"), "In order, UTC.")}),
+        },
+    }  # fmt: skip
+
+
+def _admin_and_ops_paths() -> dict[str, Any]:
+    token_id = _param("token_id", "path", {"type": "string"}, "the token's id")
+    return {
+        "/api/v1/tokens": {
+            "post": _op("Create a token (shown once)", tag="admin", role="admin", body=ref("TokenCreate"),
+                        ok={"201": _json(ref("TokenCreated"), "The token is in this response only.")}),
+            "get": _op("Every token's record (no secrets)", tag="admin", role="admin",
+                       ok={"200": _json(ref("TokenList"), "Oldest first.")}),
+        },
+        "/api/v1/tokens/{token_id}": {
+            "delete": _op("Revoke a token", tag="admin", role="admin", params=(token_id,), errors=(404,),
+                          ok={"204": {"description": "Revoked."}}),
+        },
+        "/api/v1/stop-all": {
+            "get": _op("The emergency stop's state", tag="admin", role="viewer",
+                       ok={"200": _json(ref("StopState"), "active, and why.")}),
+            "post": _op("Emergency stop: abort every run, refuse new ones", tag="admin", role="admin",
+                        body=ref("ReasonBody"), body_optional=True,
+                        ok={"200": _json(ref("StopAll"), "On; the runs it aborted.")}),
+            "delete": _op("Release the emergency stop", tag="admin", role="admin",
+                          ok={"200": _json(ref("StopState"), "Off.")}),
+        },
+        "/api/v1/openapi.json": {
+            "get": _op("This document", tag="ops", role="viewer",
+                       ok={"200": _json({"type": "object"}, "OpenAPI 3.1.")}),
+        },
+        "/healthz": {
+            "get": _op("Liveness: 200 while the process serves", tag="ops", role=None,
+                       ok={"200": _json(ref("Health"), "Alive.")}),
+        },
+        "/readyz": {
+            "get": _op("Readiness: the database reachable and migrations current", tag="ops", role=None,
+                       errors=(503,), ok={"200": _json(ref("Ready"), "Ready.")}),
+        },
+        "/metrics": {
+            "get": _op("Prometheus metrics", tag="ops", role="viewer",
+                       ok={"200": {"description": "The text exposition format 0.0.4.",
+                                   "content": {"text/plain": {"schema": {"type": "string"}}}}}),
+        },
+    }  # fmt: skip
+
+
+OPERATION_IDS = {
+    "POST /api/v1/runs": "createRun", "GET /api/v1/runs": "listRuns", "GET /api/v1/runs/{run_id}": "getRun",
+    "GET /api/v1/runs/{run_id}/timeseries": "getRunTimeseries", "GET /api/v1/runs/{run_id}/outcomes": "listRunOutcomes",
+    "POST /api/v1/runs/{run_id}/abort": "abortRun", "GET /api/v1/trends": "getTrends",
+    "GET /api/v1/scenarios": "listScenarios", "POST /api/v1/scenarios/validate": "validateScenario",
+    "GET /api/v1/scenarios/{name}": "getScenario", "PUT /api/v1/scenarios/{name}": "registerScenario",
+    "POST /api/v1/schedules": "createSchedule", "GET /api/v1/schedules": "listSchedules",
+    "GET /api/v1/schedules/{schedule_id}": "getSchedule", "PUT /api/v1/schedules/{schedule_id}": "replaceSchedule",
+    "DELETE /api/v1/schedules/{schedule_id}": "deleteSchedule",
+    "POST /api/v1/schedules/{schedule_id}/pause": "pauseSchedule",
+    "POST /api/v1/schedules/{schedule_id}/resume": "resumeSchedule",
+    "GET /api/v1/schedules/{schedule_id}/next": "getNextFireTimes", "POST /api/v1/tokens": "createToken",
+    "GET /api/v1/tokens": "listTokens", "DELETE /api/v1/tokens/{token_id}": "revokeToken",
+    "GET /api/v1/stop-all": "getEmergencyStop", "POST /api/v1/stop-all": "stopAll",
+    "DELETE /api/v1/stop-all": "releaseEmergencyStop", "GET /api/v1/openapi.json": "getOpenApi",
+    "GET /healthz": "liveness", "GET /readyz": "readiness", "GET /metrics": "metrics",
+}  # fmt: skip
+# What a created resource's id leads to (OpenAPI links: clients and schemathesis follow them).
+LINKS = {
+    ("POST /api/v1/runs", ("202", "200")): ("run_id", ("getRun", "getRunTimeseries", "listRunOutcomes", "abortRun")),
+    ("POST /api/v1/schedules", ("201",)): (
+        "schedule_id",
+        ("getSchedule", "replaceSchedule", "pauseSchedule", "resumeSchedule", "getNextFireTimes", "deleteSchedule"),
+    ),
+    ("POST /api/v1/tokens", ("201",)): ("token_id", ("revokeToken",)),
+}
+
+
+def _identify(paths: dict[str, Any]) -> dict[str, Any]:
+    """Gives every operation its id and the created resources their links."""
+    for path, item in paths.items():
+        for method, operation in item.items():
+            operation["operationId"] = OPERATION_IDS[f"{method.upper()} {path}"]
+    for (operation_name, statuses), (parameter, targets) in LINKS.items():
+        method, path = operation_name.split(" ", 1)
+        for status in statuses:
+            paths[path][method.lower()]["responses"][status]["links"] = {
+                target[0].upper() + target[1:]: {"operationId": target, "parameters": {parameter: "$response.body#/id"}}
+                for target in targets
+            }
+    return paths
+
+
+def openapi_document() -> dict[str, Any]:
+    """The whole document, a fresh copy each call."""
+    return {
+        "openapi": "3.1.0",
+        "jsonSchemaDialect": "https://spec.openapis.org/oas/3.1/dialect/base",
+        "info": {
+            "title": "cliffwatch",
+            "version": __version__,
+            "description": "Runs chaos and burst scenarios against LLM APIs and measures goodput. Errors are "
+            "RFC 9457 problem details; see docs/api.md.",
+        },
+        "servers": [{"url": "/"}],
+        "security": [{"bearer": []}],
+        "tags": [{"name": n} for n in ("runs", "scenarios", "schedules", "admin", "ops")],
+        "paths": _identify({**_runs_paths(), **_scenario_and_schedule_paths(), **_admin_and_ops_paths()}),
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "description": "an API token"}},
+            "schemas": copy.deepcopy(SCHEMAS),
+            "responses": copy.deepcopy(RESPONSES),
+        },
+    }

@@ -1,0 +1,264 @@
+"""The OpenAPI document's component schemas (JSON Schema 2020-12, as OpenAPI 3.1 uses it).
+
+Request schemas say exactly what the validators in ``requests.py`` and the handlers accept (unknown fields
+are refused, so ``additionalProperties: false``); response schemas say what ``views.py`` builds. A test
+validates real responses against them, and schemathesis checks both sides.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cliffwatch.domain.outcomes import Outcome
+from cliffwatch.domain.result import RunStatus
+from cliffwatch.domain.runs import CatchUp, Role, ScenarioSource, Trigger
+from cliffwatch.domain.scenario import MAX_SEED
+from cliffwatch.domain.trends import Bucket
+
+Schema = dict[str, Any]
+
+
+def ref(name: str) -> Schema:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def nullable(schema: Schema) -> Schema:
+    """``schema`` or null (3.1 has no ``nullable``: a type list, or anyOf for references)."""
+    if "type" in schema and isinstance(schema["type"], str):
+        return {**schema, "type": [schema["type"], "null"]}
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def obj(properties: dict[str, Schema], *, required: tuple[str, ...] | None = None, closed: bool = True) -> Schema:
+    """An object; every property required unless ``required`` says otherwise. Responses are ``closed`` (no
+    other properties) so the document cannot silently fall behind the code."""
+    schema: Schema = {"type": "object", "properties": properties,
+                      "required": list(properties if required is None else required)}  # fmt: skip
+    if closed:
+        schema["additionalProperties"] = False
+    return schema
+
+
+def text(max_length: int, **extra: Any) -> Schema:
+    return {"type": "string", "minLength": 1, "maxLength": max_length, **extra}
+
+
+DATE_TIME: Schema = {"type": "string", "format": "date-time"}
+NUMBER: Schema = {"type": "number"}
+ANY_OBJECT: Schema = {"type": "object"}
+PATH_PROBLEM = obj({"path": {"type": "string", "description": "dotted path; empty for the whole"},
+                    "message": {"type": "string"}})  # fmt: skip
+
+OVERRIDES = obj(
+    {
+        "target_url": text(2_000, description="an http(s) URL, or builtin for the simulated target"),
+        "seed": {"type": "integer", "minimum": 0, "maximum": MAX_SEED},
+        "threshold": {"type": "number", "minimum": 0, "maximum": 100},
+    },
+    required=(),
+)
+RUN_CREATE: Schema = {
+    **obj(
+        {"scenario": text(100, description="a bundled or registered scenario's name"),
+         "document": {**ANY_OBJECT, "description": "a whole scenario document, run as it is"},
+         "overrides": ref("Overrides")},
+        required=(),
+    ),
+    "oneOf": [{"required": ["scenario"]}, {"required": ["document"]}],
+    "examples": [{"scenario": "burst-storm", "overrides": {"target_url": "http://127.0.0.1:8000", "seed": 7}}],
+}  # fmt: skip
+RUN_LINKS = obj({"self": {"type": "string"}, "timeseries": {"type": "string"}, "outcomes": {"type": "string"}})
+RUN_PROPERTIES: dict[str, Schema] = {
+    "id": {"type": "string"},
+    "scenario": {"type": "string"},
+    "scenario_hash": {"type": "string"},
+    "status": {"enum": [s.value for s in RunStatus]},
+    "trigger": {"enum": [t.value for t in Trigger]},
+    "triggered_by": {"type": "string", "description": "the token's name, or the schedule's id"},
+    "created_at": DATE_TIME,
+    "started_at": nullable(DATE_TIME),
+    "finished_at": nullable(DATE_TIME),
+    "target_url": {"type": "string"},
+    "seed": {"type": "integer"},
+    "threshold": NUMBER,
+    "overrides": ref("Overrides"),
+    "schedule_id": nullable({"type": "string"}),
+    "fire_time": nullable(DATE_TIME),
+    "abort_requested": nullable({"type": "string"}),
+    "reason": nullable({"type": "string"}),
+    "score": nullable(NUMBER),
+    "score_version": nullable({"type": "string"}),
+    "passed": nullable({"type": "boolean"}),
+    "verdicts": {"type": "array", "items": {"type": "string"}},
+    "links": RUN_LINKS,
+}
+COMPONENT = obj(
+    {"name": {"type": "string"}, "value": nullable(NUMBER), "weight": NUMBER, "summary": {"type": "string"},
+     "evidence": ANY_OBJECT},
+)  # fmt: skip
+SCORE = obj(
+    {
+        "version": {"type": "string"},
+        "value": nullable(NUMBER),
+        "threshold": NUMBER,
+        "passed": {"type": "boolean"},
+        "summary": {"type": "string"},
+        "components": {"type": "array", "items": COMPONENT},
+        "flags": {"type": "array", "items": ANY_OBJECT},
+    },
+    closed=False,
+)
+RESULT = obj(
+    {
+        "started_at": nullable(DATE_TIME),
+        "finished_at": nullable(DATE_TIME),
+        "duration_s": nullable(NUMBER),
+        "abort_reason": nullable({"type": "string"}),
+        "score": nullable(SCORE),
+        "verdicts": nullable({"type": "array", "items": obj({"name": {"type": "string"},
+                                                             "summary": {"type": "string"}})}),
+        "phases": nullable({"type": "array", "items": {**ANY_OBJECT, "description": "one phase's metrics"}}),
+        "generator": nullable(ANY_OBJECT),
+        "faults": nullable({"type": "array", "items": ANY_OBJECT}),
+    }
+)  # fmt: skip
+OUTCOME = obj(
+    {
+        "request_id": {"type": "integer"},
+        "phase": {"type": "integer"},
+        "scheduled_ms": NUMBER,
+        "outcome": {"enum": [o.value for o in Outcome]},
+        "attempts": {"type": "integer"},
+        "status": nullable({"type": "integer"}),
+        "error": nullable({"type": "string"}),
+        "e2e_ms": nullable(NUMBER),
+        "ttft_ms": nullable(NUMBER),
+        "tpot_ms": nullable(NUMBER),
+        "output_tokens": {"type": "integer"},
+        "token_source": {"type": "string"},
+        "schedule_lag_ms": nullable(NUMBER),
+        "attempt_log": {"type": "array", "items": ANY_OBJECT},
+    }
+)
+SCENARIO_PROPERTIES: dict[str, Schema] = {
+    "name": {"type": "string"},
+    "content_hash": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
+    "source": {"enum": [s.value for s in ScenarioSource]},
+    "created_at": DATE_TIME,
+    "description": {"type": "string"},
+}
+SCHEDULE_WRITE = obj(
+    {
+        "name": text(200),
+        "cron": text(100, description="five crontab fields, minute first; 0 and 7 are Sunday"),
+        "timezone": text(64, description="an IANA zone, e.g. Europe/Berlin"),
+        "scenario": text(100),
+        "overrides": ref("Overrides"),
+        "enabled": {"type": "boolean", "default": True},
+        "catch_up": {"enum": [c.value for c in CatchUp], "default": CatchUp.SKIP.value},
+    },
+    required=("name", "cron", "timezone", "scenario"),
+)
+SCHEDULE_WRITE["examples"] = [{"name": "weekday game day", "cron": "0 9 * * 1-5", "timezone": "Europe/Berlin",
+                               "scenario": "burst-storm", "catch_up": "skip"}]  # fmt: skip
+SCHEDULE = obj(
+    {
+        "id": {"type": "string"},
+        "name": {"type": "string"},
+        "cron": {"type": "string"},
+        "timezone": {"type": "string"},
+        "scenario": {"type": "string"},
+        "overrides": ref("Overrides"),
+        "enabled": {"type": "boolean"},
+        "catch_up": {"enum": [c.value for c in CatchUp]},
+        "created_at": DATE_TIME,
+        "created_by": {"type": "string"},
+        "last_fire_time": nullable(DATE_TIME),
+    }
+)
+TREND_POINT = obj(
+    {
+        "start": DATE_TIME,
+        "runs": {"type": "array", "items": {"type": "string"}},
+        "score": NUMBER,
+        "components": {"type": "object", "additionalProperties": nullable(NUMBER)},
+        "passed": {"type": "integer"},
+    }
+)
+TREND_SERIES = obj(
+    {
+        "scenario": {"type": "string"},
+        "target_url": {"type": "string"},
+        "score_version": {"type": "string"},
+        "points": {"type": "array", "items": TREND_POINT},
+        "trailing_median": nullable(NUMBER),
+        "regression": {"type": "boolean"},
+        "summary": {"type": "string"},
+    }
+)
+TOKEN_PROPERTIES: dict[str, Schema] = {
+    "id": {"type": "string"},
+    "name": {"type": "string"},
+    "role": {"enum": [r.value for r in Role]},
+    "created_at": DATE_TIME,
+    "revoked_at": nullable(DATE_TIME),
+}
+STOP_STATE = obj({"active": {"type": "boolean"}, "reason": nullable({"type": "string"})})
+REASON_BODY = obj({"reason": text(500)}, required=())
+
+SCHEMAS: dict[str, Schema] = {
+    "Problem": obj(
+        {
+            "type": {"type": "string", "format": "uri"},
+            "title": {"type": "string"},
+            "status": {"type": "integer", "minimum": 400, "maximum": 599},
+            "detail": {"type": "string"},
+            "instance": {"type": "string"},
+            "request_id": {"type": "string"},
+            "problems": {"type": "array", "items": PATH_PROBLEM},
+        },
+        required=("type", "title", "status", "detail"),
+        closed=False,  # extensions: target and reason (target-not-allowed), reason (emergency-stop)
+    ),
+    "Overrides": OVERRIDES,
+    "RunCreate": RUN_CREATE,
+    "Run": obj(RUN_PROPERTIES),
+    "RunDetail": obj({**RUN_PROPERTIES, "result": nullable(RESULT)}),
+    "RunPage": obj({"runs": {"type": "array", "items": ref("Run")}, "next_cursor": nullable({"type": "string"})}),
+    "ReasonBody": REASON_BODY,
+    "Timeseries": obj({"run_id": {"type": "string"}, "rows": {"type": "array", "items": ANY_OBJECT}}),
+    "OutcomePage": obj(
+        {
+            "run_id": {"type": "string"},
+            "outcomes": {"type": "array", "items": OUTCOME},
+            "next_after": nullable({"type": "integer"}),
+        }
+    ),
+    "ScenarioSummary": obj(SCENARIO_PROPERTIES),
+    "ScenarioDetail": obj({**SCENARIO_PROPERTIES, "document": ANY_OBJECT}),
+    "ScenarioList": obj({"scenarios": {"type": "array", "items": ref("ScenarioSummary")}}),
+    "ScenarioDocument": {**ANY_OBJECT, "description": "a scenario document (docs/scenarios.md)"},
+    "Validation": obj({"valid": {"type": "boolean"}, "problems": {"type": "array", "items": PATH_PROBLEM}}),
+    "ScheduleWrite": SCHEDULE_WRITE,
+    "Schedule": SCHEDULE,
+    "ScheduleList": obj({"schedules": {"type": "array", "items": ref("Schedule")}}),
+    "FireTimes": obj({"schedule_id": {"type": "string"}, "fire_times": {"type": "array", "items": DATE_TIME}}),
+    "Trends": obj({"bucket": {"enum": [b.value for b in Bucket]}, "series": {"type": "array", "items": TREND_SERIES}}),
+    "TokenCreate": {
+        **obj({"name": text(100), "role": {"enum": [r.value for r in Role]}}),
+        "examples": [{"name": "ci pipeline", "role": "operator"}],
+    },
+    "Token": obj(TOKEN_PROPERTIES),
+    "TokenCreated": obj({**TOKEN_PROPERTIES, "token": {"type": "string", "description": "shown only here"}}),
+    "TokenList": obj({"tokens": {"type": "array", "items": ref("Token")}}),
+    "StopState": STOP_STATE,
+    "StopAll": obj(
+        {
+            "active": {"const": True},
+            "reason": {"type": "string"},
+            "aborted": {"type": "array", "items": {"type": "string"}},
+        }
+    ),
+    "Health": obj({"status": {"const": "ok"}}),
+    "Ready": obj({"status": {"const": "ready"}}),
+}

@@ -1,0 +1,143 @@
+"""Handlers for runs and trends: parse the request, call the service, shape the answer. Nothing else.
+
+Run creation answers 202 (the run is queued; a worker executes it later) with the run and its
+``Location``; repeating a request with the same ``Idempotency-Key`` answers 200 with the run the first
+one queued. Keys are scoped to the token that sends them, so two clients cannot collide.
+"""
+
+from __future__ import annotations
+
+import re
+
+from aiohttp import web
+
+from cliffwatch.adapters.api.context import caller, services
+from cliffwatch.adapters.api.problems import ApiError
+from cliffwatch.adapters.api.requests import Body, Query, read_json, read_overrides
+from cliffwatch.adapters.api.views import outcome_view, run_detail, run_location, run_view
+from cliffwatch.domain.errors import Problem
+from cliffwatch.domain.result import RunStatus
+from cliffwatch.domain.runs import Overrides, RunQuery, Trigger
+from cliffwatch.domain.trends import Bucket
+from cliffwatch.services.runs import RunRequest
+
+MAX_PAGE = 200
+DEFAULT_PAGE = 50
+MAX_OUTCOME_PAGE = 1_000
+DEFAULT_OUTCOME_PAGE = 100
+_IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,200}")  # visible ASCII: it is stored and compared as it is
+
+
+async def create_run(request: web.Request) -> web.Response:
+    Query(request.query).close()
+    body = Body(await read_json(request))
+    scenario = body.string("scenario", max_length=100)
+    document = body.document("document")
+    overrides = read_overrides(body.child("overrides"))
+    if (scenario is None) == (document is None) and not body.problems:
+        body.problems.append(Problem(path="", message="give either scenario (a name) or document (a scenario)"))
+    body.close()
+    token = caller(request)
+    key = request.headers.get("Idempotency-Key")
+    if key is not None and not _IDEMPOTENCY_KEY.fullmatch(key):
+        raise ApiError(400, "header-invalid", "Invalid header", "Idempotency-Key must be 1 to 200 visible ASCII")
+    run, created = await services(request).runs.submit(
+        RunRequest(
+            scenario=scenario,
+            document=document,
+            overrides=overrides or Overrides(),
+            idempotency_key=None if key is None else f"{token.id}:{key}",
+            trigger=Trigger.API,
+            triggered_by=token.name,
+        )
+    )
+    return web.json_response(
+        run_detail(run), status=202 if created else 200, headers={"Location": run_location(run.id)}
+    )
+
+
+async def list_runs(request: web.Request) -> web.Response:
+    query = Query(request.query)
+    run_query = RunQuery(
+        scenario=query.string("scenario", max_length=100),
+        status=query.choice("status", RunStatus),
+        schedule_id=query.string("schedule", max_length=100),
+        since=query.timestamp("since"),
+        until=query.timestamp("until"),
+        cursor=query.string("cursor", max_length=500),
+        limit=query.integer("limit", minimum=1, maximum=MAX_PAGE, default=DEFAULT_PAGE) or DEFAULT_PAGE,
+    )
+    query.close()
+    try:
+        page = await services(request).runs.page(run_query)
+    except ValueError as exc:
+        # The stores' contract: a cursor that is not one of theirs raises ValueError. Anything else is a bug.
+        if run_query.cursor is None:
+            raise
+        raise ApiError(400, "cursor-invalid", "Invalid cursor", "the cursor is not one this API gave out") from exc
+    headers = {}
+    if page.next_cursor is not None:
+        headers["Link"] = _next_link(request, cursor=page.next_cursor)
+    return web.json_response(
+        {"runs": [run_view(r) for r in page.runs], "next_cursor": page.next_cursor}, headers=headers
+    )
+
+
+def _next_link(request: web.Request, **query: str) -> str:
+    # A relative reference: behind a proxy this process does not know the scheme and host clients use.
+    return f'<{request.rel_url.update_query(query)}>; rel="next"'
+
+
+async def get_run(request: web.Request) -> web.Response:
+    Query(request.query).close()
+    run = await services(request).runs.get(request.match_info["run_id"])
+    return web.json_response(run_detail(run))
+
+
+async def run_timeseries(request: web.Request) -> web.Response:
+    Query(request.query).close()
+    api = services(request)
+    run = await api.runs.get(request.match_info["run_id"])
+    rows = await api.run_store.timeseries(run.id)
+    return web.json_response({"run_id": run.id, "rows": [dict(row) for row in rows]})
+
+
+async def run_outcomes(request: web.Request) -> web.Response:
+    query = Query(request.query)
+    after = query.integer("after", minimum=0, maximum=2**53)
+    limit = query.integer("limit", minimum=1, maximum=MAX_OUTCOME_PAGE, default=DEFAULT_OUTCOME_PAGE)
+    query.close()
+    assert limit is not None
+    api = services(request)
+    run = await api.runs.get(request.match_info["run_id"])
+    outcomes = await api.run_store.list_outcomes(run.id, after=after, limit=limit)
+    # A full page may be followed by more; a short one is the last.
+    next_after = outcomes[-1].request_id if len(outcomes) == limit else None
+    headers = {} if next_after is None else {"Link": _next_link(request, after=str(next_after))}
+    return web.json_response(
+        {"run_id": run.id, "outcomes": [outcome_view(o) for o in outcomes], "next_after": next_after},
+        headers=headers,
+    )
+
+
+async def abort_run(request: web.Request) -> web.Response:
+    Query(request.query).close()
+    body = Body(await read_json(request, optional=True))
+    reason = body.string("reason", max_length=500)
+    body.close()
+    token = caller(request)
+    run = await services(request).runs.abort(
+        request.match_info["run_id"], reason or f"aborted through the API by {token.name}"
+    )
+    return web.json_response(run_detail(run))
+
+
+async def trends(request: web.Request) -> web.Response:
+    query = Query(request.query)
+    scenario = query.string("scenario", max_length=100)
+    target = query.string("target", max_length=2_000)
+    since = query.timestamp("since")
+    bucket = query.choice("bucket", Bucket) or Bucket.RUN
+    query.close()
+    series = await services(request).trends.series(scenario=scenario, target_url=target, since=since, bucket=bucket)
+    return web.json_response({"bucket": bucket.value, "series": [s.to_dict() for s in series]})

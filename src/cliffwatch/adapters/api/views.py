@@ -1,0 +1,142 @@
+"""The JSON the API answers with: stored values → plain dicts, shaped as the OpenAPI document describes.
+
+Nothing secret leaves here: token records lose their hash, and a token itself is only ever in the one
+response that created it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from cliffwatch.domain.runs import ApiToken, Overrides, Run, ScenarioVersion, Schedule, StoredOutcome
+
+API_PREFIX = "/api/v1"
+
+
+def timestamp(at: datetime | None) -> str | None:
+    """RFC 3339 with an offset; a naive value (as some databases hand back) is taken to be UTC."""
+    if at is None:
+        return None
+    return (at if at.tzinfo is not None else at.replace(tzinfo=UTC)).isoformat()
+
+
+def run_location(run_id: str) -> str:
+    return f"{API_PREFIX}/runs/{run_id}"
+
+
+def overrides_view(overrides: Overrides) -> dict[str, Any]:
+    return overrides.to_dict()
+
+
+def run_view(run: Run) -> dict[str, Any]:
+    """A run as lists show it: what was asked, where it stands, and its score once it has one."""
+    return {
+        "id": run.id,
+        "scenario": run.scenario_name,
+        "scenario_hash": run.scenario_hash,
+        "status": run.status.value,
+        "trigger": run.trigger.value,
+        "triggered_by": run.triggered_by,
+        "created_at": timestamp(run.created_at),
+        "started_at": timestamp(run.started_at),
+        "finished_at": timestamp(run.finished_at),
+        "target_url": run.target_url,
+        "seed": run.seed,
+        "threshold": run.threshold,
+        "overrides": overrides_view(run.overrides),
+        "schedule_id": run.schedule_id,
+        "fire_time": timestamp(run.fire_time),
+        "abort_requested": run.abort_requested,
+        "reason": run.reason,
+        "score": run.score,
+        "score_version": run.score_version,
+        "passed": run.passed,
+        "verdicts": list(run.verdicts),
+        "links": {
+            "self": run_location(run.id),
+            "timeseries": f"{run_location(run.id)}/timeseries",
+            "outcomes": f"{run_location(run.id)}/outcomes",
+        },
+    }
+
+
+def run_detail(run: Run) -> dict[str, Any]:
+    """A run with what its result says: the phases, the score with its components, the verdicts explained.
+
+    ``result`` is null until the run ends with one; the time series has its own endpoint.
+    """
+    view = run_view(run)
+    result = run.result
+    view["result"] = None if result is None else _result_view(result)
+    return view
+
+
+def _result_view(result: Mapping[str, Any]) -> dict[str, Any]:
+    # The stored document is RunResult.to_dict() without its time series; only the parts the API promises
+    # are passed on, so a new field in the result format does not silently become API.
+    keys = ("started_at", "finished_at", "duration_s", "abort_reason", "score", "verdicts", "phases",
+            "generator", "faults")  # fmt: skip
+    return {key: result.get(key) for key in keys}
+
+
+def scenario_summary(version: ScenarioVersion) -> dict[str, Any]:
+    description = version.document.get("description")
+    return {
+        "name": version.name,
+        "content_hash": version.content_hash,
+        "source": version.source.value,
+        "created_at": timestamp(version.created_at),
+        "description": description if isinstance(description, str) else "",
+    }
+
+
+def scenario_detail(version: ScenarioVersion) -> dict[str, Any]:
+    return {**scenario_summary(version), "document": dict(version.document)}
+
+
+def schedule_view(schedule: Schedule) -> dict[str, Any]:
+    return {
+        "id": schedule.id,
+        "name": schedule.name,
+        "cron": schedule.cron,
+        "timezone": schedule.timezone,
+        "scenario": schedule.scenario_name,
+        "overrides": overrides_view(schedule.overrides),
+        "enabled": schedule.enabled,
+        "catch_up": schedule.catch_up.value,
+        "created_at": timestamp(schedule.created_at),
+        "created_by": schedule.created_by,
+        "last_fire_time": timestamp(schedule.last_fire_time),
+    }
+
+
+def token_view(token: ApiToken) -> dict[str, Any]:
+    """A token's record without its hash: enough to recognise and revoke it, nothing to use it."""
+    return {
+        "id": token.id,
+        "name": token.name,
+        "role": token.role.value,
+        "created_at": timestamp(token.created_at),
+        "revoked_at": timestamp(token.revoked_at),
+    }
+
+
+def outcome_view(outcome: StoredOutcome) -> dict[str, Any]:
+    return {
+        "request_id": outcome.request_id,
+        "phase": outcome.phase,
+        "scheduled_ms": outcome.scheduled_ms,
+        "outcome": outcome.outcome,
+        "attempts": outcome.attempts,
+        "status": outcome.status,
+        "error": outcome.error,
+        "e2e_ms": outcome.e2e_ms,
+        "ttft_ms": outcome.ttft_ms,
+        "tpot_ms": outcome.tpot_ms,
+        "output_tokens": outcome.output_tokens,
+        "token_source": outcome.token_source,
+        "schedule_lag_ms": outcome.schedule_lag_ms,
+        "attempt_log": [dict(a) for a in outcome.attempt_log],
+    }

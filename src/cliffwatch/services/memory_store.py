@@ -1,0 +1,490 @@
+"""In-memory twins of the service's stores: ``InMemoryStore`` (every store port), its fault ledger and its
+leader lock. Service and API tests use them; the contract suite holds the SQL store to them.
+
+They keep what a database keeps: JSON values as a JSON column returns them (lists for tuples, non-finite
+numbers as null), times as aware UTC datetimes (naive ones are refused), NUL characters in free text as
+U+FFFD. The choices the ports leave open are made here and in ``adapters/store`` alike:
+
+- ``create_run``: a run id already taken by a different request raises ``ValueError``;
+- ``request_abort``: a queued run's reason is also its ``abort_requested``; a running run keeps the first
+  reason asked for; a finished run is returned unchanged;
+- ``finish_run``: an end whose status is not terminal is a ``ValueError``; a "timeseries" key left in the
+  result is dropped (the rows are kept apart, from ``RunEnd.timeseries``); runs with no lease never expire;
+- ``add_outcomes``: ``RunNotFound`` for an unknown run; a request id already stored keeps its first record
+  (a flush retried after a commit whose answer was lost must not fail);
+- ``list_runs``: ``since`` inclusive, ``until`` exclusive (on ``created_at``); a cursor not of ours is a
+  ``ValueError``, as is a ``limit`` (here or in ``list_outcomes``) below 1;
+- ``finished_runs``: terminal runs with a score, ``since`` on ``finished_at``, oldest end first;
+- ``save_scenario`` keeps the first document and time of a (name, hash), but an INLINE version saved again
+  as BUNDLED or REGISTERED takes that source, as it becomes a name's latest;
+- ``mark_fired`` only moves ``last_fire_time`` forward, and ignores an unknown schedule;
+- ``add_token``: ``ValueError`` for an id or hash already stored; ``token_by_hash`` finds revoked tokens
+  too (``revoked_at`` says so); ``revoke_token`` is False for an unknown or already revoked token.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import bisect
+import json
+import math
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from typing import Any
+
+from cliffwatch.domain.errors import RunNotFound
+from cliffwatch.domain.outcomes import RequestRecord
+from cliffwatch.domain.ports import LedgerEntry
+from cliffwatch.domain.result import RunStatus
+from cliffwatch.domain.runs import (
+    ApiToken,
+    Overrides,
+    Run,
+    RunEnd,
+    RunPage,
+    RunQuery,
+    ScenarioSource,
+    ScenarioVersion,
+    Schedule,
+    StoredOutcome,
+)
+
+EMERGENCY_STOP = "emergency_stop"  # the control key
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def as_utc(value: datetime) -> datetime:
+    """``value`` in UTC; raises ``ValueError`` for a naive datetime, whose instant nobody knows."""
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"naive datetime {value.isoformat()}: the stores keep aware times only")
+    return value.astimezone(UTC)
+
+
+def _opt_utc(value: datetime | None) -> datetime | None:
+    return None if value is None else as_utc(value)
+
+
+def _opt_text(text: str | None) -> str | None:
+    return None if text is None else without_nul(text)
+
+
+def json_text(value: Any) -> str:
+    """``value`` as the JSON text a store keeps. Non-finite numbers, which PostgreSQL's JSON refuses, become
+    null; other values JSON lacks (dates a YAML document may hold) become strings, as the content hash has them."""
+    try:
+        return json.dumps(value, allow_nan=False, separators=(",", ":"), default=str)
+    except ValueError:  # only walk the value when it holds a NaN or an infinity
+        return json.dumps(_finite(value), allow_nan=False, separators=(",", ":"), default=str)
+
+
+def without_nul(text: str) -> str:
+    """``text`` as a store keeps it: PostgreSQL refuses NUL characters in text, so they become U+FFFD."""
+    return text.replace("\x00", "\ufffd") if "\x00" in text else text
+
+
+def plain_json(value: Any) -> Any:
+    """``value`` as a JSON column gives it back."""
+    return json.loads(json_text(value))
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def encode_cursor(created_at: datetime, run_id: str) -> str:
+    """The opaque cursor of ``list_runs``: the (created_at, id) of the last run of a page."""
+    raw = json.dumps([as_utc(created_at).isoformat(), run_id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    """The (created_at, id) a cursor holds; raises ``ValueError`` when it is not one of ours."""
+    try:
+        raw = base64.urlsafe_b64decode((cursor + "=" * (-len(cursor) % 4)).encode())
+        created, run_id = json.loads(raw)
+        if not isinstance(created, str) or not isinstance(run_id, str):
+            raise ValueError("not a pair of strings")
+        return as_utc(datetime.fromisoformat(created)), run_id
+    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError) as exc:
+        raise ValueError(f"invalid cursor {cursor!r}") from exc
+
+
+def check_limit(limit: int) -> None:
+    if limit < 1:  # an empty page would end a keyset walk that has not ended
+        raise ValueError(f"a page holds at least one item, got limit {limit}")
+
+
+def stored_run(run: Run) -> Run:
+    """``run`` as a store gives it back: times in UTC, JSON values plain, no time series in the result."""
+    return replace(
+        run,
+        created_at=as_utc(run.created_at),
+        fire_time=_opt_utc(run.fire_time),
+        lease_until=_opt_utc(run.lease_until),
+        started_at=_opt_utc(run.started_at),
+        finished_at=_opt_utc(run.finished_at),
+        abort_requested=_opt_text(run.abort_requested),
+        reason=_opt_text(run.reason),
+        overrides=Overrides.from_dict(plain_json(run.overrides.to_dict())),
+        verdicts=tuple(run.verdicts),
+        result=result_document(run.result),
+    )
+
+
+def result_document(result: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if result is None:
+        return None
+    return plain_json({k: v for k, v in result.items() if k != "timeseries"})  # type: ignore[no-any-return]
+
+
+def lease_reason(owner: str | None, lease_until: datetime | None) -> str:
+    until = "?" if lease_until is None else as_utc(lease_until).isoformat(timespec="seconds")
+    return f"the instance {owner} stopped renewing its lease (last until {until})"
+
+
+def stored_outcome(run_id: str, record: RequestRecord) -> StoredOutcome:
+    outcome = StoredOutcome.of(run_id, record)
+    return replace(outcome, error=_opt_text(outcome.error), attempt_log=tuple(plain_json(list(outcome.attempt_log))))
+
+
+class InMemoryStore:
+    """Every store port in dicts. Each method runs without awaiting in between, so on one event loop it is
+    atomic, as a transaction is: a run is claimed once, however many tasks claim at the same time."""
+
+    def __init__(self, *, now: Callable[[], datetime] = utc_now) -> None:
+        self.now = now  # for what the ports do not stamp themselves: an abort's end
+        self._versions: dict[tuple[str, str], ScenarioVersion] = {}
+        self._latest: dict[str, str] = {}
+        self._runs: dict[str, Run] = {}
+        self._outcomes: dict[str, dict[int, StoredOutcome]] = {}
+        self._outcome_ids: dict[str, list[int]] = {}  # sorted, for keyset pages
+        self._seconds: dict[str, list[Mapping[str, Any]]] = {}
+        self._schedules: dict[str, Schedule] = {}
+        self._tokens: dict[str, ApiToken] = {}
+        self._control: dict[str, str] = {}
+        self._leader: InMemoryLeaderLock | None = None
+        self._ledger = _LedgerState()
+
+    # ScenarioStore
+
+    async def save_scenario(
+        self, *, name: str, document: Mapping[str, Any], content_hash: str, source: ScenarioSource, at: datetime
+    ) -> ScenarioVersion:
+        key = (name, content_hash)
+        version = self._versions.get(key)
+        if version is None:
+            version = ScenarioVersion(name=name, content_hash=content_hash, document=plain_json(document),
+                                      source=source, created_at=as_utc(at))  # fmt: skip
+        elif version.source is ScenarioSource.INLINE and source is not ScenarioSource.INLINE:
+            version = replace(version, source=source)
+        self._versions[key] = version
+        if source is not ScenarioSource.INLINE:
+            self._latest[name] = content_hash
+        return version
+
+    async def latest_scenario(self, name: str) -> ScenarioVersion | None:
+        content_hash = self._latest.get(name)
+        return None if content_hash is None else self._versions[(name, content_hash)]
+
+    async def scenario_version(self, name: str, content_hash: str) -> ScenarioVersion | None:
+        return self._versions.get((name, content_hash))
+
+    async def list_scenarios(self) -> list[ScenarioVersion]:
+        return [self._versions[(name, self._latest[name])] for name in sorted(self._latest)]
+
+    # RunStore
+
+    async def create_run(self, run: Run) -> tuple[Run, bool]:
+        run = stored_run(run)
+        key, fire = run.idempotency_key, (run.schedule_id, run.fire_time)
+        same_key = next((r for r in self._runs.values() if key is not None and r.idempotency_key == key), None)
+        same_fire = next((r for r in self._runs.values() if None not in fire and (r.schedule_id, r.fire_time) == fire),
+                         None)  # fmt: skip
+        existing = same_key or same_fire  # the same key first, then the same fire
+        if existing is not None:
+            return existing, False
+        if run.id in self._runs:
+            raise ValueError(f"run id {run.id!r} is already taken")
+        self._runs[run.id] = run
+        return run, True
+
+    async def get_run(self, run_id: str) -> Run | None:
+        return self._runs.get(run_id)
+
+    async def list_runs(self, query: RunQuery) -> RunPage:
+        check_limit(query.limit)
+        after = None if query.cursor is None else decode_cursor(query.cursor)
+        since, until = _opt_utc(query.since), _opt_utc(query.until)
+        found = [r for r in self._runs.values()
+                 if (query.scenario is None or r.scenario_name == query.scenario)
+                 and (query.status is None or r.status is query.status)
+                 and (query.schedule_id is None or r.schedule_id == query.schedule_id)
+                 and (since is None or r.created_at >= since) and (until is None or r.created_at < until)
+                 and (after is None or (r.created_at, r.id) < after)]  # fmt: skip
+        found.sort(key=lambda r: (r.created_at, r.id), reverse=True)
+        page = found[: query.limit]
+        more = len(found) > query.limit
+        return RunPage(runs=tuple(page), next_cursor=encode_cursor(page[-1].created_at, page[-1].id) if more else None)
+
+    async def claim_run(self, *, owner: str, now: datetime, lease_until: datetime) -> Run | None:
+        queued = [r for r in self._runs.values() if r.status is RunStatus.QUEUED]
+        if not queued:
+            return None
+        oldest = min(queued, key=lambda r: (r.created_at, r.id))
+        claimed = replace(oldest, status=RunStatus.RUNNING, owner=owner, lease_until=as_utc(lease_until),
+                          started_at=as_utc(now))  # fmt: skip
+        self._runs[claimed.id] = claimed
+        return claimed
+
+    async def renew_lease(self, run_id: str, *, owner: str, lease_until: datetime) -> bool:
+        run = self._runs.get(run_id)
+        if run is None or run.status is not RunStatus.RUNNING or run.owner != owner:
+            return False
+        self._runs[run_id] = replace(run, lease_until=as_utc(lease_until))
+        return True
+
+    async def request_abort(self, run_id: str, reason: str) -> Run | None:
+        reason = without_nul(reason)
+        run = self._runs.get(run_id)
+        if run is None:
+            return None
+        if run.status is RunStatus.QUEUED:
+            run = replace(run, status=RunStatus.ABORTED, reason=reason, abort_requested=reason,
+                          finished_at=as_utc(self.now()))  # fmt: skip
+        elif run.status is RunStatus.RUNNING and run.abort_requested is None:
+            run = replace(run, abort_requested=reason)
+        self._runs[run_id] = run
+        return run
+
+    async def finish_run(self, run_id: str, *, owner: str, end: RunEnd) -> bool:
+        if not end.status.terminal:
+            raise ValueError(f"a run ends as succeeded, aborted, interrupted or failed, not {end.status.value}")
+        run = self._runs.get(run_id)
+        if run is None or run.status is not RunStatus.RUNNING or run.owner != owner:
+            return False
+        self._runs[run_id] = replace(
+            run,
+            status=end.status,
+            finished_at=as_utc(end.finished_at),
+            reason=_opt_text(end.reason),
+            score=end.score,
+            score_version=end.score_version,
+            passed=end.passed,
+            verdicts=tuple(end.verdicts),
+            result=result_document(end.result),
+        )
+        self._seconds[run_id] = sorted(plain_json(list(end.timeseries)), key=lambda row: row["t"])
+        return True
+
+    async def expire_leases(self, now: datetime) -> list[Run]:
+        now = as_utc(now)
+        expired = []
+        for run in sorted(self._runs.values(), key=lambda r: (r.created_at, r.id)):
+            if run.status is RunStatus.RUNNING and run.lease_until is not None and run.lease_until < now:
+                run = replace(run, status=RunStatus.INTERRUPTED, finished_at=as_utc(now),
+                              reason=lease_reason(run.owner, run.lease_until))  # fmt: skip
+                self._runs[run.id] = run
+                expired.append(run)
+        return expired
+
+    async def active_runs(self) -> list[Run]:
+        active = [r for r in self._runs.values() if not r.status.terminal]
+        return sorted(active, key=lambda r: (r.created_at, r.id))
+
+    async def count_runs(self) -> Mapping[str, int]:
+        counts = Counter(r.status.value for r in self._runs.values())
+        return {status.value: counts[status.value] for status in RunStatus}
+
+    async def add_outcomes(self, run_id: str, records: Sequence[RequestRecord]) -> None:
+        if run_id not in self._runs:
+            raise RunNotFound(run_id)
+        kept = self._outcomes.setdefault(run_id, {})
+        ids = self._outcome_ids.setdefault(run_id, [])
+        for record in records:
+            if record.id not in kept:
+                kept[record.id] = stored_outcome(run_id, record)
+                bisect.insort(ids, record.id)
+
+    async def list_outcomes(self, run_id: str, *, after: int | None, limit: int) -> list[StoredOutcome]:
+        check_limit(limit)
+        ids = self._outcome_ids.get(run_id, [])
+        start = 0 if after is None else bisect.bisect_right(ids, after)
+        return [self._outcomes[run_id][i] for i in ids[start : start + limit]]
+
+    async def timeseries(self, run_id: str) -> list[Mapping[str, Any]]:
+        return list(self._seconds.get(run_id, []))
+
+    async def finished_runs(self, *, scenario: str | None, target_url: str | None, since: datetime | None) -> list[Run]:
+        since = _opt_utc(since)
+        found = [r for r in self._runs.values()
+                 if r.status.terminal and r.score is not None and r.finished_at is not None
+                 and (scenario is None or r.scenario_name == scenario)
+                 and (target_url is None or r.target_url == target_url)
+                 and (since is None or r.finished_at >= since)]  # fmt: skip
+        return sorted(found, key=lambda r: (r.finished_at, r.id))
+
+    # ScheduleStore
+
+    async def save_schedule(self, schedule: Schedule) -> Schedule:
+        schedule = replace(
+            schedule,
+            created_at=as_utc(schedule.created_at),
+            last_fire_time=_opt_utc(schedule.last_fire_time),
+            overrides=Overrides.from_dict(plain_json(schedule.overrides.to_dict())),
+        )
+        self._schedules[schedule.id] = schedule
+        return schedule
+
+    async def get_schedule(self, schedule_id: str) -> Schedule | None:
+        return self._schedules.get(schedule_id)
+
+    async def list_schedules(self) -> list[Schedule]:
+        return sorted(self._schedules.values(), key=lambda s: (s.name, s.id))
+
+    async def delete_schedule(self, schedule_id: str) -> bool:
+        return self._schedules.pop(schedule_id, None) is not None
+
+    async def mark_fired(self, schedule_id: str, fire_time: datetime) -> None:
+        schedule = self._schedules.get(schedule_id)
+        fire_time = as_utc(fire_time)
+        if schedule is not None and (schedule.last_fire_time is None or schedule.last_fire_time < fire_time):
+            self._schedules[schedule_id] = replace(schedule, last_fire_time=fire_time)
+
+    # TokenStore
+
+    async def add_token(self, token: ApiToken) -> None:
+        if token.id in self._tokens or any(t.token_hash == token.token_hash for t in self._tokens.values()):
+            raise ValueError(f"token {token.id!r} (or its hash) is already stored")
+        self._tokens[token.id] = replace(token, created_at=as_utc(token.created_at),
+                                         revoked_at=_opt_utc(token.revoked_at))  # fmt: skip
+
+    async def token_by_hash(self, token_hash: str) -> ApiToken | None:
+        return next((t for t in self._tokens.values() if t.token_hash == token_hash), None)
+
+    async def list_tokens(self) -> list[ApiToken]:
+        return sorted(self._tokens.values(), key=lambda t: (t.created_at, t.id))
+
+    async def revoke_token(self, token_id: str, at: datetime) -> bool:
+        token = self._tokens.get(token_id)
+        if token is None or token.revoked_at is not None:
+            return False
+        self._tokens[token_id] = replace(token, revoked_at=as_utc(at))
+        return True
+
+    # ControlStore
+
+    async def emergency_stop(self) -> str | None:
+        return self._control.get(EMERGENCY_STOP)
+
+    async def set_emergency_stop(self, reason: str | None) -> None:
+        if reason is None:
+            self._control.pop(EMERGENCY_STOP, None)
+        else:
+            self._control[EMERGENCY_STOP] = without_nul(reason)
+
+    # Companions sharing this store's state (a database's other users)
+
+    def leader_lock(self) -> InMemoryLeaderLock:
+        """A lock for one instance; of all the locks of this store, at most one is held at a time."""
+        return InMemoryLeaderLock(self)
+
+    def fault_ledger(self, *, now: Callable[[], datetime] | None = None) -> InMemoryStoreFaultLedger:
+        return InMemoryStoreFaultLedger(self, now=now or self.now)
+
+
+class InMemoryLeaderLock:
+    """``LeaderLock`` among the instances sharing one ``InMemoryStore``."""
+
+    def __init__(self, store: InMemoryStore) -> None:
+        self._store = store
+
+    async def try_acquire(self) -> bool:
+        if self._store._leader is None:
+            self._store._leader = self
+        return self._store._leader is self
+
+    async def release(self) -> None:
+        if self._store._leader is self:
+            self._store._leader = None
+
+
+@dataclass(kw_only=True)
+class _LedgerRow:
+    entry: LedgerEntry
+    removed: bool = False
+
+
+@dataclass(kw_only=True)
+class _LedgerState:
+    """What the database's ledger tables hold: shared by every ledger of one store."""
+
+    finished: dict[str, bool] = field(default_factory=dict)  # by run id, from run_started on
+    rows: list[_LedgerRow] = field(default_factory=list)  # oldest first
+    dead: set[str] = field(default_factory=set)
+
+
+class InMemoryStoreFaultLedger:
+    """The ``FaultLedger`` twin of ``SqlFaultLedger``: a run the store knows is running while its status is
+    running and its lease has not ended (``run_started`` and ``run_finished`` are only bookkeeping for it);
+    any other run (a CLI run) from ``run_started`` to ``run_finished``, unless a test puts it in ``dead``
+    (its process died). Every ledger of one store shares its entries, as they would share a database."""
+
+    def __init__(self, store: InMemoryStore, *, now: Callable[[], datetime]) -> None:
+        self._store = store
+        self._now = now
+        self._state = store._ledger
+
+    @property
+    def dead(self) -> set[str]:
+        return self._state.dead
+
+    async def run_started(self, run_id: str) -> None:
+        self._state.finished[run_id] = False
+
+    async def run_finished(self, run_id: str) -> None:
+        self._state.finished[run_id] = True
+
+    async def planned(self, entry: LedgerEntry) -> None:
+        row = self._outstanding_row(entry)
+        if row is None:
+            self._state.rows.append(_LedgerRow(entry=entry))
+        else:
+            row.entry = entry  # planned again while outstanding: keeps its place, takes the latest details
+
+    async def removed(self, entry: LedgerEntry) -> None:
+        row = self._outstanding_row(entry)
+        if row is not None:
+            row.removed = True
+
+    async def outstanding(self) -> list[LedgerEntry]:
+        return [row.entry for row in self._state.rows if not row.removed]
+
+    async def is_running(self, run_id: str) -> bool:
+        run = self._store._runs.get(run_id)
+        if run is not None:
+            return run.status is RunStatus.RUNNING and run.lease_until is not None and run.lease_until >= self._now()
+        return self._state.finished.get(run_id) is False and run_id not in self._state.dead
+
+    async def compact(self) -> None:
+        state = self._state
+        known = {*state.finished, *(row.entry.run_id for row in state.rows)}
+        settled = {run_id for run_id in known if not await self.is_running(run_id)}
+        state.rows = [row for row in state.rows if not (row.removed and row.entry.run_id in settled)]
+        outstanding = {row.entry.run_id for row in state.rows if not row.removed}
+        state.finished = {r: v for r, v in state.finished.items() if r not in settled or r in outstanding}
+
+    def _outstanding_row(self, entry: LedgerEntry) -> _LedgerRow | None:
+        key = (entry.run_id, entry.key)
+        return next((r for r in self._state.rows if not r.removed and (r.entry.run_id, r.entry.key) == key), None)
