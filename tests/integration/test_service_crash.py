@@ -161,3 +161,44 @@ def test_a_service_killed_mid_fault_recovers_everything_on_restart(toxiproxy: An
         status, kept = api.call("GET", f"/api/v1/schedules/{schedule['id']}")
         assert status == 200
         assert (kept["cron"], kept["timezone"], kept["enabled"]) == ("0 3 * * *", "Europe/Berlin", True)
+
+
+def test_sigterm_stops_the_service_gracefully_rolling_back_its_runs(toxiproxy: Any, tmp_path: Path) -> None:
+    """SIGTERM mid-fault: the service stops claiming, interrupts its run, removes the toxic itself, records
+    the run as interrupted and exits 0 within the grace period — nothing is left for a reconciler."""
+    port = free_port()
+    proxy = f"term-{uuid.uuid4().hex[:8]}"
+    database = tmp_path / "cw.db"
+    env = {
+        **os.environ,
+        "CLIFFWATCH_DATABASE_URL": f"sqlite+aiosqlite:///{database}",
+        "CLIFFWATCH_STATE_DIR": str(tmp_path / "state"),
+        "CLIFFWATCH_LISTEN_PORT": str(port),
+        "CLIFFWATCH_TOXIPROXY_URL": toxiproxy.url,
+        "CLIFFWATCH_SHUTDOWN_GRACE_S": "10",
+        "CLIFFWATCH_LOG_FORMAT": "json",
+    }
+    token = subprocess.run(
+        [sys.executable, "-m", "cliffwatch", "token", "create", "--role", "operator"],
+        cwd=REPO, env=env, capture_output=True, text=True, check=True, timeout=60,
+    ).stdout.strip()  # fmt: skip
+    api = Api(f"http://127.0.0.1:{port}", token)
+    oracle = Toxiproxy()
+    oracle.update_api_consumer(toxiproxy.host, toxiproxy.port)
+    document = scenario(proxy)
+    with serving(env) as service:
+        status, run = api.call("POST", "/api/v1/runs", {"document": document})  # an inline scenario
+        assert status == 202, run
+        wait_for(lambda: (found := oracle.get_proxy(proxy)) is not None and found.toxics(), within_s=30,
+                 what="the toxic going on")  # fmt: skip
+        started = time.monotonic()
+        service.send_signal(signal.SIGTERM)
+        assert service.wait(timeout=30) == 0
+        assert time.monotonic() - started < 15
+    assert oracle.get_proxy(proxy) is None  # the run's proxy, with its toxic, was removed by the run itself
+    import sqlite3
+
+    with sqlite3.connect(database) as conn:
+        [(state, reason)] = conn.execute("SELECT status, reason FROM runs WHERE id = ?", (run["id"],)).fetchall()
+    assert state == "interrupted"
+    assert reason

@@ -209,7 +209,11 @@ class ScheduleService:
         """
         if fire_time.utcoffset() is None:
             raise ValueError(f"a fire time must be an aware datetime, got {fire_time!r}")
-        at = fire_time.astimezone(UTC)
+        # Every log line of this fire, down to the run it queues, carries the schedule's id.
+        with structlog.contextvars.bound_contextvars(schedule_id=schedule_id):
+            return await self._fire(schedule_id, fire_time.astimezone(UTC))
+
+    async def _fire(self, schedule_id: str, at: datetime) -> FireOutcome:
         schedule = await self.schedules.get_schedule(schedule_id)
         if schedule is None or not schedule.enabled:
             why = "the schedule was deleted" if schedule is None else "the schedule is paused"
