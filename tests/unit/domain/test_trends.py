@@ -1,0 +1,77 @@
+"""Score trends: series per scenario, target and score version; buckets; the regression flag."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from cliffwatch.domain.result import RunStatus
+from cliffwatch.domain.runs import Run, Trigger
+from cliffwatch.domain.trends import Bucket, trend_series
+
+START = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)  # a Monday
+
+
+def run(index: int, score: float, *, days: float = 0, version: str = "1", target: str = "builtin",
+        scenario: str = "burst-storm", preservation: float | None = 0.5) -> Run:  # fmt: skip
+    finished = START + timedelta(days=days, minutes=index)
+    return Run(
+        id=f"r{index}", scenario_name=scenario, scenario_hash="h", status=RunStatus.SUCCEEDED, trigger=Trigger.API,
+        triggered_by="t", created_at=finished, target_url=target, seed=0, threshold=70.0, finished_at=finished,
+        score=score, score_version=version, passed=score >= 70,
+        result={"score": {"components": [{"name": "preservation", "value": preservation}]}},
+    )  # fmt: skip
+
+
+def test_runs_are_compared_only_within_one_scenario_target_and_score_version() -> None:
+    """A new score version or another target starts a series of its own."""
+    runs = [run(0, 80), run(1, 70, version="2"), run(2, 60, target="http://127.0.0.1:8000"), run(3, 75)]
+    series = trend_series(runs, bucket=Bucket.RUN, margin=5)
+    keys = [(s.target_url, s.score_version, [p.run_ids for p in s.points]) for s in series]
+    assert keys == [
+        ("builtin", "1", [("r0",), ("r3",)]),
+        ("builtin", "2", [("r1",)]),
+        ("http://127.0.0.1:8000", "1", [("r2",)]),
+    ]
+
+
+def test_the_latest_score_below_the_trailing_median_by_more_than_the_margin_is_a_regression() -> None:
+    """Scores 80, 82, 78, 81 then 70: the median of the earlier points is 80.5, and 70 < 80.5 − 5."""
+    runs = [run(i, s) for i, s in enumerate([80, 82, 78, 81, 70])]
+    [series] = trend_series(runs, bucket=Bucket.RUN, margin=5)
+    assert series.trailing_median == pytest.approx(80.5)
+    assert series.regression is True
+    assert "REGRESSION" in series.summary
+
+
+def test_a_dip_within_the_margin_is_not_a_regression() -> None:
+    runs = [run(i, s) for i, s in enumerate([80, 82, 78, 81, 77])]
+    [series] = trend_series(runs, bucket=Bucket.RUN, margin=5)
+    assert series.regression is False
+
+
+def test_too_little_history_is_never_called_a_regression() -> None:
+    """With fewer than three earlier points, even a big drop is not judged."""
+    [series] = trend_series([run(0, 90), run(1, 90), run(2, 10)], bucket=Bucket.RUN, margin=5)
+    assert series.regression is False
+    assert series.trailing_median is None
+    assert "too little history" in series.summary
+
+
+def test_day_and_week_buckets_average_scores_and_components() -> None:
+    """Two runs on one day make one point of their mean; a week bucket starts on the Monday."""
+    runs = [run(0, 60, preservation=0.2), run(1, 80, preservation=0.6), run(2, 90, days=2, preservation=None)]
+    [daily] = trend_series(runs, bucket=Bucket.DAY, margin=5)
+    assert [(p.start.date().isoformat(), p.score, p.components["preservation"]) for p in daily.points] == [
+        ("2026-11-02", 70.0, pytest.approx(0.4)),
+        ("2026-11-04", 90.0, None),
+    ]
+    [weekly] = trend_series(runs, bucket=Bucket.WEEK, margin=5)
+    assert [(p.start, len(p.run_ids)) for p in weekly.points] == [(datetime(2026, 11, 2, tzinfo=UTC), 3)]
+
+
+def test_runs_without_a_score_are_left_out() -> None:
+    unscored = run(9, 0)
+    unscored = Run(**{**unscored.__dict__, "score": None})
+    assert trend_series([unscored], bucket=Bucket.RUN, margin=5) == []
