@@ -5,6 +5,7 @@ Values only; the store adapters persist them and the services move them through 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -158,6 +159,12 @@ class StoredOutcome:
     token_source: str
     schedule_lag_ms: float | None
     attempt_log: tuple[Mapping[str, Any], ...] = ()  # number, sent_ms, end_ms, status, failure, error
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field, JSON-ready (the store's row and the API's view are made from it)."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        fields["attempt_log"] = [dict(a) for a in self.attempt_log]
+        return fields
 
     @classmethod
     def of(cls, run_id: str, record: RequestRecord) -> StoredOutcome:

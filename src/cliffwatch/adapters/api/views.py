@@ -124,19 +124,6 @@ def token_view(token: ApiToken) -> dict[str, Any]:
 
 
 def outcome_view(outcome: StoredOutcome) -> dict[str, Any]:
-    return {
-        "request_id": outcome.request_id,
-        "phase": outcome.phase,
-        "scheduled_ms": outcome.scheduled_ms,
-        "outcome": outcome.outcome,
-        "attempts": outcome.attempts,
-        "status": outcome.status,
-        "error": outcome.error,
-        "e2e_ms": outcome.e2e_ms,
-        "ttft_ms": outcome.ttft_ms,
-        "tpot_ms": outcome.tpot_ms,
-        "output_tokens": outcome.output_tokens,
-        "token_source": outcome.token_source,
-        "schedule_lag_ms": outcome.schedule_lag_ms,
-        "attempt_log": [dict(a) for a in outcome.attempt_log],
-    }
+    view = outcome.to_dict()
+    del view["run_id"]  # the URL says which run
+    return view

@@ -161,23 +161,7 @@ def second_rows(run_id: str, timeseries: tuple[Mapping[str, Any], ...]) -> list[
 
 
 def outcome_row(outcome: StoredOutcome) -> dict[str, Any]:
-    return {
-        "run_id": outcome.run_id,
-        "request_id": outcome.request_id,
-        "phase": outcome.phase,
-        "scheduled_ms": outcome.scheduled_ms,
-        "outcome": outcome.outcome,
-        "attempts": outcome.attempts,
-        "status": outcome.status,
-        "error": outcome.error,
-        "e2e_ms": outcome.e2e_ms,
-        "ttft_ms": outcome.ttft_ms,
-        "tpot_ms": outcome.tpot_ms,
-        "output_tokens": outcome.output_tokens,
-        "token_source": outcome.token_source,
-        "schedule_lag_ms": outcome.schedule_lag_ms,
-        "attempt_log": list(outcome.attempt_log),
-    }
+    return outcome.to_dict()
 
 
 def outcome_of(row: RowMapping) -> StoredOutcome:
