@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from typing import Any
 
 from sqlalchemy import URL, event, make_url
@@ -25,11 +26,11 @@ from cliffwatch.services.memory_store import json_text
 SQLITE_MIN_VERSION = (3, 35, 0)
 SQLITE_BUSY_TIMEOUT_MS = 5_000
 SQLITE_PRAGMAS = (
-    "PRAGMA journal_mode=WAL",
-    f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}",
+    f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}",  # first: what follows may have to wait for a lock
     "PRAGMA foreign_keys=ON",
     "PRAGMA synchronous=NORMAL",
 )
+WAL_ATTEMPTS = 50
 # An execution option: a transaction begun on a connection carrying it writes (BEGIN IMMEDIATE on SQLite).
 WRITE_OPTION = "cliffwatch_write"
 PG_POOL_SIZE = 10
@@ -83,6 +84,7 @@ def _sqlite(url: URL, options: dict[str, Any]) -> AsyncEngine:
         try:
             for pragma in SQLITE_PRAGMAS:
                 cursor.execute(pragma)
+            _use_wal(cursor)
         finally:
             cursor.close()
 
@@ -92,6 +94,20 @@ def _sqlite(url: URL, options: dict[str, Any]) -> AsyncEngine:
         connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
     return engine
+
+
+def _use_wal(cursor: Any) -> None:
+    """Switches the database to WAL (a lasting property of the file). On a new file several instances
+    starting together race to switch it, and the losers are told "database is locked" at once, whatever
+    the busy timeout: they retry briefly (this runs in aiosqlite's thread, so sleeping blocks no loop)."""
+    for attempt in range(WAL_ATTEMPTS):
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or attempt == WAL_ATTEMPTS - 1:
+                raise
+            time.sleep(0.1)
 
 
 def is_postgres(engine: AsyncEngine) -> bool:
