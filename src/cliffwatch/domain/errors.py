@@ -24,12 +24,20 @@ class Problem:
 class ScenarioInvalid(CliffwatchError):
     """A scenario document (or an override applied to one) breaks the rules; lists every problem found."""
 
+    what = "scenario"
+
     def __init__(self, problems: Sequence[Problem], *, source: str | None = None) -> None:
         self.problems = tuple(problems)
         self.source = source
         where = f"{source}: " if source else ""
         lines = "\n".join(f"  {p}" for p in self.problems)
-        super().__init__(f"{where}invalid scenario ({len(self.problems)} problem(s)):\n{lines}")
+        super().__init__(f"{where}invalid {self.what} ({len(self.problems)} problem(s)):\n{lines}")
+
+
+class SweepInvalid(ScenarioInvalid):
+    """A sweep's parameters break the rules; lists every problem found, as a scenario's would."""
+
+    what = "sweep"
 
 
 class TargetConfigInvalid(CliffwatchError):
