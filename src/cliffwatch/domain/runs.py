@@ -15,12 +15,18 @@ from typing import Any
 from cliffwatch.domain.outcomes import NS_PER_MS, RequestRecord, TokenSource
 from cliffwatch.domain.result import RunStatus
 from cliffwatch.domain.scenario import Scenario
+from cliffwatch.domain.sweep_spec import SweepMode, SweepSpec
 
 
 class Trigger(StrEnum):
     API = "api"  # a client of the REST API (triggered_by: the token's name)
     SCHEDULE = "schedule"  # a schedule's fire (triggered_by: the schedule id)
     CLI = "cli"
+
+
+class RunKind(StrEnum):
+    RUN = "run"  # a scenario's phases, scored
+    SWEEP = "sweep"  # a capacity sweep over the scenario's target: usable capacity, not a score
 
 
 class ScenarioSource(StrEnum):
@@ -77,6 +83,29 @@ def cap_violations(scenario: Scenario, caps: Caps) -> list[str]:
     return problems
 
 
+def sweep_cap_violations(spec: SweepSpec, caps: Caps) -> list[str]:
+    """Why a sweep with ``spec`` is over the caps (empty when it is within them), naming the fields to change.
+
+    A sweep is judged by what it may do, not by what it will probably do: its highest rate (``stop``, or
+    ``max_rate`` with ``auto``) and its longest possible length (every variant taking ``max_steps`` steps).
+    """
+    problems: list[str] = []
+    field_name = "sweep.stop" if spec.stop is not None else "sweep.max_rate"
+    unit = "clients" if spec.mode is SweepMode.CONCURRENCY else "requests/s"
+    if spec.highest_rate > caps.max_offered_rate:
+        problems.append(f"{field_name}: the sweep may offer up to {spec.highest_rate:g} {unit}; this service runs at "
+                        f"most {caps.max_offered_rate:g}")  # fmt: skip
+    longest = spec.max_duration_s()
+    if longest > caps.max_duration_s:
+        problems.append(
+            f"sweep.max_steps: the sweep may last up to {longest:g}s ({len(spec.variants)} variant(s) × "
+            f"{spec.max_steps} steps × {spec.warmup_s + spec.step_s + spec.cooldown_s:g}s of warm-up, step and "
+            "cool-down); this "
+            f"service runs at most {caps.max_duration_s:g}s: lower max_steps, step_s, warmup_s or the variants"
+        )
+    return problems
+
+
 @dataclass(frozen=True, kw_only=True)
 class Run:
     """A run as stored: what was asked, what was resolved, who holds it, and how it ended."""
@@ -106,6 +135,9 @@ class Run:
     passed: bool | None = None
     verdicts: tuple[str, ...] = ()
     result: Mapping[str, Any] | None = None  # the result document, without its time series
+    kind: RunKind = RunKind.RUN
+    sweep: SweepSpec | None = None  # a sweep's parameters (kind SWEEP only)
+    usable_rps: float | None = None  # a finished sweep's usable capacity (of its first variant)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -121,11 +153,13 @@ class RunEnd:
     verdicts: tuple[str, ...] = ()
     result: Mapping[str, Any] | None = None  # ``RunResult.to_dict()`` without "timeseries"
     timeseries: tuple[Mapping[str, Any], ...] = ()  # its rows, one per second
+    usable_rps: float | None = None  # a sweep's usable capacity (its result is the sweep document)
 
 
 @dataclass(frozen=True, kw_only=True)
 class RunQuery:
     scenario: str | None = None
+    kind: RunKind | None = None
     status: RunStatus | None = None
     schedule_id: str | None = None
     since: datetime | None = None
@@ -240,3 +274,5 @@ class Schedule:
     created_at: datetime
     created_by: str = ""
     last_fire_time: datetime | None = None  # the latest fire time handled (run queued, or skipped)
+    kind: RunKind = RunKind.RUN  # what each fire queues
+    sweep: SweepSpec | None = None  # its parameters when kind is SWEEP

@@ -84,6 +84,11 @@ class RunStore(Protocol):
     async def finished_runs(self, *, scenario: str | None, target_url: str | None, since: datetime | None) -> list[Run]:
         """Runs that ended with a score, oldest first: what trends are made of."""
 
+    async def finished_sweeps(
+        self, *, scenario: str | None, target_url: str | None, since: datetime | None
+    ) -> list[Run]:
+        """Sweeps that succeeded, oldest end first (``since`` on the end): what capacity trends are made of."""
+
 
 class ScheduleStore(Protocol):
     async def save_schedule(self, schedule: Schedule) -> Schedule:

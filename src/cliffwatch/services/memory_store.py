@@ -15,6 +15,7 @@ U+FFFD. The choices the ports leave open are made here and in ``adapters/store``
 - ``list_runs``: ``since`` inclusive, ``until`` exclusive (on ``created_at``); a cursor not of ours is a
   ``ValueError``, as is a ``limit`` (here or in ``list_outcomes``) below 1;
 - ``finished_runs``: terminal runs with a score, ``since`` on ``finished_at``, oldest end first;
+  ``finished_sweeps`` likewise for sweeps that succeeded (with a result document);
 - ``save_scenario`` keeps the first document and time of a (name, hash), but an INLINE version saved again
   as BUNDLED or REGISTERED takes that source, as it becomes a name's latest;
 - ``mark_fired`` only moves ``last_fire_time`` forward, and ignores an unknown schedule;
@@ -44,6 +45,7 @@ from cliffwatch.domain.runs import (
     Overrides,
     Run,
     RunEnd,
+    RunKind,
     RunPage,
     RunQuery,
     ScenarioSource,
@@ -230,6 +232,7 @@ class InMemoryStore:
         found = [r for r in self._runs.values()
                  if (query.scenario is None or r.scenario_name == query.scenario)
                  and (query.status is None or r.status is query.status)
+                 and (query.kind is None or r.kind is query.kind)
                  and (query.schedule_id is None or r.schedule_id == query.schedule_id)
                  and (since is None or r.created_at >= since) and (until is None or r.created_at < until)
                  and (after is None or (r.created_at, r.id) < after)]  # fmt: skip
@@ -284,6 +287,7 @@ class InMemoryStore:
             passed=end.passed,
             verdicts=tuple(end.verdicts),
             result=result_document(end.result),
+            usable_rps=end.usable_rps,
         )
         self._seconds[run_id] = sorted(plain_json(list(end.timeseries)), key=lambda row: row["t"])
         return True
@@ -330,6 +334,18 @@ class InMemoryStore:
         since = _opt_utc(since)
         found = [r for r in self._runs.values()
                  if r.status.terminal and r.score is not None and r.finished_at is not None
+                 and (scenario is None or r.scenario_name == scenario)
+                 and (target_url is None or r.target_url == target_url)
+                 and (since is None or r.finished_at >= since)]  # fmt: skip
+        return sorted(found, key=lambda r: (r.finished_at, r.id))
+
+    async def finished_sweeps(
+        self, *, scenario: str | None, target_url: str | None, since: datetime | None
+    ) -> list[Run]:
+        since = _opt_utc(since)
+        found = [r for r in self._runs.values()
+                 if r.kind is RunKind.SWEEP and r.status is RunStatus.SUCCEEDED and r.result is not None
+                 and r.finished_at is not None
                  and (scenario is None or r.scenario_name == scenario)
                  and (target_url is None or r.target_url == target_url)
                  and (since is None or r.finished_at >= since)]  # fmt: skip

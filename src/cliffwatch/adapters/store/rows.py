@@ -23,12 +23,14 @@ from cliffwatch.domain.runs import (
     Role,
     Run,
     RunEnd,
+    RunKind,
     ScenarioSource,
     ScenarioVersion,
     Schedule,
     StoredOutcome,
     Trigger,
 )
+from cliffwatch.domain.sweep_spec import SweepSpec, parse_sweep_spec
 from cliffwatch.services.memory_store import result_document
 
 
@@ -59,7 +61,19 @@ def run_row(run: Run) -> dict[str, Any]:
         "passed": run.passed,
         "verdicts": list(run.verdicts),
         "result": result_document(run.result),
+        "kind": run.kind.value,
+        "sweep": sweep_value(run.sweep),
+        "usable_rps": run.usable_rps,
     }
+
+
+def sweep_value(spec: SweepSpec | None) -> dict[str, Any] | None:
+    return None if spec is None else spec.to_dict()
+
+
+def sweep_of(value: Mapping[str, Any] | None) -> SweepSpec | None:
+    """The stored parameters back as a ``SweepSpec`` (they were valid when stored: they parse again)."""
+    return None if value is None else parse_sweep_spec(value)
 
 
 def end_values(end: RunEnd) -> dict[str, Any]:
@@ -73,6 +87,7 @@ def end_values(end: RunEnd) -> dict[str, Any]:
         "passed": end.passed,
         "verdicts": list(end.verdicts),
         "result": result_document(end.result),
+        "usable_rps": end.usable_rps,
     }
 
 
@@ -103,6 +118,9 @@ def run_of(row: RowMapping) -> Run:
         passed=row["passed"],
         verdicts=tuple(row["verdicts"]),
         result=row["result"],
+        kind=RunKind(row["kind"]),
+        sweep=sweep_of(row["sweep"]),
+        usable_rps=row["usable_rps"],
     )
 
 
@@ -207,6 +225,8 @@ def schedule_row(schedule: Schedule) -> dict[str, Any]:
         "created_at": schedule.created_at,
         "created_by": schedule.created_by,
         "last_fire_time": schedule.last_fire_time,
+        "kind": schedule.kind.value,
+        "sweep": sweep_value(schedule.sweep),
     }
 
 
@@ -223,6 +243,8 @@ def schedule_of(row: RowMapping) -> Schedule:
         created_at=row["created_at"],
         created_by=row["created_by"],
         last_fire_time=row["last_fire_time"],
+        kind=RunKind(row["kind"]),
+        sweep=sweep_of(row["sweep"]),
     )
 
 

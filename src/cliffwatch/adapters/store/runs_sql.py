@@ -20,7 +20,7 @@ from cliffwatch.adapters.store.database import Database
 from cliffwatch.adapters.store.rows import end_values, phase_rows, run_of, run_row, second_rows
 from cliffwatch.adapters.store.tables import run_phases, run_seconds, runs
 from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.runs import Run, RunEnd, RunPage, RunQuery
+from cliffwatch.domain.runs import Run, RunEnd, RunKind, RunPage, RunQuery
 from cliffwatch.services.memory_store import check_limit, decode_cursor, encode_cursor, lease_reason
 
 QUEUED, RUNNING = RunStatus.QUEUED.value, RunStatus.RUNNING.value
@@ -58,6 +58,8 @@ class SqlRuns:
             conditions.append(runs.c.scenario_name == query.scenario)
         if query.status is not None:
             conditions.append(runs.c.status == query.status.value)
+        if query.kind is not None:
+            conditions.append(runs.c.kind == query.kind.value)
         if query.schedule_id is not None:
             conditions.append(runs.c.schedule_id == query.schedule_id)
         if query.since is not None:
@@ -164,6 +166,25 @@ class SqlRuns:
         conditions: list[ColumnElement[bool]] = [
             runs.c.status.in_(TERMINAL),
             runs.c.score.is_not(None),
+            runs.c.finished_at.is_not(None),
+        ]
+        if scenario is not None:
+            conditions.append(runs.c.scenario_name == scenario)
+        if target_url is not None:
+            conditions.append(runs.c.target_url == target_url)
+        if since is not None:
+            conditions.append(runs.c.finished_at >= since)
+        statement = select(runs).where(*conditions).order_by(runs.c.finished_at, runs.c.id)
+        async with self._db.read() as conn:
+            return [run_of(row) for row in (await conn.execute(statement)).mappings()]
+
+    async def finished_sweeps(
+        self, *, scenario: str | None, target_url: str | None, since: datetime | None
+    ) -> list[Run]:
+        conditions: list[ColumnElement[bool]] = [
+            runs.c.kind == RunKind.SWEEP.value,
+            runs.c.status == RunStatus.SUCCEEDED.value,
+            runs.c.result.is_not(None),
             runs.c.finished_at.is_not(None),
         ]
         if scenario is not None:

@@ -129,6 +129,9 @@ runs = sa.Table(
     sa.Column("passed", sa.Boolean),
     sa.Column("verdicts", _json(), nullable=False),
     sa.Column("result", _json()),
+    sa.Column("kind", sa.Text, nullable=False, server_default="run"),  # RunKind
+    sa.Column("sweep", _json()),  # SweepSpec.to_dict() of a sweep
+    sa.Column("usable_rps", sa.Double),  # a finished sweep's usable capacity
     # NULLs are distinct in a unique constraint on both backends: runs without a schedule never collide.
     # Its leading column also serves the runs of one schedule.
     sa.UniqueConstraint("schedule_id", "fire_time"),
@@ -243,6 +246,8 @@ schedules = sa.Table(
     sa.Column("created_at", UtcDateTime, nullable=False),
     sa.Column("created_by", sa.Text, nullable=False),
     sa.Column("last_fire_time", UtcDateTime),
+    sa.Column("kind", sa.Text, nullable=False, server_default="run"),
+    sa.Column("sweep", _json()),
 )
 
 api_tokens = sa.Table(
