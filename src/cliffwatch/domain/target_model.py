@@ -9,6 +9,7 @@ batch size while each sequence slows down, which is what makes the cliff.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from enum import StrEnum
@@ -60,6 +61,81 @@ class TargetModel:
         """
         per_request_ms = output_tokens * self.step_ms(self.max_batch) / self.max_batch
         return 1000.0 / (per_request_ms + self.prefill_ms(round(prompt_tokens)))
+
+    def lone_request_ms(self, prompt_tokens: float, output_tokens: float) -> float:
+        """End-to-end time of a request that has the engine to itself: its prefill plus L steps of batch 1."""
+        return self.prefill_ms(round(prompt_tokens)) + output_tokens * self.step_ms(1)
+
+    def _work_per_request_ms(self, prompt_tokens: float, output_tokens: float) -> float:
+        # k: the engine time a request adds beyond the base of the steps it rides in (docs/capacity-model.md)
+        return self.prefill_ms(round(prompt_tokens)) + self.decode_per_seq_ms * output_tokens
+
+    def _busy_step_ms(self, rate: float, prompt_tokens: float, output_tokens: float) -> float:
+        # τ = d₀ / (1 − λ·k/1000): exact for the mean step of an engine that never idles.
+        rate = min(rate, self.saturation_rps(prompt_tokens, output_tokens))
+        return self.decode_base_ms / (1.0 - rate * self._work_per_request_ms(prompt_tokens, output_tokens) / 1000.0)
+
+    def mean_step_ms(self, rate: float, prompt_tokens: float, output_tokens: float) -> float:
+        """Mean duration of the steps the engine runs at a steady ``rate`` req/s (docs/capacity-model.md).
+
+        While the engine never idles, every second is spent on steps: ``1000 = (1000/τ)·d₀ + λ·L·d₁ + λ·prefill(P)``
+        (each request is decoded in L steps and prefilled once), so ``τ = d₀ / (1 − λ·k/1000)`` with
+        ``k = prefill(P) + d₁·L``. At low rates the engine idles between requests and each step holds one
+        sequence: ``τ = step(1) + prefill(P)/L``; the larger of the two is the mean. Beyond saturation the
+        batch stays full and the step time stays at its saturation value.
+        """
+        lone = self.step_ms(1) + self.prefill_ms(round(prompt_tokens)) / output_tokens
+        return max(lone, self._busy_step_ms(rate, prompt_tokens, output_tokens))
+
+    def mean_batch(self, rate: float, prompt_tokens: float, output_tokens: float) -> float:
+        """Mean number of sequences in the steps the engine runs at ``rate`` req/s: ``λ·L·τ/1000`` (each
+        request is in L steps), at least 1 (an idle engine runs no steps), at most ``max_batch``."""
+        if rate <= 0:
+            return 0.0
+        rate = min(rate, self.saturation_rps(prompt_tokens, output_tokens))
+        batch = rate * output_tokens * self._busy_step_ms(rate, prompt_tokens, output_tokens) / 1000.0
+        return min(float(self.max_batch), max(1.0, batch))
+
+    def e2e_ms(self, rate: float, prompt_tokens: float, output_tokens: float) -> float:
+        """Modelled mean end-to-end latency at a steady (constant) ``rate``; infinite above saturation,
+        where the waiting queue grows for as long as the load lasts.
+
+        A request waits for the step in progress to end (half a step on average), then rides L steps; and
+        it never finishes faster than it would alone (``lone_request_ms``), which is what low rates give.
+        """
+        return self._e2e_ms(rate, prompt_tokens, output_tokens, wait_steps=0.5)
+
+    def e2e_tail_ms(self, rate: float, prompt_tokens: float, output_tokens: float) -> float:
+        """Modelled tail (≈ p99) end-to-end latency at a steady constant ``rate``: a request that arrives
+        just as a step begins waits all of it, so ``(L + 1)·τ``; infinite above saturation."""
+        return self._e2e_ms(rate, prompt_tokens, output_tokens, wait_steps=1.0)
+
+    def _e2e_ms(self, rate: float, prompt_tokens: float, output_tokens: float, *, wait_steps: float) -> float:
+        if rate > self.saturation_rps(prompt_tokens, output_tokens):
+            return math.inf
+        busy_ms = (output_tokens + wait_steps) * self._busy_step_ms(rate, prompt_tokens, output_tokens)
+        return max(self.lone_request_ms(prompt_tokens, output_tokens), busy_ms)
+
+    def usable_rps(self, prompt_tokens: float, output_tokens: float, e2e_slo_ms: float) -> float:
+        """The highest steady constant rate whose tail e2e latency (``e2e_tail_ms``) stays within
+        ``e2e_slo_ms``, i.e. where nearly every request is on time: the rate where the tail reaches the
+        SLO, or the saturation rate when that comes first.
+
+        0 when a request alone cannot meet the SLO, or when the SLO leaves less than a step of slack over
+        the unloaded ``(L + 1)·d₀`` (then whether a request is on time depends on when it arrives within a
+        step, not on the rate). Poisson arrivals reach the cliff earlier (docs/capacity-model.md).
+        """
+        if self.lone_request_ms(prompt_tokens, output_tokens) > e2e_slo_ms:
+            return 0.0
+        unloaded_ms = (output_tokens + 1.0) * self.decode_base_ms
+        if unloaded_ms >= e2e_slo_ms:
+            return 0.0
+        saturation = self.saturation_rps(prompt_tokens, output_tokens)
+        work_ms = self._work_per_request_ms(prompt_tokens, output_tokens)
+        if work_ms <= 0:
+            return saturation  # steps that take as long at any batch size: only the batch limit binds
+        # (L + 1)·d₀ / (1 − λ·k/1000) = SLO, solved for λ
+        return min(1000.0 * (1.0 - unloaded_ms / e2e_slo_ms) / work_ms, saturation)
 
     def to_dict(self) -> dict[str, Any]:
         return {
