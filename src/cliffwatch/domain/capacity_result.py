@@ -1,0 +1,286 @@
+"""A finished sweep's answer: usable capacity with its interval, the peaks, and the seed's decision rule.
+
+The rule: *if higher load pushes up tail latency or timeout rate before token throughput collapses, treat
+the model as capacity-constrained and size around the completion point, not the peak benchmark.* Here the
+crossing is the lowest valid rate where the worst trial's p99 e2e exceeded the SLO or the timeout share
+exceeded the failure budget (1 − target); tokens/s there at 90 % of the sweep's peak or more means
+capacity-constrained. The sentences are templates in this module, so tests pin their wording.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from cliffwatch.domain.capacity_search import round_sig
+from cliffwatch.domain.capacity_steps import (
+    Interval,
+    PooledRate,
+    SettledRate,
+    StepStats,
+    StepVerdict,
+    pool_rates,
+    settle,
+)
+
+CONSTRAINED_SHARE = 0.9  # throughput still at this share of its peak where latency crossed: capacity-constrained
+
+CONSTRAINED = "{signal} at {crossing} while {metric} was still {share} % of peak: {sizing}{peak_clause}"
+THROUGHPUT_BOUND = (
+    "{metric} had already fallen to {share} % of peak when {signal} at {crossing}: tokens and completions fell "
+    "together; {sizing}"
+)
+NO_CLIFF = "no cliff up to {highest}: p99 e2e stayed within the {slo} ms SLO and timeouts within {budget} %; {sizing}"
+SIZING = "size for {usable} (attainment {attainment} %, {confidence} % CI {low}–{high} %{estimate})"
+NO_SIZING = "no rate met the {target} % attainment target"
+ON_ESTIMATE = ", on the point estimate"
+E2E_SIGNAL = "p99 e2e crossed the {slo} ms SLO"
+TIMEOUT_SIGNAL = "timeouts reached {share} % (budget {budget} %)"
+NOTHING_VALID = "no valid step: the generator could not keep its schedule at any rate measured"
+
+
+def num(value: float) -> str:
+    """A number with 3 significant digits and no exponent: 13.2, 0.0781, 21, 1230."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    rounded = round_sig(value)
+    decimals = max(0, 2 - math.floor(math.log10(abs(rounded))))
+    text = f"{rounded:.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def pct(share: float) -> str:
+    """A share as a percentage with one decimal, or two where one would round a shortfall up to 100."""
+    text = f"{share * 100:.1f}"
+    return f"{share * 100:.2f}" if text == "100.0" and share < 1 else text
+
+
+@dataclass(frozen=True, kw_only=True)
+class CapacityResult:
+    """What a sweep found, for one retry-policy variant. ``to_dict`` is the JSON form; ``from_dict`` reads it."""
+
+    steps: tuple[StepStats, ...]
+    rates: tuple[SettledRate, ...]
+    target: float
+    unit: str
+    usable_rps: float | None
+    usable_interval: Interval | None
+    usable_on_point_estimate: bool
+    first_bad_rps: float | None
+    peak_tokens_per_s: float
+    peak_tokens_rate: float | None
+    peak_completions_per_s: float
+    cliff_ratio: float | None  # usable_rps / peak_tokens_rate
+    constrained: bool | None  # the decision rule's outcome; None: no crossing seen, so it cannot apply
+    verdict: str
+    evidence: Mapping[str, Any]
+    finished_because: str
+    confidence: float = 0.95
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "steps", tuple(self.steps))
+        object.__setattr__(self, "rates", tuple(self.rates))
+        object.__setattr__(self, "evidence", MappingProxyType(dict(self.evidence)))
+
+    @property
+    def usable(self) -> SettledRate | None:
+        return next((r for r in self.rates if r.rate == self.usable_rps), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: every step, every settled rate, the figures, the verdict and its evidence."""
+        return {
+            "target": self.target,
+            "confidence": self.confidence,
+            "unit": self.unit,
+            "usable_rps": self.usable_rps,
+            "usable_interval": None if self.usable_interval is None else self.usable_interval.to_dict(),
+            "usable_on_point_estimate": self.usable_on_point_estimate,
+            "first_bad_rps": self.first_bad_rps,
+            "peak_tokens_per_s": self.peak_tokens_per_s,
+            "peak_tokens_rate": self.peak_tokens_rate,
+            "peak_completions_per_s": self.peak_completions_per_s,
+            "cliff_ratio": self.cliff_ratio,
+            "constrained": self.constrained,
+            "verdict": self.verdict,
+            "evidence": dict(self.evidence),
+            "finished_because": self.finished_because,
+            "rates": [r.to_dict() for r in self.rates],
+            "steps": [s.to_dict() for s in self.steps],
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> CapacityResult:
+        steps = tuple(StepStats.from_dict(s) for s in data["steps"])
+        interval = data["usable_interval"]
+        return cls(
+            steps=steps,
+            rates=tuple(SettledRate.from_dict(r, steps=steps) for r in data["rates"]),
+            target=float(data["target"]),
+            confidence=float(data.get("confidence", 0.95)),
+            unit=str(data["unit"]),
+            usable_rps=_float(data["usable_rps"]),
+            usable_interval=None if interval is None else Interval.from_dict(interval),
+            usable_on_point_estimate=bool(data["usable_on_point_estimate"]),
+            first_bad_rps=_float(data["first_bad_rps"]),
+            peak_tokens_per_s=float(data["peak_tokens_per_s"]),
+            peak_tokens_rate=_float(data["peak_tokens_rate"]),
+            peak_completions_per_s=float(data["peak_completions_per_s"]),
+            cliff_ratio=_float(data["cliff_ratio"]),
+            constrained=None if data["constrained"] is None else bool(data["constrained"]),
+            verdict=str(data["verdict"]),
+            evidence=dict(data["evidence"]),
+            finished_because=str(data["finished_because"]),
+        )
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def settle_all(
+    steps: Sequence[StepStats], *, target: float, confidence: float = 0.95, max_trials: int = 3
+) -> tuple[SettledRate, ...]:
+    """Every rate in ``steps`` settled for good, lowest first: a rate still straddling the target when the
+    sweep ended is settled on its point estimate."""
+    found = (
+        settle(p, target=target, max_trials=max_trials, confidence=confidence, final=True)
+        for p in pool_rates(steps, target=target, confidence=confidence)
+    )
+    return tuple(s for s in found if s is not None)
+
+
+def summarize(
+    steps: Sequence[StepStats],
+    *,
+    target: float,
+    e2e_slo_ms: float,
+    finished_because: str,
+    confidence: float = 0.95,
+    max_trials: int = 3,
+    unit: str = "req/s",
+) -> CapacityResult:
+    """The result of a sweep from its steps (in any order): rates settled, usable capacity, peaks, verdict.
+
+    Usable capacity is the highest GOOD rate below the lowest BAD or INVALID one. Peaks and the crossing
+    leave out INVALID rates, whose numbers describe the client rather than the target.
+    """
+    rates = settle_all(steps, target=target, confidence=confidence, max_trials=max_trials)
+    failing = [r.rate for r in rates if r.verdict is not StepVerdict.GOOD]
+    ceiling = min(failing, default=math.inf)
+    usable = max((r for r in rates if r.verdict is StepVerdict.GOOD and r.rate < ceiling), default=None, key=_rate)
+    first_bad = min((r.rate for r in rates if r.verdict is StepVerdict.BAD), default=None)
+    valid = [r.pooled for r in rates if r.verdict is not StepVerdict.INVALID]
+    peak_tokens = max(valid, key=lambda p: p.tokens_per_s, default=None)
+    peak_completions = max((p.completions_per_s for p in valid), default=0.0)
+    peak_tokens_rate = peak_tokens.rate if peak_tokens is not None and peak_tokens.tokens_per_s > 0 else None
+    usable_rps = None if usable is None else usable.rate
+    verdict, constrained, evidence = _decide(
+        valid, usable, target=target, e2e_slo_ms=e2e_slo_ms, confidence=confidence, unit=unit
+    )
+    return CapacityResult(
+        steps=tuple(steps),
+        rates=rates,
+        target=target,
+        confidence=confidence,
+        unit=unit,
+        usable_rps=usable_rps,
+        usable_interval=None if usable is None else usable.pooled.interval,
+        usable_on_point_estimate=usable is not None and usable.on_point_estimate,
+        first_bad_rps=first_bad,
+        peak_tokens_per_s=0.0 if peak_tokens is None else peak_tokens.tokens_per_s,
+        peak_tokens_rate=peak_tokens_rate,
+        peak_completions_per_s=peak_completions,
+        cliff_ratio=None if usable_rps is None or peak_tokens_rate is None else usable_rps / peak_tokens_rate,
+        constrained=constrained,
+        verdict=verdict,
+        evidence=evidence,
+        finished_because=finished_because,
+    )
+
+
+def _rate(settled: SettledRate) -> float:
+    return settled.rate
+
+
+def _crossed(pooled: PooledRate, *, e2e_slo_ms: float, budget: float) -> str | None:
+    """Which signal crossed at this rate: "p99_e2e" (checked first), "timeouts", or None."""
+    if pooled.p99_e2e_ms is not None and pooled.p99_e2e_ms > e2e_slo_ms:
+        return "p99_e2e"
+    if pooled.timeout_share is not None and pooled.timeout_share > budget:
+        return "timeouts"
+    return None
+
+
+def _decide(
+    valid: Sequence[PooledRate],
+    usable: SettledRate | None,
+    *,
+    target: float,
+    e2e_slo_ms: float,
+    confidence: float,
+    unit: str,
+) -> tuple[str, bool | None, dict[str, Any]]:
+    """The decision rule applied: the verdict sentence, whether capacity-constrained, and the evidence."""
+    budget = 1 - target
+    evidence: dict[str, Any] = {"e2e_slo_ms": e2e_slo_ms, "timeout_budget": budget}
+    if not valid:
+        return NOTHING_VALID, None, evidence
+    # Tokens/s is the throughput the rule names; a plain-HTTP target has none, so completions/s stands in.
+    by_tokens = max(p.tokens_per_s for p in valid) > 0
+    metric_key, metric = ("tokens_per_s", "tokens/s") if by_tokens else ("completions_per_s", "completions/s")
+    peak = max(valid, key=lambda p: getattr(p, metric_key))
+    peak_value = float(getattr(peak, metric_key))
+    evidence.update(throughput_metric=metric_key, peak=peak_value, peak_rate=peak.rate)
+    if usable is None:
+        sizing = NO_SIZING.format(target=num(target * 100))
+    else:
+        interval = usable.pooled.interval
+        sizing = SIZING.format(
+            usable=f"{num(usable.rate)} {unit}",
+            attainment=pct(usable.pooled.attainment or 0.0),
+            confidence=num(confidence * 100),
+            low=pct(interval.low),
+            high=pct(interval.high),
+            estimate=ON_ESTIMATE if usable.on_point_estimate else "",
+        )
+    crossing = next(
+        (p for p in valid if _crossed(p, e2e_slo_ms=e2e_slo_ms, budget=budget) is not None),
+        None,
+    )
+    if crossing is None:
+        highest = max(p.rate for p in valid)
+        evidence.update(crossing_rate=None, highest_rate=highest)
+        sentence = NO_CLIFF.format(
+            highest=f"{num(highest)} {unit}", slo=num(e2e_slo_ms), budget=num(budget * 100), sizing=sizing
+        )
+        return sentence, None, evidence
+    signal_key = _crossed(crossing, e2e_slo_ms=e2e_slo_ms, budget=budget)
+    if signal_key == "p99_e2e":
+        signal = E2E_SIGNAL.format(slo=num(e2e_slo_ms))
+    else:
+        signal = TIMEOUT_SIGNAL.format(share=pct(crossing.timeout_share or 0.0), budget=num(budget * 100))
+    share = float(getattr(crossing, metric_key)) / peak_value if peak_value > 0 else 0.0
+    constrained = share >= CONSTRAINED_SHARE
+    evidence.update(
+        crossing_rate=crossing.rate,
+        signal=signal_key,
+        p99_e2e_ms=crossing.p99_e2e_ms,
+        timeout_share=crossing.timeout_share,
+        share_of_peak=share,
+    )
+    fields = {
+        "signal": signal,
+        "crossing": f"{num(crossing.rate)} {unit}",
+        "metric": metric,
+        "share": f"{share * 100:.0f}",
+        "sizing": sizing,
+    }
+    if not constrained:
+        return THROUGHPUT_BOUND.format(**fields), False, evidence
+    # "not the peak" only where the peak lies above what we size for: below it, there is nothing to warn about.
+    above_usable = usable is not None and peak.rate > usable.rate
+    peak_clause = f", not the {num(peak.rate)} {unit} peak" if above_usable else ""
+    return CONSTRAINED.format(**fields, peak_clause=peak_clause), True, evidence

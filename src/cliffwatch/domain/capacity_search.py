@@ -1,0 +1,263 @@
+"""Which rate a capacity sweep measures next: a coarse pass up to the first failing rate, then bisection.
+
+The search is a state machine fed one measured step at a time (``next_rate`` → run the step → ``record``),
+so the service owns the clock and the load and this module stays pure. Each rate is settled by
+``capacity_steps.settle``: repeated while another trial could clear its interval, else settled on the point
+estimate. The rule and its reasons are in docs/sweep.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from cliffwatch.domain.capacity_steps import SettledRate, StepStats, StepVerdict, pool_rates, settle
+
+if TYPE_CHECKING:
+    from cliffwatch.domain.sweep_spec import SweepSpec
+
+FLOOR_DIVISOR = 64  # when the first rate already fails, bisection goes down to start / 64 and no further
+
+
+def round_sig(value: float, digits: int = 3) -> float:
+    """``value`` rounded to ``digits`` significant digits (0 stays 0)."""
+    return 0.0 if value == 0 else float(f"{value:.{digits}g}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchConfig:
+    """How the search runs: the range or doubling, the target, how precise, how many measurements at most.
+
+    ``integer`` searches whole concurrency levels (clients) instead of arrival rates. Raises ``ValueError``
+    for inconsistent values (``parse_sweep_spec`` has already named the field to the user by then).
+    """
+
+    target: float = 0.99
+    start: float
+    stop: float | None = None
+    auto: bool = False
+    coarse_steps: int = 6
+    max_rate: float = 1_000.0
+    resolution: float = 0.05
+    max_trials: int = 3
+    max_steps: int = 30
+    confidence: float = 0.95
+    integer: bool = False  # concurrency levels: whole numbers only
+    unit: str = "req/s"
+
+    def __post_init__(self) -> None:
+        if not 0 < self.target < 1:
+            raise ValueError(f"the attainment target must be in (0, 1), got {self.target}")
+        if not (math.isfinite(self.start) and self.start > 0):
+            raise ValueError(f"start must be finite and > 0, got {self.start}")
+        if self.auto:
+            if not self.max_rate > self.start:
+                raise ValueError(f"max_rate ({self.max_rate}) must be > start ({self.start})")
+        elif self.stop is None or not self.stop > self.start:
+            raise ValueError(f"a range search needs stop > start ({self.start}), got {self.stop}")
+        if self.coarse_steps < 2 or self.max_trials < 1 or self.max_steps < 1:
+            raise ValueError("coarse_steps must be >= 2, max_trials and max_steps >= 1")
+        if not 0 < self.resolution < 1 or not 0 < self.confidence < 1:
+            raise ValueError("resolution and confidence must be in (0, 1)")
+
+    @classmethod
+    def from_spec(cls, spec: SweepSpec) -> SearchConfig:
+        from cliffwatch.domain.sweep_spec import SweepMode
+
+        integer = spec.mode is SweepMode.CONCURRENCY
+        return cls(
+            target=spec.target,
+            start=spec.first_rate,
+            stop=spec.stop,
+            auto=spec.auto,
+            coarse_steps=spec.coarse_steps,
+            max_rate=spec.max_rate,
+            resolution=spec.resolution,
+            max_trials=spec.trials,
+            max_steps=spec.max_steps,
+            confidence=spec.confidence,
+            integer=integer,
+            unit="clients" if integer else "req/s",
+        )
+
+    @property
+    def highest(self) -> float:
+        """The highest rate the coarse pass may reach: ``max_rate`` when doubling, else ``stop``."""
+        return self.max_rate if self.auto or self.stop is None else self.stop
+
+    def tidy(self, rate: float) -> float:
+        """A rate as the search offers it: a whole level >= 1 in integer mode, else 3 significant digits."""
+        return float(max(1, round(rate))) if self.integer else round_sig(rate)
+
+    def coarse_rates(self) -> Iterator[float]:
+        """The coarse pass, lowest first: ``coarse_steps`` evenly spaced from start to stop inclusive, or with
+        ``auto`` start, 2 × start, 4 × start, … and then max_rate itself (never above it)."""
+        seen: set[float] = set()
+        for rate in self._raw_coarse():
+            tidy = self.tidy(rate)
+            if tidy not in seen and tidy <= self.highest:
+                seen.add(tidy)
+                yield tidy
+
+    def _raw_coarse(self) -> Iterator[float]:
+        if self.auto:
+            rate = self.start
+            while rate < self.max_rate:
+                yield rate
+                rate *= 2
+            yield self.max_rate
+            return
+        assert self.stop is not None  # checked in __post_init__
+        step = (self.stop - self.start) / (self.coarse_steps - 1)
+        for i in range(self.coarse_steps - 1):
+            yield self.start + i * step
+        yield self.stop
+
+    def unit_text(self, rate: float) -> str:
+        return f"{rate:g} {self.unit}"
+
+
+class CapacitySearch:
+    """Asks for rates to measure until the usable capacity is bracketed, a limit is hit, or nothing is left.
+
+    ``next_rate`` returns ``(rate, trial)`` or None when finished; asking again before ``record`` returns the
+    same pair. ``record`` takes the step measured for it and raises ``ValueError`` for any other step.
+    """
+
+    def __init__(self, config: SearchConfig) -> None:
+        self._config = config
+        self._coarse = config.coarse_rates()
+        self._coarse_last: float | None = None
+        self._steps: list[StepStats] = []
+        self._pending: tuple[float, int] | None = None
+        self._good: float | None = None  # the highest GOOD rate below the ceiling
+        self._ceiling: SettledRate | None = None  # the lowest BAD or INVALID rate
+        self._finished: str | None = None
+
+    @property
+    def config(self) -> SearchConfig:
+        return self._config
+
+    @property
+    def steps(self) -> tuple[StepStats, ...]:
+        return tuple(self._steps)
+
+    @property
+    def finished(self) -> bool:
+        return self._finished is not None
+
+    @property
+    def finished_because(self) -> str:
+        """Why the search ended, as a clause for the result; while it runs, how far it got."""
+        if self._finished is None:
+            return f"unfinished after {len(self._steps)} steps"
+        return self._finished
+
+    def next_rate(self) -> tuple[float, int] | None:
+        if self._pending is not None:
+            return self._pending
+        if self._finished is not None:
+            return None
+        if self._steps:
+            last = self._steps[-1].rate
+            due = self._settle(last)
+            if due is None:
+                self._pending = self._ask(last, self._trials_at(last) + 1)
+                return self._pending
+        rate = self._next_new_rate()
+        if rate is not None:
+            self._pending = self._ask(rate, 1)
+        return self._pending
+
+    def record(self, step: StepStats) -> None:
+        if self._pending is None:
+            raise ValueError(f"no step was asked for; got one at {step.rate:g}, trial {step.trial}")
+        rate, trial = self._pending
+        if not math.isclose(step.rate, rate, rel_tol=1e-9) or step.trial != trial:
+            raise ValueError(f"expected the step at {rate:g}, trial {trial}; got {step.rate:g}, trial {step.trial}")
+        self._pending = None
+        self._steps.append(step)
+        settled = self._settle(rate)
+        if settled is None:
+            return
+        if settled.verdict is StepVerdict.GOOD:
+            self._good = max(rate, self._good or rate)
+        elif self._ceiling is None or rate < self._ceiling.rate:
+            self._ceiling = settled
+
+    def settled(self) -> tuple[SettledRate, ...]:
+        """Every rate whose verdict is settled, lowest first (a rate awaiting another trial is left out)."""
+        found = (self._settle(rate) for rate in sorted({s.rate for s in self._steps}))
+        return tuple(s for s in found if s is not None)
+
+    def _trials_at(self, rate: float) -> int:
+        return sum(1 for s in self._steps if s.rate == rate)
+
+    def _settle(self, rate: float) -> SettledRate | None:
+        (pooled,) = pool_rates(
+            [s for s in self._steps if s.rate == rate], target=self._config.target, confidence=self._config.confidence
+        )
+        return settle(
+            pooled, target=self._config.target, max_trials=self._config.max_trials, confidence=self._config.confidence
+        )
+
+    def _ask(self, rate: float, trial: int) -> tuple[float, int] | None:
+        if len(self._steps) >= self._config.max_steps:
+            self._finished = f"stopped after {len(self._steps)} steps (max_steps)"
+            return None
+        return (rate, trial)
+
+    def _next_new_rate(self) -> float | None:
+        config = self._config
+        if self._ceiling is None:
+            rate = next(self._coarse, None)
+            if rate is None:
+                self._finished = f"no cliff found up to {config.unit_text(self._coarse_last or config.highest)}"
+            self._coarse_last = rate or self._coarse_last
+            return rate
+        high = self._ceiling.rate
+        if self._good is None:
+            mid = config.tidy(high / 2)
+            floor = config.tidy(config.start / FLOOR_DIVISOR)  # tidied as the rates are: 1/64 is offered as 0.0156
+            if mid >= high or mid < floor:
+                self._finished = self._nothing_good(high)
+                return None
+            return mid
+        low = self._good
+        if (high - low <= 1) if config.integer else ((high - low) / high <= config.resolution):
+            self._finished = self._bracketed(low)
+            return None
+        return _midpoint(low, high, integer=config.integer)
+
+    def _generator_ceiling(self) -> bool:
+        """Whether the lowest failing rate failed because the generator fell behind, not the target."""
+        return self._ceiling is not None and any(s.generator_limited for s in self._ceiling.pooled.trials)
+
+    def _nothing_good(self, lowest: float) -> str:
+        config = self._config
+        if self._generator_ceiling():
+            return f"the generator could not keep its schedule at any rate down to {config.unit_text(lowest)}"
+        return f"no rate down to {config.unit_text(lowest)} met the target"
+
+    def _bracketed(self, good: float) -> str:
+        config = self._config
+        if self._generator_ceiling():
+            return f"above {config.unit_text(good)} the generator could not keep its schedule"
+        if config.integer:
+            return "bracketed within 1 client"
+        return f"bracketed within {config.resolution * 100:g} %"
+
+
+def _midpoint(low: float, high: float, *, integer: bool) -> float:
+    """The bisection point between a good and a bad rate: a whole level, else 3 significant digits (more when
+    3 would land on an end)."""
+    if integer:
+        return float((int(low) + int(high)) // 2)
+    exact = (low + high) / 2
+    for digits in range(3, 16):
+        mid = round_sig(exact, digits)
+        if low < mid < high:
+            return mid
+    return exact

@@ -1,0 +1,179 @@
+"""A sweep's result: usable capacity, peaks, the cliff ratio, and the decision rule's verdict sentence."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from capacity_kit import step
+
+from cliffwatch.domain.capacity import CapacityResult, StepStats, StepVerdict, num, pct, summarize
+
+
+def cliff_sweep() -> list[StepStats]:
+    """Tokens/s still climbing when p99 e2e crosses 4 s at 14 req/s; the token peak is at 21 req/s."""
+    return [
+        step(10.0, offered=2000, tokens_per_s=1000.0, p99_e2e_ms=2000.0),
+        step(13.2, offered=5000, on_time=4990, tokens_per_s=1300.0, p99_e2e_ms=3000.0),
+        step(14.0, offered=2000, on_time=1700, tokens_per_s=1455.0, p99_e2e_ms=4500.0),
+        step(21.0, offered=2000, on_time=200, tokens_per_s=1500.0, p99_e2e_ms=9000.0),
+        step(28.0, offered=2000, on_time=100, tokens_per_s=1400.0, p99_e2e_ms=12000.0),
+    ]
+
+
+def result_of(steps: list[StepStats], **overrides: object) -> CapacityResult:
+    options: dict[str, object] = {"target": 0.99, "e2e_slo_ms": 4000.0, "finished_because": "bracketed within 5 %"}
+    return summarize(steps, **{**options, **overrides})  # type: ignore[arg-type]
+
+
+def test_latency_crossing_while_tokens_hold_up_is_capacity_constrained_and_sized_at_the_completion_point() -> None:
+    result = result_of(cliff_sweep())
+
+    assert result.constrained is True
+    assert result.verdict == (
+        "p99 e2e crossed the 4000 ms SLO at 14 req/s while tokens/s was still 97 % of peak: size for 13.2 req/s "
+        "(attainment 99.8 %, 95 % CI 99.6–99.9 %), not the 21 req/s peak"
+    )
+    assert (result.usable_rps, result.first_bad_rps) == (13.2, 14.0)
+    assert (result.peak_tokens_per_s, result.peak_tokens_rate) == (1500.0, 21.0)
+    assert result.cliff_ratio == pytest.approx(13.2 / 21)
+    assert not result.usable_on_point_estimate
+    assert result.evidence["crossing_rate"] == 14.0
+    assert result.evidence["signal"] == "p99_e2e"
+    assert result.evidence["share_of_peak"] == pytest.approx(0.97)
+
+
+def test_the_usable_interval_is_the_pooled_wilson_interval_at_the_usable_rate() -> None:
+    result = result_of(cliff_sweep())
+
+    assert result.usable is not None
+    assert result.usable_interval == result.usable.pooled.interval
+    assert result.usable_interval is not None
+    assert result.usable_interval.low <= 0.998 <= result.usable_interval.high
+
+
+def test_throughput_already_falling_at_the_crossing_is_throughput_bound() -> None:
+    steps = [
+        step(10.0, tokens_per_s=1500.0, p99_e2e_ms=2000.0),
+        step(12.0, on_time=120, tokens_per_s=930.0, p99_e2e_ms=6000.0),
+    ]
+
+    result = result_of(steps)
+
+    assert result.constrained is False
+    assert result.verdict == (
+        "tokens/s had already fallen to 62 % of peak when p99 e2e crossed the 4000 ms SLO at 12 req/s: tokens and "
+        "completions fell together; size for 10 req/s (attainment 100.0 %, 95 % CI 98.1–100.0 %, on the point "
+        "estimate)"
+    )
+    assert result.usable_on_point_estimate
+
+
+def test_a_timeout_share_over_the_budget_is_a_crossing_too() -> None:
+    steps = [step(10.0, offered=2000), step(20.0, offered=2000, on_time=1900, timeout=100)]
+
+    result = result_of(steps)
+
+    assert result.evidence["signal"] == "timeouts"
+    assert result.verdict.startswith("timeouts reached 5.0 % (budget 1 %) at 20 req/s while tokens/s was still")
+
+
+def test_without_a_crossing_the_rule_cannot_apply() -> None:
+    result = result_of([step(10.0, offered=2000), step(20.0, offered=2000)], finished_because="no cliff")
+
+    assert result.constrained is None
+    assert result.verdict == (
+        "no cliff up to 20 req/s: p99 e2e stayed within the 4000 ms SLO and timeouts within 1 %; size for 20 req/s "
+        "(attainment 100.0 %, 95 % CI 99.8–100.0 %)"
+    )
+    assert result.first_bad_rps is None
+    assert result.finished_because == "no cliff"
+
+
+def test_when_no_rate_met_the_target_there_is_no_usable_capacity() -> None:
+    steps = [step(1.0, offered=2000, on_time=1000, p99_e2e_ms=9000.0)]
+
+    result = result_of(steps)
+
+    assert (result.usable_rps, result.usable_interval, result.cliff_ratio) == (None, None, None)
+    assert result.verdict == (
+        "p99 e2e crossed the 4000 ms SLO at 1 req/s while tokens/s was still 100 % of peak: no rate met the 99 % "
+        "attainment target"
+    )
+
+
+def test_a_generator_limited_rate_caps_usable_capacity_but_is_neither_first_bad_nor_a_peak() -> None:
+    steps = [
+        step(10.0, offered=2000, tokens_per_s=1000.0),
+        step(20.0, offered=2000, tokens_per_s=9999.0, generator_limited=True),
+        step(30.0, offered=2000, tokens_per_s=1200.0),
+    ]
+
+    result = result_of(steps)
+
+    assert result.usable_rps == 10.0
+    assert result.first_bad_rps is None
+    assert (result.peak_tokens_per_s, result.peak_tokens_rate) == (1200.0, 30.0)
+    assert [r.verdict for r in result.rates] == [StepVerdict.GOOD, StepVerdict.INVALID, StepVerdict.GOOD]
+
+
+def test_a_sweep_with_no_valid_step_says_so() -> None:
+    result = result_of([step(10.0, generator_limited=True)])
+
+    assert result.verdict == "no valid step: the generator could not keep its schedule at any rate measured"
+    assert (result.usable_rps, result.peak_tokens_rate, result.peak_tokens_per_s) == (None, None, 0.0)
+
+
+def test_without_tokens_completions_per_second_stand_in_for_throughput() -> None:
+    steps = [
+        step(10.0, offered=2000, tokens_per_s=0.0, completions_per_s=10.0),
+        step(20.0, offered=2000, on_time=1000, tokens_per_s=0.0, completions_per_s=19.5, p99_e2e_ms=5000.0),
+    ]
+
+    result = result_of(steps, unit="clients")
+
+    assert result.peak_tokens_rate is None
+    assert result.cliff_ratio is None
+    assert result.peak_completions_per_s == 19.5
+    assert result.evidence["throughput_metric"] == "completions_per_s"
+    assert result.verdict.startswith(
+        "p99 e2e crossed the 4000 ms SLO at 20 clients while completions/s was still 100 % of peak: size for 10 clients"
+    )
+
+
+def test_a_rate_left_straddling_when_the_sweep_stopped_is_settled_on_its_point_estimate() -> None:
+    result = result_of([step(9.2, offered=400, on_time=398)])
+
+    (rate,) = result.rates
+    assert (rate.verdict, rate.on_point_estimate) == (StepVerdict.GOOD, True)
+
+
+def test_the_result_round_trips_through_json() -> None:
+    result = result_of([*cliff_sweep(), step(13.2, 2, offered=400, p99_e2e_ms=None)], confidence=0.9)
+
+    data = json.loads(json.dumps(result.to_dict()))
+
+    assert CapacityResult.from_dict(data) == result
+    assert len(data["steps"]) == 6
+    assert data["rates"][1]["pooled"]["trials"] == 2
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (13.2456, "13.2"),
+        (21.0, "21"),
+        (0.078125, "0.0781"),
+        (1234.5, "1230"),
+        (99.95, "100"),
+        (4000.0, "4000"),
+        (0.0, "0"),
+    ],
+)
+def test_numbers_read_with_three_significant_digits(value: float, text: str) -> None:
+    assert num(value) == text
+
+
+@pytest.mark.parametrize(("share", "text"), [(0.994, "99.4"), (0.9996, "99.96"), (1.0, "100.0"), (0.05, "5.0")])
+def test_shares_read_as_percentages_that_never_round_a_shortfall_up_to_100(share: float, text: str) -> None:
+    assert pct(share) == text
