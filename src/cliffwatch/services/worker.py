@@ -1,6 +1,9 @@
 """The worker: claims queued runs, executes them under a renewable lease, streams their outcomes to the
 store, and records how each ended. Several instances may share one database: a run is claimed once.
 
+A run of kind sweep goes through ``prepare_sweep`` instead of ``prepare``, under the same lease, abort,
+interrupt and shutdown handling; its end carries the sweep document and the usable capacity.
+
 A run whose lease this worker loses (an instance that was frozen, say) is stopped here, since another
 instance may already have declared it interrupted. An abort asked for through the API reaches the run
 within ``ABORT_POLL_S``.
@@ -11,11 +14,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 import structlog
 
@@ -23,12 +26,14 @@ from cliffwatch.domain.errors import CliffwatchError
 from cliffwatch.domain.outcomes import RequestRecord
 from cliffwatch.domain.ports import RecordSink
 from cliffwatch.domain.result import RunResult, RunStatus
-from cliffwatch.domain.runs import Run, RunEnd
+from cliffwatch.domain.runs import Run, RunEnd, RunKind
 from cliffwatch.domain.scenario import Scenario, parse_scenario, with_overrides
 from cliffwatch.domain.service_ports import RunStore, ScenarioStore
+from cliffwatch.domain.sweep_spec import SweepSpec
 from cliffwatch.services.runner import RunService
 
 log = structlog.get_logger(__name__)
+T = TypeVar("T")
 
 POLL_S = 0.5  # how often an idle worker looks for queued runs
 ABORT_POLL_S = 1.0
@@ -45,7 +50,37 @@ class PreparedRunLike(Protocol):
     def run_id(self) -> str: ...
 
 
+class Stoppable(Protocol):
+    """What the lease and abort watchers and the shutdown stop: a run's service, or a sweep."""
+
+    def interrupt(self) -> None: ...
+
+    def abort(self, reason: str) -> None: ...
+
+
+class SweepOutcomeLike(Protocol):
+    """How a sweep ended (``bootstrap_sweep.SweepOutcome``)."""
+
+    @property
+    def status(self) -> RunStatus: ...
+
+    @property
+    def reason(self) -> str | None: ...
+
+    @property
+    def usable_rps(self) -> float | None: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+class SweepHandleLike(Stoppable, Protocol):
+    """A prepared sweep (``bootstrap_sweep.SweepHandle``): run once, stoppable meanwhile."""
+
+    async def run(self) -> SweepOutcomeLike: ...
+
+
 Prepare = Callable[[Scenario, str, RecordSink], AbstractAsyncContextManager[PreparedRunLike]]
+PrepareSweep = Callable[[Scenario, SweepSpec, str], AbstractAsyncContextManager[SweepHandleLike]]
 OutcomeCounter = Callable[[str, Counter[str]], None]
 
 
@@ -89,15 +124,17 @@ class Worker:
         settings: WorkerSettings,
         now: Callable[[], datetime],
         count_outcomes: OutcomeCounter | None = None,
+        prepare_sweep: PrepareSweep | None = None,
     ) -> None:
         self.runs = runs
         self.scenarios = scenarios
         self.prepare = prepare
+        self.prepare_sweep = prepare_sweep
         self.settings = settings
         self.now = now
         self.count_outcomes = count_outcomes
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._services: dict[str, RunService] = {}
+        self._services: dict[str, Stoppable] = {}
         self._claiming = True
 
     @property
@@ -153,20 +190,10 @@ class Worker:
         end: RunEnd
         try:
             scenario = await self._scenario(run)
-            sink = StoreSink(self.runs, run.id, self.count_outcomes)
-            async with self.prepare(scenario, run.id, sink) as prepared:
-                self._services[run.id] = prepared.service
-                watchers = [
-                    asyncio.create_task(self._keep_lease(run, prepared.service)),
-                    asyncio.create_task(self._watch_abort(run, prepared.service)),
-                ]
-                try:
-                    result = await prepared.service.execute(scenario, run_id=run.id, target_url=prepared.target_url)
-                finally:
-                    for watcher in watchers:
-                        watcher.cancel()
-                    await asyncio.gather(*watchers, return_exceptions=True)
-            end = run_end(result, self.now())
+            if run.kind is RunKind.SWEEP:
+                end = await self._sweep(run, scenario)
+            else:
+                end = await self._run(run, scenario)
         except asyncio.CancelledError:
             end = RunEnd(status=RunStatus.INTERRUPTED, finished_at=self.now(),
                          reason="the service stopped before the run could finish")  # fmt: skip
@@ -184,6 +211,38 @@ class Worker:
             structlog.contextvars.unbind_contextvars("run_id")
         await self._finish(run, end)
 
+    async def _run(self, run: Run, scenario: Scenario) -> RunEnd:
+        sink = StoreSink(self.runs, run.id, self.count_outcomes)
+        async with self.prepare(scenario, run.id, sink) as prepared:
+            service = prepared.service
+            result = await self._watched(
+                run, service, service.execute(scenario, run_id=run.id, target_url=prepared.target_url)
+            )
+        return run_end(result, self.now())
+
+    async def _sweep(self, run: Run, scenario: Scenario) -> RunEnd:
+        if run.sweep is None:
+            raise CliffwatchError(f"the sweep run {run.id} has no sweep parameters stored")
+        if self.prepare_sweep is None:
+            raise CliffwatchError("this instance cannot run sweeps (no sweep machinery configured)")
+        async with self.prepare_sweep(scenario, run.sweep, run.id) as handle:
+            outcome = await self._watched(run, handle, handle.run())
+        return sweep_end(outcome, self.now())
+
+    async def _watched(self, run: Run, stoppable: Stoppable, work: Awaitable[T]) -> T:
+        """Awaits ``work`` while keeping the run's lease and watching for an abort asked through the store."""
+        self._services[run.id] = stoppable
+        watchers = [
+            asyncio.create_task(self._keep_lease(run, stoppable)),
+            asyncio.create_task(self._watch_abort(run, stoppable)),
+        ]
+        try:
+            return await work
+        finally:
+            for watcher in watchers:
+                watcher.cancel()
+            await asyncio.gather(*watchers, return_exceptions=True)
+
     async def _finish(self, run: Run, end: RunEnd) -> None:
         recorded = await self.runs.finish_run(run.id, owner=self.settings.owner, end=end)
         log.info("run ended", run_id=run.id, status=end.status.value, score=end.score, recorded=recorded)
@@ -196,7 +255,7 @@ class Worker:
         o = run.overrides
         return with_overrides(scenario, target_url=o.target_url, seed=o.seed, threshold=o.threshold)
 
-    async def _keep_lease(self, run: Run, service: RunService) -> None:
+    async def _keep_lease(self, run: Run, service: Stoppable) -> None:
         every = self.settings.lease_s / 3
         while True:
             await asyncio.sleep(every)
@@ -208,7 +267,7 @@ class Worker:
                 service.interrupt()
                 return
 
-    async def _watch_abort(self, run: Run, service: RunService) -> None:
+    async def _watch_abort(self, run: Run, service: Stoppable) -> None:
         while True:
             await asyncio.sleep(ABORT_POLL_S)
             with contextlib.suppress(CliffwatchError):
@@ -233,6 +292,12 @@ def run_end(result: RunResult, finished_at: datetime) -> RunEnd:
         result=document,
         timeseries=tuple(timeseries),
     )
+
+
+def sweep_end(outcome: SweepOutcomeLike, finished_at: datetime) -> RunEnd:
+    """What the store keeps of a finished sweep: its document and the first variant's usable capacity."""
+    return RunEnd(status=outcome.status, finished_at=finished_at, reason=outcome.reason,
+                  result=outcome.to_dict(), usable_rps=outcome.usable_rps)  # fmt: skip
 
 
 def _reason(result: RunResult) -> str | None:

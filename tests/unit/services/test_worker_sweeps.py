@@ -1,0 +1,208 @@
+"""Sweeps in the worker, over the in-memory store and a sweep twin: a sweep run goes through
+``prepare_sweep`` and ends with its document and usable capacity; abort, lease loss and shutdown stop it
+as they stop a run; a sweep that cannot start is recorded as failed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from cliffwatch.domain.errors import TargetUnreachable
+from cliffwatch.domain.result import RunStatus
+from cliffwatch.domain.runs import Run, RunKind, ScenarioSource, Trigger
+from cliffwatch.domain.scenario import Scenario, content_hash
+from cliffwatch.domain.sweep_spec import SweepSpec
+from cliffwatch.services.memory_store import InMemoryStore
+from cliffwatch.services.worker import Worker, WorkerSettings
+
+DOCUMENT: dict[str, Any] = {
+    "name": "sweep-test",
+    "seed": 4,
+    "target": {"url": "http://127.0.0.1:9", "request": {"model": "m", "max_tokens": 4}},
+    "slo": {"e2e_ms": 500, "timeout_ms": 1000},
+    "phases": [{"name": "calm", "role": "baseline", "duration_s": 1, "arrival": {"process": "constant", "rate": 5}}],
+}
+SPEC = SweepSpec(start=1.0, stop=8.0, step_s=1.0, warmup_s=0.0, cooldown_s=0.0)
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: RunStatus
+    reason: str | None
+    usable_rps: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": 1, "kind": "sweep", "status": self.status.value, "reason": self.reason,
+                "usable_rps": self.usable_rps, "variants": []}  # fmt: skip
+
+
+class TwinSweep:
+    """Finishes after ``duration_s`` with a usable capacity, or earlier when stopped (as the real one does)."""
+
+    def __init__(self, duration_s: float) -> None:
+        self.duration_s = duration_s
+        self.stopped = asyncio.Event()
+        self.stop: tuple[RunStatus, str] | None = None
+
+    def interrupt(self) -> None:
+        self.stop = self.stop or (RunStatus.INTERRUPTED, "the sweep was stopped before its end")
+        self.stopped.set()
+
+    def abort(self, reason: str) -> None:
+        self.stop = self.stop or (RunStatus.ABORTED, reason)
+        self.stopped.set()
+
+    async def run(self) -> Outcome:
+        try:
+            await asyncio.wait_for(self.stopped.wait(), self.duration_s)
+        except TimeoutError:
+            return Outcome(status=RunStatus.SUCCEEDED, reason=None, usable_rps=6.5)
+        assert self.stop is not None
+        return Outcome(status=self.stop[0], reason=self.stop[1], usable_rps=None)
+
+
+@dataclass
+class Rig:
+    store: InMemoryStore
+    worker: Worker
+    prepared: list[tuple[str, SweepSpec]] = field(default_factory=list)
+    runs_prepared: list[str] = field(default_factory=list)
+    duration_s: float = 0.05
+    failing: bool = False
+
+    async def queue(self, run_id: str, *, kind: RunKind = RunKind.SWEEP, sweep: SweepSpec | None = SPEC) -> Run:
+        version = await self.store.save_scenario(name=DOCUMENT["name"], document=DOCUMENT,
+                                                 content_hash=content_hash(DOCUMENT),
+                                                 source=ScenarioSource.REGISTERED, at=now())  # fmt: skip
+        run = Run(id=run_id, scenario_name=version.name, scenario_hash=version.content_hash, status=RunStatus.QUEUED,
+                  trigger=Trigger.API, triggered_by="test", created_at=now(), target_url="http://127.0.0.1:9",
+                  seed=4, threshold=70.0, kind=kind, sweep=sweep)  # fmt: skip
+        created, _ = await self.store.create_run(run)
+        return created
+
+    async def wait_for(self, run_id: str, *statuses: RunStatus, within_s: float = 10.0) -> Run:
+        async with asyncio.timeout(within_s):
+            while True:
+                run = await self.store.get_run(run_id)
+                if run is not None and run.status in statuses:
+                    return run
+                await asyncio.sleep(0.02)
+
+
+def rig(*, lease_s: float = 30.0, sweeps: bool = True) -> Rig:
+    store = InMemoryStore()
+    holder: dict[str, Rig] = {}
+
+    @asynccontextmanager
+    async def prepare(scenario: Scenario, run_id: str, sink: object) -> AsyncIterator[Any]:
+        holder["rig"].runs_prepared.append(run_id)
+        raise TargetUnreachable("http://127.0.0.1:9", "plain runs are not under test here")
+        yield  # pragma: no cover
+
+    @asynccontextmanager
+    async def prepare_sweep(scenario: Scenario, spec: SweepSpec, run_id: str) -> AsyncIterator[TwinSweep]:
+        made = holder["rig"]
+        if made.failing:
+            raise TargetUnreachable("http://127.0.0.1:9", "connection refused")
+        assert scenario.name == "sweep-test"
+        made.prepared.append((run_id, spec))
+        yield TwinSweep(made.duration_s)
+
+    worker = Worker(runs=store, scenarios=store, prepare=prepare, now=now,
+                    prepare_sweep=prepare_sweep if sweeps else None,
+                    settings=WorkerSettings(owner="w1", max_concurrent_runs=2, lease_s=lease_s))  # fmt: skip
+    made = Rig(store=store, worker=worker)
+    holder["rig"] = made
+    return made
+
+
+@asynccontextmanager
+async def working(made: Rig) -> AsyncIterator[Rig]:
+    task = asyncio.create_task(made.worker.run_forever())
+    try:
+        yield made
+    finally:
+        await made.worker.shutdown(5)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_sweep_run_goes_through_prepare_sweep_and_keeps_its_document_and_capacity() -> None:
+    made = rig()
+    await made.queue("s1")
+    async with working(made):
+        run = await made.wait_for("s1", RunStatus.SUCCEEDED, RunStatus.FAILED)
+    assert run.status is RunStatus.SUCCEEDED, run.reason
+    assert made.prepared == [("s1", SPEC)]
+    assert made.runs_prepared == []
+    assert run.usable_rps == 6.5
+    assert run.result is not None
+    assert (run.result["kind"], run.result["usable_rps"]) == ("sweep", 6.5)
+    assert (run.score, run.verdicts) == (None, ())
+
+
+async def test_an_abort_requested_through_the_store_stops_the_sweep_with_its_reason() -> None:
+    made = rig()
+    made.duration_s = 30
+    await made.queue("s1")
+    async with working(made):
+        await made.wait_for("s1", RunStatus.RUNNING)
+        await made.store.request_abort("s1", "aborted by ops via the API")
+        run = await made.wait_for("s1", RunStatus.ABORTED, within_s=5)
+    assert run.reason == "aborted by ops via the API"
+    assert run.usable_rps is None
+
+
+async def test_shutting_down_interrupts_a_running_sweep_and_records_it() -> None:
+    made = rig()
+    made.duration_s = 30
+    await made.queue("s1")
+    task = asyncio.create_task(made.worker.run_forever())
+    await made.wait_for("s1", RunStatus.RUNNING)
+    await made.worker.shutdown(5)
+    await asyncio.wait_for(task, 2)
+    run = await made.store.get_run("s1")
+    assert run is not None
+    assert run.status is RunStatus.INTERRUPTED
+    assert run.reason == "the sweep was stopped before its end"
+
+
+async def test_a_worker_that_loses_the_lease_of_a_sweep_stops_it() -> None:
+    made = rig(lease_s=0.3)
+    made.duration_s = 30
+    await made.queue("s1")
+    async with working(made):
+        await made.wait_for("s1", RunStatus.RUNNING)
+        assert [r.id for r in await made.store.expire_leases(datetime(2999, 1, 1, tzinfo=UTC))] == ["s1"]
+        for _ in range(100):
+            if not made.worker.active:
+                break
+            await asyncio.sleep(0.05)
+        assert made.worker.active == 0
+    run = await made.store.get_run("s1")
+    assert run is not None
+    assert run.status is RunStatus.INTERRUPTED
+
+
+@pytest.mark.parametrize("why", ["unreachable", "no machinery", "no parameters"])
+async def test_a_sweep_that_cannot_start_is_recorded_as_failed_with_the_reason(why: str) -> None:
+    made = rig(sweeps=why != "no machinery")
+    made.failing = why == "unreachable"
+    await made.queue("s1", sweep=None if why == "no parameters" else SPEC)
+    async with working(made):
+        run = await made.wait_for("s1", RunStatus.FAILED)
+    assert run.reason is not None
+    expected = {"unreachable": "is unreachable, no load was sent", "no machinery": "cannot run sweeps",
+                "no parameters": "has no sweep parameters"}  # fmt: skip
+    assert expected[why] in run.reason
+    assert made.prepared == []
