@@ -1,0 +1,81 @@
+"""The closed-loop generator: N clients, each sending its next request as soon as its previous one ended.
+
+Used by concurrency sweeps, where a step is a number of clients rather than an arrival rate: what an
+interactive benchmark (a fixed pool of users) does. Requests, retries and records are the open-loop
+generator's own (same executor, same retry decisions, same records); only the schedule differs: a
+request is scheduled when its client is free, so queueing ahead of the target cannot happen here, and
+latency under load shows up as fewer requests sent rather than as late ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import functools
+import random
+from collections.abc import Iterable
+
+from cliffwatch.adapters.loadgen.engine import AttemptExecutor, OpenLoopGenerator
+from cliffwatch.domain.generator_health import GeneratorLimits
+from cliffwatch.domain.outcomes import NS_PER_S
+from cliffwatch.domain.plan import PlannedRequest, phase_windows
+from cliffwatch.domain.ports import Clock, GeneratorListener
+from cliffwatch.domain.scenario import Scenario
+
+
+class ClosedLoopGenerator(OpenLoopGenerator):
+    """Implements the ``LoadGenerator`` port with ``clients`` closed-loop clients for the scenario's
+    duration; the plan passed to ``run`` is ignored (its phases' windows are the scenario's)."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        executor: AttemptExecutor,
+        clock: Clock,
+        *,
+        clients: int,
+        limits: GeneratorLimits | None = None,
+    ) -> None:
+        if clients < 1:
+            raise ValueError(f"a closed loop needs at least one client, got {clients}")
+        super().__init__(scenario, executor, clock, limits)
+        self.clients = clients
+        self._next_id = 0
+
+    async def _dispatch(self, plan: Iterable[PlannedRequest], start_ns: int, listener: GeneratorListener) -> None:
+        delay_s = (start_ns - self.clock.now_ns()) / NS_PER_S
+        if delay_s > 0:
+            await asyncio.sleep(delay_s)
+        loops = [asyncio.create_task(self._client(index, start_ns, listener)) for index in range(self.clients)]
+        try:
+            await asyncio.gather(*loops)
+        finally:
+            for loop in loops:
+                loop.cancel()
+
+    async def _client(self, index: int, start_ns: int, listener: GeneratorListener) -> None:
+        windows = phase_windows(self.scenario)
+        starts = [w.start_ns for w in windows]
+        end_ns = windows[-1].end_ns
+        template = self.scenario.target.request
+        shapes = random.Random(f"{self.scenario.seed}:closed-loop:{index}")
+        while self._stop_reason is None:
+            at_ns = self.clock.now_ns() - start_ns
+            if at_ns >= end_ns:
+                return
+            request = PlannedRequest(
+                id=self._next_id,
+                phase=max(0, bisect.bisect_right(starts, at_ns) - 1),
+                scheduled_ns=at_ns,
+                prompt_tokens=template.prompt_tokens.sample(shapes) if template.prompt_tokens else 0,
+                max_tokens=template.max_tokens.sample(shapes) if template.max_tokens else 0,
+            )
+            self._next_id += 1
+            self._dispatched += 1
+            self._budgets[request.phase].on_new_request()
+            listener.dispatched(request, at_ns)
+            self._unstarted.add(request.id)
+            task = asyncio.create_task(self._run_request(request, start_ns, listener))
+            self._tasks.add(task)
+            task.add_done_callback(functools.partial(self._task_done, request, listener))
+            await asyncio.wait([task])  # a cancelled request ends this client's turn, not the client

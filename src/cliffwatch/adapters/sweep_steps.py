@@ -1,0 +1,118 @@
+"""The real ``StepRunner``: one sweep step is one short run of the step scenario against the target.
+
+The step scenario (``domain.sweep_plan.step_scenario``) runs through the same ``RunService``, generator
+and HTTP executor as ``cliffwatch run``, so a step measures exactly what a run would: latencies from the
+scheduled send time, every failure in the denominator, a generator that says when it fell behind. The
+target and the HTTP session are the sweep's (started once, in ``bootstrap_sweep``), not the step's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from cliffwatch.adapters.loadgen.closed_loop import ClosedLoopGenerator
+from cliffwatch.adapters.loadgen.engine import AttemptExecutor, OpenLoopGenerator
+from cliffwatch.domain.capacity_steps import StepStats
+from cliffwatch.domain.ports import Clock, LoadGenerator, Progress, ProgressObserver
+from cliffwatch.domain.retry import RetryPolicy
+from cliffwatch.domain.scenario import Scenario
+from cliffwatch.domain.sweep_plan import measured_index, step_scenario, step_stats
+from cliffwatch.domain.sweep_spec import SweepMode, SweepSpec
+from cliffwatch.services.memory import NoFaultInjector, NullSink
+from cliffwatch.services.runner import RunService
+from cliffwatch.services.sweep import StepStopped
+
+NO_FAULTS = "a sweep measures the target as it is: it applies no faults"
+DRAIN_POLL_S = 0.05
+DRAIN_LIMIT_S = 60.0  # in-flight requests end by their timeout long before this; a bound against a bug
+
+
+class _StepProgress:
+    """Passes a step's live progress on and keeps its per-phase notes out of the sweep's output."""
+
+    def __init__(self, observer: ProgressObserver) -> None:
+        self.observer = observer
+
+    def progress(self, progress: Progress) -> None:
+        self.observer.progress(progress)
+
+    def note(self, message: str) -> None:
+        pass
+
+
+class HttpStepRunner:
+    """Runs the steps of one retry variant through ``executor`` (already open, aimed at the target)."""
+
+    def __init__(
+        self,
+        *,
+        scenario: Scenario,
+        spec: SweepSpec,
+        variant: str,
+        retry: RetryPolicy | None,
+        executor: AttemptExecutor,
+        clock: Clock,
+        observer: ProgressObserver,
+        target_url: str,
+        sweep_id: str,
+    ) -> None:
+        self.scenario = scenario
+        self.spec = spec
+        self.variant = variant
+        self.retry = retry
+        self.executor = executor
+        self.clock = clock
+        self.observer = observer
+        self.target_url = target_url
+        self.sweep_id = sweep_id
+        self._service: RunService | None = None
+        self._stopped = asyncio.Event()
+        self._steps = 0
+
+    def stop(self, reason: str, *, aborted: bool) -> None:
+        self._stopped.set()
+        service = self._service
+        if service is not None:
+            if aborted:
+                service.abort(reason)
+            else:
+                service.interrupt()
+
+    async def run_step(self, rate: float, *, trial: int) -> StepStats:
+        if self._stopped.is_set():
+            raise StepStopped(f"step at {rate:g} not run: the sweep was stopped")
+        step = step_scenario(self.scenario, rate, self.spec, self.retry, variant=self.variant, trial=trial)
+        generator: LoadGenerator
+        if self.spec.mode is SweepMode.CONCURRENCY:
+            generator = ClosedLoopGenerator(step, self.executor, self.clock, clients=max(1, round(rate)))
+        else:
+            generator = OpenLoopGenerator(step, self.executor, self.clock)
+        service = RunService(
+            clock=self.clock,
+            generator=generator,
+            faults=NoFaultInjector(NO_FAULTS),
+            sink=NullSink(),
+            observer=_StepProgress(self.observer),
+        )
+        self._steps += 1
+        self._service = service
+        try:
+            result = await service.execute(
+                step, run_id=f"{self.sweep_id}-{self.variant}-{self._steps}", target_url=self.target_url
+            )
+        finally:
+            self._service = None
+        await self._cool_down()
+        return step_stats(result.metrics.phases[measured_index(step)], result.generator, rate=rate, trial=trial)
+
+    async def _cool_down(self) -> None:
+        """Waits until nothing is in flight, then ``cooldown_s`` more, so the target's queues drain before
+        the next step (which would otherwise inherit this one's backlog); a stop ends the wait."""
+        waited = 0.0
+        while self.executor.in_flight > 0 and waited < DRAIN_LIMIT_S and not self._stopped.is_set():
+            await asyncio.sleep(DRAIN_POLL_S)
+            waited += DRAIN_POLL_S
+        if self.spec.cooldown_s > 0 and not self._stopped.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopped.wait(), self.spec.cooldown_s)

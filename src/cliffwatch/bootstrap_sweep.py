@@ -1,0 +1,134 @@
+"""Composition root for capacity sweeps: settings, a scenario and a sweep spec in, a ready sweep out.
+
+Used by ``cliffwatch sweep`` and by the service's worker. The target is checked against the allowlist
+exactly as for a run, and started (the built-in one) or reached (a real one) once for the whole sweep,
+before any load: a target that is not allowed or does not answer raises here, not in the first step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+
+from cliffwatch.adapters.builtin_target import BuiltinTarget
+from cliffwatch.adapters.clock import MonotonicClock
+from cliffwatch.adapters.loadgen.http_client import HttpExecutor
+from cliffwatch.adapters.sweep_steps import HttpStepRunner
+from cliffwatch.adapters.target_access import ensure_allowed
+from cliffwatch.bootstrap import new_run_id
+from cliffwatch.config import Settings
+from cliffwatch.domain.errors import CliffwatchError
+from cliffwatch.domain.ports import Clock, ProgressObserver
+from cliffwatch.domain.result import RunStatus
+from cliffwatch.domain.scenario import Scenario
+from cliffwatch.domain.sweep_spec import SweepSpec, variant_policy
+from cliffwatch.services.sweep import StepRunner, SweepObserver, SweepOutcome, SweepReport, SweepService
+
+__all__ = ["SweepHandle", "SweepOutcome", "SweepReport", "prepare_sweep"]
+
+
+class SweepHandle:
+    """A prepared sweep: ``run`` it once; ``interrupt`` or ``abort`` it from a signal handler or a watcher."""
+
+    def __init__(
+        self,
+        *,
+        sweep_id: str,
+        scenario: Scenario,
+        spec: SweepSpec,
+        service: SweepService,
+        clock: Clock,
+        target_url: str,
+    ) -> None:
+        self.sweep_id = sweep_id
+        self.scenario = scenario
+        self.spec = spec
+        self.service = service
+        self.clock = clock
+        self.target_url = target_url
+
+    def interrupt(self) -> None:
+        self.service.interrupt()
+
+    def abort(self, reason: str) -> None:
+        self.service.abort(reason)
+
+    async def run(self) -> SweepOutcome:
+        """Runs every variant and returns the outcome; a failure during the sweep (the target stopped
+        answering) ends it as FAILED with the variants finished before it, rather than raising."""
+        started_at = self.clock.wall()
+        status, reason = RunStatus.SUCCEEDED, None
+        try:
+            await self.service.run()
+        except CliffwatchError as exc:
+            status, reason = RunStatus.FAILED, str(exc)
+        if self.service.interrupted:
+            status, reason = RunStatus.INTERRUPTED, "the sweep was stopped before its end"
+        elif self.service.abort_reason is not None:
+            status, reason = RunStatus.ABORTED, self.service.abort_reason
+        return SweepOutcome(
+            sweep_id=self.sweep_id,
+            scenario=self.scenario,
+            spec=self.spec,
+            status=status,
+            reason=reason,
+            reports=tuple(self.service.reports),
+            started_at=started_at,
+            finished_at=self.clock.wall(),
+            target_url=self.target_url,
+        )
+
+
+@asynccontextmanager
+async def prepare_sweep(
+    settings: Settings,
+    scenario: Scenario,
+    spec: SweepSpec,
+    *,
+    observer: ProgressObserver,
+    sweep_id: str | None = None,
+    sweep_observer: SweepObserver | None = None,
+) -> AsyncIterator[SweepHandle]:
+    """Starts what the sweep needs (the built-in target, one HTTP session) and stops it afterwards.
+
+    Raises before any load: ``TargetNotAllowed`` for a target outside the allowlist, ``TargetUnreachable``
+    when it does not answer, ``BuiltinTargetFailed`` when the simulator does not start. The scenario's
+    proxies and faults are not used (a sweep measures the target as it is), so Toxiproxy is not needed.
+    """
+    sweep_id = sweep_id or new_run_id()
+    clock = MonotonicClock()
+    async with AsyncExitStack() as stack:
+        if scenario.target.is_builtin:
+            assert scenario.target.builtin is not None
+            observer.note("starting the built-in simulated target")
+            url = await stack.enter_async_context(BuiltinTarget(scenario.target.builtin))
+        else:
+            url = scenario.target.url
+            await ensure_allowed(url, settings.allowlist)
+        executor = await stack.enter_async_context(HttpExecutor(scenario, url))
+        await executor.preflight()
+
+        def runner_for(variant: str) -> AbstractAsyncContextManager[StepRunner]:
+            return _runner(
+                HttpStepRunner(
+                    scenario=scenario,
+                    spec=spec,
+                    variant=variant,
+                    retry=variant_policy(variant),
+                    executor=executor,
+                    clock=clock,
+                    observer=observer,
+                    target_url=url,
+                    sweep_id=sweep_id,
+                )
+            )
+
+        service = SweepService(
+            scenario=scenario, spec=spec, runner_for=runner_for, observer=observer, sweep_observer=sweep_observer
+        )
+        yield SweepHandle(sweep_id=sweep_id, scenario=scenario, spec=spec, service=service, clock=clock, target_url=url)
+
+
+@asynccontextmanager
+async def _runner(runner: HttpStepRunner) -> AsyncIterator[StepRunner]:
+    yield runner

@@ -1,0 +1,122 @@
+"""What one step of a capacity sweep sends: the base scenario reduced to a steady load at one rate.
+
+A sweep measures the target as it is, so a step keeps the scenario's target, request shape, SLO and client
+settings and drops everything else: its phases (replaced by a warm-up and a measured window at the step's
+rate), its faults and proxies (the load goes straight to the target) and its abort guards (an overloaded
+step is what a sweep is looking for, not a reason to stop). The client retry policy is the variant's,
+unless the variant is the scenario's own. Everything here is pure: same inputs, same step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import replace
+
+from cliffwatch.domain.arrivals import Arrival, Constant, Poisson
+from cliffwatch.domain.capacity_steps import PERCENTILES, StepStats
+from cliffwatch.domain.generator_health import GeneratorReport
+from cliffwatch.domain.metrics import PhaseStats
+from cliffwatch.domain.outcomes import Outcome
+from cliffwatch.domain.retry import RetryPolicy
+from cliffwatch.domain.scenario import MAX_SEED, AbortSpec, Phase, Role, Scenario
+from cliffwatch.domain.sweep_spec import SweepArrival, SweepMode, SweepSpec
+
+WARMUP = "warm-up"
+MEASURED = "measured"
+
+
+def step_seed(scenario: Scenario, variant: str, rate: float, trial: int) -> int:
+    """A seed for one step, derived from the scenario's: repeating a sweep repeats its plans exactly, and
+    each trial at a rate draws fresh arrivals (a repeat with the same arrivals would prove little)."""
+    digest = hashlib.sha256(f"{scenario.seed}:{variant}:{rate!r}:{trial}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") % (MAX_SEED + 1)
+
+
+def measured_index(step: Scenario) -> int:
+    """The index of the measured phase in a scenario ``step_scenario`` made."""
+    return len(step.phases) - 1
+
+
+def step_arrival(rate: float, spec: SweepSpec) -> Arrival:
+    """The arrival process of a step at ``rate``; in concurrency mode the closed-loop generator ignores it."""
+    if spec.mode is SweepMode.RATE and spec.arrival is SweepArrival.CONSTANT:
+        return Constant(rate=rate)
+    return Poisson(rate=rate)
+
+
+def step_scenario(
+    scenario: Scenario,
+    rate: float,
+    spec: SweepSpec,
+    retry: RetryPolicy | None,
+    *,
+    variant: str = "",
+    trial: int = 1,
+) -> Scenario:
+    """The scenario one sweep step runs: a warm-up (``spec.warmup_s``, not measured; absent when 0) and the
+    measured window (``spec.step_s``, always the last phase: ``measured_index``) at ``rate``, without
+    faults, proxies or abort guards, with ``retry`` as the client's policy (None: the scenario's own, its
+    stress phases' override included) and a seed of its own.
+
+    Raises ``ValueError`` for a rate that is not > 0.
+    """
+    if not rate > 0:
+        raise ValueError(f"a step needs a rate > 0, got {rate}")
+    arrival = step_arrival(rate, spec)
+    # As written, a phase-level retry override on the scenario's stress phases is what its clients do under
+    # load, so both phases of the step keep it (the first one found); a variant replaces every policy.
+    as_written = next((p.retry for p in scenario.phases if p.role is Role.STRESS and p.retry is not None), None)
+    measured_retry = None if retry is not None else as_written
+    measured = Phase(name=MEASURED, role=Role.STRESS, duration_s=spec.step_s, arrival=arrival, retry=measured_retry)
+    phases: tuple[Phase, ...] = (measured,)
+    if spec.warmup_s > 0:
+        warmup = Phase(name=WARMUP, role=Role.BASELINE, duration_s=spec.warmup_s, arrival=arrival, retry=measured_retry)
+        phases = (warmup, measured)
+    client = scenario.client if retry is None else replace(scenario.client, retry=retry)
+    return replace(
+        scenario,
+        target=replace(scenario.target, via_proxy=None),
+        client=client,
+        phases=phases,
+        seed=step_seed(scenario, variant, rate, trial),
+        proxies=(),
+        abort=AbortSpec(),
+    )
+
+
+def step_stats(measured: PhaseStats, generator: GeneratorReport, *, rate: float, trial: int) -> StepStats:
+    """The ``StepStats`` of a step from its measured phase and the generator's verdict on the whole step.
+
+    Outcome counts and latencies are of the requests scheduled in the window; tokens and completions are
+    what happened during it (requests from the warm-up finishing in the window included: steady state).
+    """
+    duration_s = measured.window.duration_s
+    counts = {outcome: measured.outcomes[outcome] for outcome in Outcome}
+
+    def percentiles(metric: str) -> dict[str, float | None]:
+        histogram = measured.latency[metric]
+        return {name: histogram.quantile(int(name[1:]) / 100) for name in PERCENTILES}
+
+    return StepStats(
+        rate=rate,
+        trial=trial,
+        duration_s=duration_s,
+        offered=measured.offered,
+        on_time=counts[Outcome.ON_TIME],
+        late=counts[Outcome.LATE],
+        shed=counts[Outcome.SHED],
+        fast_shed=measured.fast_shed,
+        timeout=counts[Outcome.TIMEOUT],
+        error=counts[Outcome.ERROR],
+        not_sent=counts[Outcome.NOT_SENT],
+        sent_rate=measured.sent / duration_s,
+        goodput_rps=measured.goodput_rps,
+        completions_per_s=measured.completions / duration_s,
+        tokens_per_s=measured.tokens_per_s,
+        amplification=measured.amplification,
+        ttft_ms=percentiles("ttft"),
+        itl_ms=percentiles("itl"),
+        e2e_ms=percentiles("e2e"),
+        generator_limited=generator.limited,
+        generator_reasons=generator.reasons,
+    )

@@ -1,0 +1,246 @@
+"""The capacity sweep driver: for each client retry variant, ask the search which rate to measure next,
+measure it with a ``StepRunner``, and summarise the steps into a ``CapacityResult``.
+
+The statistics and the search are pure (``domain.capacity``); here are only the order of things, progress,
+and stopping. A sweep interrupted or aborted mid-step discards that step: a partial window would count
+requests that never had the chance to fail, so it could only make the target look better than it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+import structlog
+
+from cliffwatch import __version__
+from cliffwatch.domain.capacity import CapacityResult, CapacitySearch, SearchConfig, StepStats, StepVerdict, summarize
+from cliffwatch.domain.ports import ProgressObserver
+from cliffwatch.domain.result import RunStatus
+from cliffwatch.domain.retry import RetryPolicy
+from cliffwatch.domain.scenario import Scenario
+from cliffwatch.domain.sweep_spec import SweepMode, SweepSpec, variant_policy
+
+log = structlog.get_logger(__name__)
+
+
+class StepStopped(Exception):
+    """Raised by a ``StepRunner`` asked for a step after ``stop``: there is nothing to measure."""
+
+
+class StepRunner(Protocol):
+    """Measures one steady step against the target (one retry variant; the runner knows which)."""
+
+    async def run_step(self, rate: float, *, trial: int) -> StepStats:
+        """The step at ``rate`` (req/s, or clients in concurrency mode), measured after its warm-up and
+        followed by its cool-down. After ``stop`` it returns early; what it returns then is discarded."""
+
+    def stop(self, reason: str, *, aborted: bool) -> None:
+        """Ends the step in progress at once (nothing more is sent, in-flight requests are cut)."""
+
+
+class SweepObserver(Protocol):
+    def step_started(self, variant: str, rate: float, trial: int) -> None: ...
+
+    def step_finished(self, variant: str, step: StepStats, verdict: StepVerdict) -> None:
+        """``verdict`` is the rate's settled verdict so far: UNSURE when the search will measure it again."""
+
+
+class NullSweepObserver:
+    def step_started(self, variant: str, rate: float, trial: int) -> None:
+        pass
+
+    def step_finished(self, variant: str, step: StepStats, verdict: StepVerdict) -> None:
+        pass
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepReport:
+    """One retry variant's sweep: which policy the clients used, and what capacity that left."""
+
+    variant: str
+    policy_description: str
+    result: CapacityResult
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"variant": self.variant, "retry": self.policy_description, "result": self.result.to_dict()}
+
+
+def describe_variant(scenario: Scenario, variant: str) -> str:
+    """The retry policy a variant stands for, in words (the scenario's own for ``as-written``)."""
+    policy: RetryPolicy | None = variant_policy(variant)
+    return (policy or scenario.client.retry).describe()
+
+
+class SweepService:
+    """Runs one sweep: every variant of ``spec`` in order, each a search over step rates."""
+
+    def __init__(
+        self,
+        *,
+        scenario: Scenario,
+        spec: SweepSpec,
+        runner_for: Callable[[str], AbstractAsyncContextManager[StepRunner]],
+        observer: ProgressObserver,
+        sweep_observer: SweepObserver | None = None,
+    ) -> None:
+        self.scenario = scenario
+        self.spec = spec
+        self.runner_for = runner_for
+        self.observer = observer
+        self.sweep_observer = sweep_observer or NullSweepObserver()
+        self.interrupted = False
+        self.abort_reason: str | None = None
+        self._runner: StepRunner | None = None
+        self.reports: list[SweepReport] = []  # the variants finished so far, also when a later one failed
+
+    @property
+    def stopped(self) -> bool:
+        return self.interrupted or self.abort_reason is not None
+
+    def _halted(self) -> bool:
+        return self.stopped  # a call, not the property: a stop may have come while the step ran
+
+    def interrupt(self) -> None:
+        """Stops the sweep (Ctrl-C, shutdown): the step in progress is cut and discarded; the steps already
+        measured are summarised."""
+        if self.stopped:
+            return
+        self.interrupted = True
+        self.observer.note("interrupted: stopping the sweep (the step in progress is discarded)")
+        if self._runner is not None:
+            self._runner.stop("sweep interrupted", aborted=False)
+
+    def abort(self, reason: str) -> None:
+        """As ``interrupt``, recorded as aborted with ``reason`` (an API abort, the emergency stop)."""
+        if self.stopped:
+            return
+        self.abort_reason = reason
+        self.observer.note(f"aborting the sweep: {reason}")
+        if self._runner is not None:
+            self._runner.stop(f"aborted: {reason}", aborted=True)
+
+    async def run(self) -> list[SweepReport]:
+        """Every variant's report, in the order of ``spec.variants``; a stopped sweep returns the variants
+        measured so far (the last one partial). Errors of a runner (a target that died) propagate."""
+        for variant in self.spec.variants:
+            if self.stopped:
+                break
+            report = await self._sweep_variant(variant)
+            if report is not None:
+                self.reports.append(report)
+        return list(self.reports)
+
+    async def _sweep_variant(self, variant: str) -> SweepReport | None:
+        spec = self.spec
+        config = SearchConfig.from_spec(spec)
+        search = CapacitySearch(config)
+        described = describe_variant(self.scenario, variant)
+        self.observer.note(f"sweep {variant} (retry: {described}): target {spec.target:.1%} on time")
+        async with self.runner_for(variant) as runner:
+            self._runner = runner
+            try:
+                while not self.stopped and (next_rate := search.next_rate()) is not None:
+                    rate, trial = next_rate
+                    self.sweep_observer.step_started(variant, rate, trial)
+                    try:
+                        step = await runner.run_step(rate, trial=trial)
+                    except StepStopped:
+                        break
+                    if self._halted():
+                        break  # the step was cut short: its window is incomplete, so it is not counted
+                    search.record(step)
+                    self.sweep_observer.step_finished(variant, step, _verdict_of(search, rate))
+                    log.info("sweep step", variant=variant, rate=rate, trial=trial, attainment=step.attainment)
+            finally:
+                self._runner = None
+        if not search.steps:
+            return None
+        finished_because = search.finished_because
+        if self.interrupted:
+            finished_because = f"interrupted after {len(search.steps)} step(s)"
+        elif self.abort_reason is not None:
+            finished_because = f"aborted after {len(search.steps)} step(s): {self.abort_reason}"
+        result = summarize(
+            search.steps,
+            target=spec.target,
+            e2e_slo_ms=self.scenario.slo.e2e_ms,
+            finished_because=finished_because,
+            confidence=spec.confidence,
+            max_trials=spec.trials,
+            unit=unit_of(spec),
+        )
+        return SweepReport(variant=variant, policy_description=described, result=result)
+
+
+def unit_of(spec: SweepSpec) -> str:
+    return "clients" if spec.mode is SweepMode.CONCURRENCY else "req/s"
+
+
+def _verdict_of(search: CapacitySearch, rate: float) -> StepVerdict:
+    for settled in search.settled():
+        if settled.rate == rate:
+            return settled.verdict
+    return StepVerdict.UNSURE
+
+
+SWEEP_FORMAT = 1
+
+
+@dataclass(frozen=True, kw_only=True)
+class SweepOutcome:
+    """A finished sweep: how it ended and every variant's capacity result; ``to_dict`` is its document."""
+
+    sweep_id: str
+    scenario: Scenario
+    spec: SweepSpec
+    status: RunStatus  # SUCCEEDED, INTERRUPTED, ABORTED or FAILED
+    reason: str | None  # why it did not succeed (the abort reason, the failure)
+    reports: tuple[SweepReport, ...]
+    started_at: datetime
+    finished_at: datetime
+    target_url: str
+
+    @property
+    def usable_rps(self) -> float | None:
+        """The first variant's usable capacity (req/s, or clients in concurrency mode); None without one."""
+        return self.reports[0].result.usable_rps if self.reports else None
+
+    @property
+    def duration_s(self) -> float:
+        return (self.finished_at - self.started_at).total_seconds()
+
+    def to_dict(self) -> dict[str, Any]:
+        """The sweep result document (docs/sweep.md): what ``cliffwatch sweep --json`` writes and the
+        service stores."""
+        scenario = self.scenario
+        return {
+            "format": SWEEP_FORMAT,
+            "kind": "sweep",
+            "cliffwatch_version": __version__,
+            "sweep_id": self.sweep_id,
+            "status": self.status.value,
+            "reason": self.reason,
+            "started_at": self.started_at.isoformat(),
+            "finished_at": self.finished_at.isoformat(),
+            "duration_s": round(self.duration_s, 3),
+            "usable_rps": self.usable_rps,
+            "scenario": {
+                "name": scenario.name,
+                "description": scenario.description,
+                "content_hash": scenario.content_hash,
+                "seed": scenario.seed,
+                "slo": {
+                    "ttft_ms": scenario.slo.ttft_ms,
+                    "tpot_ms": scenario.slo.tpot_ms,
+                    "e2e_ms": scenario.slo.e2e_ms,
+                    "timeout_ms": scenario.slo.timeout_ms,
+                },
+            },
+            "target": {"url": self.target_url, "api": scenario.target.api.value},
+            "spec": self.spec.to_dict(),
+            "variants": [report.to_dict() for report in self.reports],
+        }
