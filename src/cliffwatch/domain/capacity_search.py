@@ -188,19 +188,21 @@ class CapacitySearch:
             self._ceiling = settled
 
     def settled(self) -> tuple[SettledRate, ...]:
-        """Every rate whose verdict is settled, lowest first (a rate awaiting another trial is left out)."""
-        found = (self._settle(rate) for rate in sorted({s.rate for s in self._steps}))
+        """Every rate whose verdict is settled, lowest first. While the search runs, a rate awaiting another
+        trial is left out; once it has finished (max_steps can stop it mid-repeat), every rate is settled."""
+        found = (self._settle(rate, final=self.finished) for rate in sorted({s.rate for s in self._steps}))
         return tuple(s for s in found if s is not None)
 
     def _trials_at(self, rate: float) -> int:
         return sum(1 for s in self._steps if s.rate == rate)
 
-    def _settle(self, rate: float) -> SettledRate | None:
+    def _settle(self, rate: float, *, final: bool = False) -> SettledRate | None:
         (pooled,) = pool_rates(
             [s for s in self._steps if s.rate == rate], target=self._config.target, confidence=self._config.confidence
         )
+        config = self._config
         return settle(
-            pooled, target=self._config.target, max_trials=self._config.max_trials, confidence=self._config.confidence
+            pooled, target=config.target, max_trials=config.max_trials, confidence=config.confidence, final=final
         )
 
     def _ask(self, rate: float, trial: int) -> tuple[float, int] | None:

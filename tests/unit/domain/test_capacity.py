@@ -7,7 +7,7 @@ from capacity_kit import FakeTarget, drive, step
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cliffwatch.domain.capacity import CapacitySearch, SearchConfig, StepVerdict, round_sig
+from cliffwatch.domain.capacity import CapacitySearch, SearchConfig, StepVerdict, round_sig, summarize
 from cliffwatch.domain.sweep_spec import SweepMode, SweepSpec
 
 
@@ -200,6 +200,8 @@ def test_max_steps_also_counts_repeated_trials() -> None:
 
     assert asked == [(9.2, 1), (9.2, 2)]
     assert s.finished_because == "stopped after 2 steps (max_steps)"
+    (settled,) = s.settled()  # due a third trial when stopped: settled on the point estimate once finished
+    assert (settled.verdict, settled.on_point_estimate) == (StepVerdict.GOOD, True)
 
 
 def test_integer_mode_offers_whole_levels_and_brackets_to_adjacent_ones() -> None:
@@ -291,3 +293,40 @@ def test_a_concurrency_spec_searches_whole_clients() -> None:
 def test_inconsistent_configs_are_refused(overrides: dict[str, object]) -> None:
     with pytest.raises(ValueError, match=r"must be|needs"):
         SearchConfig(**{"start": 2.0, "stop": 20.0, **overrides})  # type: ignore[arg-type]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    capacity=st.floats(min_value=1.0, max_value=50.0),
+    per_step=st.integers(min_value=10, max_value=3000),
+    near=st.floats(min_value=0.95, max_value=1.0),
+    max_trials=st.integers(min_value=1, max_value=4),
+)
+def test_a_target_near_the_attainment_target_still_ends_the_search_within_its_limits(
+    capacity: float, per_step: int, near: float, max_trials: int
+) -> None:
+    # Attainment hovers around 99 % below capacity, so many rates straddle the target.
+    target = FakeTarget(
+        capacity=capacity, per_step=per_step, attainment=lambda rate, trial: near if rate <= capacity else 0.5
+    )
+    s = search(start=1.0, stop=None, auto=True, max_rate=64.0, max_trials=max_trials, max_steps=40)
+
+    asked = drive(s, target)
+
+    assert len(asked) <= 40
+    assert all(1 <= trial <= max_trials for _, trial in asked)
+    for rate, trial in asked:  # trials at a rate are asked in order, one after the other
+        assert trial == 1 or (rate, trial - 1) in asked
+    assert s.finished
+    assert {r.rate for r in s.settled()} == {rate for rate, _ in asked}
+
+
+def test_a_finished_search_summarizes_to_its_bracket() -> None:
+    s = search()
+    drive(s, FakeTarget(capacity=10))
+
+    result = summarize(s.steps, target=0.99, e2e_slo_ms=4000.0, finished_because=s.finished_because)
+
+    assert (result.usable_rps, result.first_bad_rps) == bracket(s)
+    assert result.rates == s.settled()
+    assert result.finished_because == "bracketed within 5 %"
