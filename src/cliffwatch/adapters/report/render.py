@@ -1,0 +1,124 @@
+"""One self-contained HTML page from a run's result document: scripts, styles and data all inlined.
+
+The data travels as JSON in ``<script type="application/json">``, escaped so that no string in it — a
+scenario description, a fault detail — can close the element or open another (``<``, ``>`` and ``&`` are
+written as ``\\u003c``-style escapes, which JSON.parse reads back unchanged). The page makes no request:
+no CDN, no font, no image, so it opens from a file, an e-mail attachment or an air-gapped laptop.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from cliffwatch import __version__
+from cliffwatch.adapters.report import sections
+from cliffwatch.adapters.report.assets import UPLOT_VERSION, load_assets
+from cliffwatch.adapters.report.charts import run_charts
+from cliffwatch.domain.errors import CliffwatchError
+
+_JSON_ESCAPES = str.maketrans(
+    {"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028": "\\u2028", "\u2029": "\\u2029"}
+)
+
+
+class ReportInvalid(CliffwatchError):
+    """The document cannot be made into a report (it is not a run result)."""
+
+    def __init__(self, reason: str, *, source: str | None = None) -> None:
+        self.reason = reason
+        self.source = source
+        super().__init__(f"{source + ': ' if source else ''}not a cliffwatch run result: {reason}")
+
+
+def script_json(value: Any) -> str:
+    """``value`` as JSON that is safe inside a ``<script>`` element (non-finite numbers become null)."""
+    return json.dumps(_finite(value), ensure_ascii=False, separators=(",", ":"), allow_nan=False).translate(
+        _JSON_ESCAPES
+    )
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {str(k): _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
+
+
+def check_document(document: Any) -> None:
+    """Raises ``ReportInvalid`` unless the document has the shape of ``RunResult.to_dict()``."""
+    if not isinstance(document, Mapping):
+        raise ReportInvalid(f"expected a JSON object, got {type(document).__name__}")
+    missing = [key for key in ("run_id", "scenario", "score", "phases") if key not in document]
+    if missing:
+        raise ReportInvalid("missing " + ", ".join(missing))
+    for key, kind in (("scenario", Mapping), ("score", Mapping), ("phases", list)):
+        if not isinstance(document[key], kind):
+            raise ReportInvalid(f"{key} has the wrong type ({type(document[key]).__name__})")
+
+
+def render_run_report(document: Mapping[str, Any], timeseries: Sequence[Mapping[str, Any]] | None = None) -> str:
+    """The HTML report of one run.
+
+    ``document`` is ``RunResult.to_dict()`` (what ``cliffwatch run --json`` writes, or a stored run's
+    ``result``); ``timeseries`` the per-second rows when they are kept apart from it (the service's store),
+    else the document's own ``timeseries``. Raises ``ReportInvalid`` when the document is not a run result.
+    """
+    check_document(document)
+    rows = list(timeseries if timeseries is not None else document.get("timeseries") or [])
+    scenario = document["scenario"]
+    slo = scenario.get("slo") if isinstance(scenario.get("slo"), Mapping) else {}
+    duration = document.get("duration_s")
+    chart_set = run_charts(
+        rows, slo=slo, phases=document["phases"], faults=list(document.get("faults") or []),
+        duration_s=float(duration) if isinstance(duration, int | float) else None,
+    )  # fmt: skip
+    data = {"kind": "run", "run_id": document.get("run_id"), **chart_set.to_dict()}
+    figures = "".join(
+        f'<figure class="chart" id="chart-{html.escape(c.id)}"><h3>{html.escape(c.title)}</h3>'
+        f'<div class="plot" data-chart="{html.escape(c.id)}"></div>'
+        f"<figcaption>{html.escape(c.caption)}</figcaption></figure>"
+        for c in chart_set.charts
+    )
+    empty = "" if rows else '<p class="warn">This result has no per-second time series: no charts to draw.</p>'
+    body = "".join((
+        sections.header(document), sections.verdict(document), sections.components(document),
+        f'<section id="charts"><h2>Over time</h2>{_legend_note()}{empty}{figures}</section>',
+        sections.phase_results(document), sections.faults(document), sections.scenario(document),
+        sections.generator(document),
+    ))  # fmt: skip
+    name = str(scenario.get("name", "run"))
+    return page(title=f"{name} — cliffwatch run {document.get('run_id', '')}", body=body, data=data)
+
+
+def _legend_note() -> str:
+    return (
+        '<p class="muted bands-key"><span class="key phase"></span> phases, shaded alternately and named at '
+        'the top; <span class="key fault"></span> hatched: a fault was on (from Toxiproxy\'s confirmations). '
+        "Hover a chart to read every series at that second.</p>"
+    )
+
+
+def page(*, title: str, body: str, data: Mapping[str, Any]) -> str:
+    """The whole document around ``body`` (trusted markup), with every asset and the data inlined."""
+    assets = load_assets()
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f'<meta name="generator" content="cliffwatch {html.escape(__version__)}; uPlot {UPLOT_VERSION}">'
+        f"<title>{html.escape(title)}</title>"
+        f"<style>{assets.uplot_css}</style><style>{assets.report_css}</style></head>"
+        f'<body><main class="report">{body}</main>'
+        f"<footer>Made by cliffwatch {html.escape(__version__)} · charts by uPlot {UPLOT_VERSION} (MIT) · "
+        "self-contained: no network access needed.</footer>"
+        f'<script type="application/json" id="report-data">{script_json(data)}</script>'
+        f"<script>{assets.uplot_js}</script><script>{assets.report_js}</script>"
+        "</body></html>\n"
+    )

@@ -1,0 +1,203 @@
+"""The report's text: verdict, score with its components and evidence, scenario, phases and faults.
+
+Every value from the document is escaped here (``_e``); markup is only ever built from our own strings.
+Missing fields show as "–" rather than failing: a report of an interrupted or older run is still a report.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+DASH = "–"
+
+
+def _e(value: Any) -> str:
+    return html.escape(str(value), quote=True)
+
+
+def _num(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return DASH
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}".rstrip("0").rstrip(".") if value != int(value) else f"{value:,.0f}"
+    return _e(value)
+
+
+def _pct(value: Any) -> str:
+    return DASH if not isinstance(value, int | float) or isinstance(value, bool) else f"{value * 100:.0f} %"
+
+
+def _ms(value: Any) -> str:
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return DASH
+    return f"{value / 1000:.2f} s" if value >= 1000 else f"{value:.0f} ms"
+
+
+def _map(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
+
+
+def _list(value: Any) -> Sequence[Any]:
+    return value if isinstance(value, list | tuple) else []
+
+
+def _table(head: Iterable[str], rows: Iterable[Iterable[str]], *, cls: str = "") -> str:
+    """A table whose cells are already escaped markup."""
+    th = "".join(f"<th>{h}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return f'<table class="{cls}"><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def evidence(items: Mapping[str, Any]) -> str:
+    """The facts a component or flag was computed from, as a compact definition list."""
+    if not items:
+        return ""
+    pairs = "".join(f"<div><dt>{_e(k)}</dt><dd>{_num(v)}</dd></div>" for k, v in items.items())
+    return f'<dl class="evidence">{pairs}</dl>'
+
+
+def header(doc: Mapping[str, Any]) -> str:
+    scenario, target = _map(doc.get("scenario")), _map(doc.get("target"))
+    facts = [
+        ("run", doc.get("run_id")), ("status", doc.get("status")), ("target", target.get("url")),
+        ("API", target.get("api")), ("started", doc.get("started_at")), ("finished", doc.get("finished_at")),
+        ("duration", f"{_num(doc.get('duration_s'), 1)} s"), ("cliffwatch", doc.get("cliffwatch_version")),
+    ]  # fmt: skip
+    listed = "".join(f"<div><dt>{_e(k)}</dt><dd>{_e(DASH if v is None else v)}</dd></div>" for k, v in facts)
+    return f'<header><h1>{_e(scenario.get("name", "run"))}</h1><dl class="facts">{listed}</dl></header>'
+
+
+def verdict(doc: Mapping[str, Any]) -> str:
+    score = _map(doc.get("score"))
+    passed = doc.get("passed") is True
+    value = score.get("value")
+    shown = DASH if value is None else f"{_num(value, 1)}"
+    threshold = _num(score.get("threshold"), 1)
+    version = doc.get("score_version", score.get("version", DASH))
+    cls, word = ("pass", "PASS") if passed else ("fail", "FAIL")
+    lines = [
+        f'<section class="verdict {cls}" id="verdict"><h2><span class="badge">{word}</span> '
+        f'score <span class="score">{shown}</span>/100 <span class="muted">(pass ≥ {threshold}, '
+        f"score formulas v{_e(version)})</span></h2>",
+        f"<p>{_e(score.get('summary', ''))}</p>",
+    ]
+    if doc.get("abort_reason"):
+        lines.append(f'<p class="warn">Stopped early: {_e(doc["abort_reason"])}</p>')
+    verdicts = [_map(v) for v in _list(doc.get("verdicts"))]
+    if verdicts:
+        items = "".join(f"<li><strong>{_e(v.get('name'))}</strong>: {_e(v.get('summary'))}</li>" for v in verdicts)
+        lines.append(f'<ul class="verdicts">{items}</ul>')
+    lines.append("</section>")
+    return "".join(lines)
+
+
+def components(doc: Mapping[str, Any]) -> str:
+    score = _map(doc.get("score"))
+    rows = []
+    for comp in map(_map, _list(score.get("components"))):
+        value = comp.get("value")
+        rows.append((
+            f"<strong>{_e(comp.get('name'))}</strong>", DASH if value is None else f"{_num(value)}",
+            _num(comp.get("weight")), _e(comp.get("summary", "")), evidence(_map(comp.get("evidence"))),
+        ))  # fmt: skip
+    for flag in map(_map, _list(score.get("flags"))):
+        raised = flag.get("raised") is True
+        rows.append((
+            f"<strong>{_e(flag.get('name'))}</strong> (flag)", "raised" if raised else "not raised", DASH,
+            _e(flag.get("summary", "")), evidence(_map(flag.get("evidence"))),
+        ))  # fmt: skip
+    table = _table(("component", "value (0–1)", "weight", "what it means", "evidence"), rows, cls="components")
+    return f'<section id="score"><h2>Score components</h2>{table}</section>'
+
+
+def scenario(doc: Mapping[str, Any]) -> str:
+    spec = _map(doc.get("scenario"))
+    slo = _map(spec.get("slo"))
+    slo_text = ", ".join(
+        f"{label} ≤ {_ms(slo.get(key))}"
+        for key, label in (("ttft_ms", "TTFT"), ("tpot_ms", "TPOT"), ("e2e_ms", "end-to-end"))
+        if slo.get(key) is not None
+    )
+    facts = (
+        f"<p>{_e(spec.get('description', '')).strip()}</p>"
+        f'<dl class="facts"><div><dt>SLO</dt><dd>{_e(slo_text or DASH)}</dd></div>'
+        f"<div><dt>timeout</dt><dd>{_ms(slo.get('timeout_ms'))}</dd></div>"
+        f"<div><dt>seed</dt><dd>{_e(spec.get('seed', DASH))}</dd></div>"
+        f"<div><dt>scenario hash</dt><dd><code>{_e(str(spec.get('content_hash', DASH))[:12])}</code></dd></div></dl>"
+    )
+    rows = [
+        (_e(p.get("name")), _e(p.get("role")), f"{_num(p.get('duration_s'), 1)} s", _e(p.get("arrival", DASH)),
+         _e(p.get("retry", DASH)), _e(", ".join(map(str, _list(p.get("faults")))) or DASH))
+        for p in map(_map, _list(spec.get("phases")))
+    ]  # fmt: skip
+    table = _table(("phase", "role", "duration", "arrivals", "retries", "faults"), rows)
+    return f'<section id="scenario"><h2>Scenario</h2>{facts}{table}</section>'
+
+
+def _share_of(total: Any) -> Callable[[Any], str]:
+    def share(count: Any) -> str:
+        if isinstance(count, int) and isinstance(total, int) and total > 0:
+            return _pct(count / total)
+        return DASH
+
+    return share
+
+
+def phase_results(doc: Mapping[str, Any]) -> str:
+    rows = []
+    for phase in map(_map, _list(doc.get("phases"))):
+        outcomes, latency = _map(phase.get("outcomes")), _map(phase.get("latency_ms"))
+        offered = phase.get("offered")
+        share = _share_of(offered)
+        rows.append((
+            f"{_e(phase.get('name'))} <span class='muted'>({_e(phase.get('role'))})</span>",
+            _num(phase.get("offered_rps"), 1), _pct(phase.get("on_time_ratio")), _num(phase.get("goodput_rps"), 2),
+            _num(phase.get("output_tokens_per_s"), 0), _ms(_map(latency.get("ttft")).get("p99")),
+            _ms(_map(latency.get("e2e")).get("p99")), share(outcomes.get("late")), share(outcomes.get("shed")),
+            share(outcomes.get("timeout")), share(outcomes.get("error")), share(outcomes.get("not_sent")),
+            _num(phase.get("amplification"), 2),
+        ))  # fmt: skip
+    head = ("phase", "offered/s", "on time", "goodput/s", "tokens/s", "p99 TTFT", "p99 e2e", "late", "shed",
+            "timeout", "error", "not sent", "attempts per request")  # fmt: skip
+    return f'<section id="phases"><h2>Phases</h2>{_table(head, rows, cls="numbers")}</section>'
+
+
+def generator(doc: Mapping[str, Any]) -> str:
+    gen = _map(doc.get("generator"))
+    if not gen:
+        return ""
+    limited = gen.get("generator_limited") is True
+    text = "could not keep its schedule: " + "; ".join(map(str, _list(gen.get("reasons")))) if limited else (
+        "kept its schedule")  # fmt: skip
+    lag = _map(gen.get("schedule_lag_ms"))
+    facts = {
+        "schedule lag p99 (ms)": lag.get("p99"),
+        "schedule lag max (ms)": lag.get("max"),
+        "longest event-loop stall (ms)": gen.get("max_event_loop_stall_ms"),
+        "CPU (share of a core)": gen.get("cpu_busy"),
+        "not sent (in-flight cap)": gen.get("overflow_not_sent"),
+    }
+    cls = "warn" if limited else ""
+    return (
+        f'<section id="generator"><h2>Load generator</h2><p class="{cls}">The generator {_e(text)}.</p>'
+        f"{evidence(facts)}</section>"
+    )
+
+
+def faults(doc: Mapping[str, Any]) -> str:
+    events = [_map(e) for e in _list(doc.get("faults"))]
+    if not events:
+        return ""
+    rows = [
+        (f"{_num(e.get('at_s'), 3)} s", _e(e.get("phase")), _e(e.get("action")), _e(e.get("fault")),
+         "ok" if e.get("ok", True) else "<strong>failed</strong>", _e(e.get("detail") or ""))
+        for e in events
+    ]  # fmt: skip
+    table = _table(("at", "phase", "action", "fault", "confirmed", "detail"), rows)
+    return f'<section id="faults"><h2>Fault timeline</h2>{table}</section>'

@@ -1,0 +1,148 @@
+/* cliffwatch charts: turns the chart specs of a report (cliffwatch/adapters/report/charts.py) into uPlot
+ * charts with phase and fault bands. No network, no dependencies but uPlot. Reports run it on the JSON in
+ * #report-data; the dashboard can call CliffwatchCharts.render(root, data) with the same specs. */
+(function () {
+  "use strict";
+  var PRINT_WIDTH = 680; // A4 portrait less 15 mm margins, in CSS pixels
+  var PHASE_FILLS = ["rgba(0,0,0,0.035)", "rgba(0,0,0,0.085)"];
+  var FAULT_STROKE = "rgba(213,94,0,0.55)"; // Okabe-Ito vermillion
+  var FAULT_FILL = "rgba(213,94,0,0.07)";
+  var made = [];
+
+  function alpha(hex, a) {
+    var n = parseInt(hex.slice(1), 16);
+    return "rgba(" + (n >> 16) + "," + ((n >> 8) & 255) + "," + (n & 255) + "," + a + ")";
+  }
+
+  function fmt(v, unit) {
+    if (v == null || !isFinite(v)) return "–";
+    var a = Math.abs(v), text;
+    if (unit === "ms" && a >= 1000) { text = (v / 1000).toFixed(a >= 10000 ? 1 : 2); unit = "s"; }
+    else text = a >= 100 ? v.toFixed(0) : a >= 10 ? v.toFixed(1) : v.toFixed(2);
+    return unit ? text + " " + unit : text;
+  }
+
+  function hatch(ctx) {
+    var c = document.createElement("canvas"), px = uPlot.pxRatio, s = Math.round(8 * px);
+    c.width = c.height = s;
+    var g = c.getContext("2d");
+    g.strokeStyle = FAULT_STROKE;
+    g.lineWidth = px;
+    g.beginPath(); g.moveTo(0, s); g.lineTo(s, 0); g.stroke();
+    return ctx.createPattern(c, "repeat");
+  }
+
+  // Phases: alternating shades named at the top; faults: hatched, named at the bottom. Drawn under the series.
+  function bandsPlugin(bands) {
+    return { hooks: { drawClear: [function (u) {
+      var ctx = u.ctx, b = u.bbox, px = uPlot.pxRatio, phase = 0;
+      ctx.save();
+      ctx.beginPath(); ctx.rect(b.left, b.top, b.width, b.height); ctx.clip();
+      ctx.font = Math.round(11 * px) + "px system-ui, sans-serif";
+      ctx.textBaseline = "top";
+      bands.forEach(function (band) {
+        var x0 = u.valToPos(band.start, "x", true), x1 = u.valToPos(band.end, "x", true);
+        if (band.kind === "phase") {
+          ctx.fillStyle = PHASE_FILLS[phase++ % 2];
+          ctx.fillRect(x0, b.top, x1 - x0, b.height);
+          ctx.fillStyle = "#333";
+          ctx.fillText(band.label + (band.detail && band.detail !== band.label ? " (" + band.detail + ")" : ""),
+            x0 + 4 * px, b.top + 3 * px, Math.max(x1 - x0 - 8 * px, 0));
+        } else {
+          ctx.fillStyle = FAULT_FILL;
+          ctx.fillRect(x0, b.top, x1 - x0, b.height);
+          ctx.fillStyle = hatch(ctx);
+          ctx.fillRect(x0, b.top, x1 - x0, b.height);
+          ctx.fillStyle = "#8a3c00";
+          ctx.textBaseline = "bottom";
+          ctx.fillText("fault: " + band.label + (band.detail ? " (" + band.detail + ")" : ""),
+            x0 + 4 * px, b.top + b.height - 3 * px, Math.max(x1 - x0 - 8 * px, 0));
+          ctx.textBaseline = "top";
+        }
+      });
+      ctx.restore();
+    }] } };
+  }
+
+  function options(spec, data, width) {
+    var end = data.x.length ? data.x[data.x.length - 1] + 0.5 : 1;
+    data.bands.forEach(function (band) { end = Math.max(end, band.end); });
+    var scales = { x: { time: false, range: [0, end] } }, axes = [{ label: data.x_label, scale: "x" }];
+    spec.axes.forEach(function (axis, i) {
+      scales[axis.scale] = axis.log ? { distr: 3, log: 10 } : { range: function (u, min, max) {
+        return [0, max > 0 ? max * 1.08 : 1];
+      } };
+      axes.push({ scale: axis.scale, label: axis.label, side: axis.side === "right" ? 1 : 3,
+        grid: { show: i === 0 }, size: 60 });
+    });
+    var series = [{ label: "time (s)", value: function (u, v) { return v == null ? "–" : (v - 0.5).toFixed(0) + " s"; } }];
+    var bands = [];
+    spec.series.forEach(function (s, i) {
+      var shown = s.shown;
+      series.push({
+        label: s.unit ? s.label + " (" + s.unit + ")" : s.label, scale: s.scale, stroke: s.color,
+        width: s.width, dash: s.dash.length ? s.dash : undefined, spanGaps: false,
+        fill: s.fill && (!spec.stacked || i === 0) ? alpha(s.color, 0.45) : undefined,
+        value: function (u, v, si, idx) { return fmt(shown && idx != null ? shown[idx] : v, s.unit); },
+        // Isolated seconds (a latency between seconds with no completion) would vanish without points.
+        points: { show: s.points && data.x.length <= 900, size: 4, fill: s.color },
+      });
+      if (spec.stacked && i > 0) bands.push({ series: [i + 1, i], fill: alpha(s.color, 0.45) });
+    });
+    return { width: width, height: Math.max(220, Math.min(320, Math.round(width * 0.36))), scales: scales,
+      axes: axes, series: series, bands: bands, cursor: { sync: { key: "cliffwatch-" + (data.run_id || "") } },
+      legend: { live: true }, plugins: [bandsPlugin(data.bands)] };
+  }
+
+  // uPlot's legend markers are plain boxes; draw each series' own line (dash, width, fill) instead.
+  function markers(el, spec) {
+    var rows = el.querySelectorAll(".u-legend .u-series");
+    spec.series.forEach(function (s, i) {
+      var marker = rows[i + 1] && rows[i + 1].querySelector(".u-marker");
+      if (!marker) return;
+      var c = document.createElement("canvas"), px = window.devicePixelRatio || 1;
+      c.width = 30 * px; c.height = 12 * px;
+      var g = c.getContext("2d");
+      g.scale(px, px);
+      if (s.fill) { g.fillStyle = alpha(s.color, 0.45); g.fillRect(0, 2, 30, 10); }
+      g.strokeStyle = s.color; g.lineWidth = Math.max(s.width, 1.5); g.setLineDash(s.dash);
+      g.beginPath(); g.moveTo(0, s.fill ? 2 : 6); g.lineTo(30, s.fill ? 2 : 6); g.stroke();
+      c.className = "line-marker";
+      c.setAttribute("aria-hidden", "true");
+      c.style.width = "30px"; c.style.height = "12px";
+      marker.replaceWith(c);
+    });
+  }
+
+  function render(root, data) {
+    var charts = {};
+    data.charts.forEach(function (spec) { charts[spec.id] = spec; });
+    root.querySelectorAll("[data-chart]").forEach(function (el) {
+      var spec = charts[el.getAttribute("data-chart")];
+      if (!spec || !data.x.length) return;
+      var columns = [data.x].concat(spec.series.map(function (s) { return s.values; }));
+      var plot = new uPlot(options(spec, data, el.clientWidth || 800), columns, el);
+      markers(el, spec);
+      made.push({ id: spec.id, el: el, plot: plot });
+    });
+    return made;
+  }
+
+  function fit(width) {
+    made.forEach(function (c) {
+      var w = width || c.el.clientWidth || 800;
+      c.plot.setSize({ width: w, height: Math.max(220, Math.min(320, Math.round(w * 0.36))) });
+    });
+  }
+
+  window.CliffwatchCharts = { render: render, charts: made, fit: fit };
+  var source = document.getElementById("report-data");
+  if (source) {
+    render(document, JSON.parse(source.textContent));
+    var timer = null;
+    window.addEventListener("resize", function () { clearTimeout(timer); timer = setTimeout(function () { fit(); }, 100); });
+    window.addEventListener("beforeprint", function () { fit(PRINT_WIDTH); });
+    window.addEventListener("afterprint", function () { fit(); });
+    document.body.setAttribute("data-charts-ready", String(made.length));
+  }
+})();

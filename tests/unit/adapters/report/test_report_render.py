@@ -1,0 +1,174 @@
+"""The HTML run report: self-contained, safe against hostile strings, and carrying every chart's data."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cliffwatch.adapters.report.assets import UPLOT_VERSION, load_assets, read_asset
+from cliffwatch.adapters.report.render import ReportInvalid, render_run_report, script_json
+
+FIXTURE = Path(__file__).parents[3] / "fixtures" / "reports" / "slow-backend.json"
+CHART_IDS = ("throughput", "latency-ttft", "latency-e2e", "outcomes", "concurrency")
+
+
+@pytest.fixture
+def document() -> dict[str, Any]:
+    loaded: dict[str, Any] = json.loads(FIXTURE.read_text(encoding="utf-8"))
+    return loaded
+
+
+def embedded_data(page: str) -> dict[str, Any]:
+    match = re.search(r'<script type="application/json" id="report-data">(.*?)</script>', page, re.DOTALL)
+    assert match is not None
+    data: dict[str, Any] = json.loads(match.group(1))
+    return data
+
+
+def test_the_page_references_nothing_outside_itself(document: dict[str, Any]) -> None:
+    page = render_run_report(document)
+    assert not re.search(r"<script[^>]*\bsrc\s*=", page, re.IGNORECASE)
+    assert not re.search(r"<link\b", page, re.IGNORECASE)
+    assert not re.search(r"@import|url\(\s*['\"]?(https?:)?//", page, re.IGNORECASE)
+    assert not re.search(r"\b(src|href)\s*=\s*['\"]?(https?:)?//", page, re.IGNORECASE)
+    assert not re.search(r"@font-face", page, re.IGNORECASE)
+    assert load_assets().uplot_js in page
+    assert load_assets().report_js in page
+
+
+def test_hostile_strings_cannot_close_the_data_script_or_inject_markup(document: dict[str, Any]) -> None:
+    hostile = '</script><script>alert("x")</script><!-- <img src=x onerror=alert(1)> & \u2028'
+    document["scenario"]["description"] = hostile
+    document["scenario"]["name"] = hostile
+    document["verdicts"] = [{"name": hostile, "summary": hostile}]
+    document["faults"][0]["fault"] = hostile
+    page = render_run_report(document)
+    # Exactly our three scripts (data, uPlot, report.js) and nothing the document brought.
+    assert len(re.findall(r"<script\b", page, re.IGNORECASE)) == 3
+    assert "<script>alert" not in page
+    assert "<img" not in page
+    assert "<!-- <img" not in page
+    data = embedded_data(page)
+    assert any(band["label"] == hostile for band in data["bands"])
+
+
+def test_script_json_escapes_what_ends_a_script_and_round_trips() -> None:
+    value = {"a": "</script>", "b": "<!--", "c": "&amp;", "d": "\u2028\u2029", "nan": float("nan")}
+    text = script_json(value)
+    assert "<" not in text
+    assert ">" not in text
+    assert "&" not in text
+    assert json.loads(text) == {**value, "nan": None}
+
+
+def test_every_chart_carries_its_data_and_units(document: dict[str, Any]) -> None:
+    data = embedded_data(render_run_report(document))
+    rows = document["timeseries"]
+    assert data["x"] == [row["t"] + 0.5 for row in rows]
+    charts = {chart["id"]: chart for chart in data["charts"]}
+    assert tuple(charts) == CHART_IDS
+    for chart in charts.values():
+        assert chart["axes"]
+        assert all(axis["label"] for axis in chart["axes"])
+        for series in chart["series"]:
+            assert series["label"]
+            assert len(series["values"]) == len(rows)
+    throughput = {s["label"]: s for s in charts["throughput"]["series"]}
+    assert throughput["offered"]["values"] == [row["offered"] for row in rows]
+    assert throughput["on-time completions"]["values"] == [row["on_time_completions"] for row in rows]
+    assert throughput["output tokens"]["scale"] != throughput["offered"]["scale"]  # its own axis
+    ttft = {s["label"]: s for s in charts["latency-ttft"]["series"]}
+    slo = document["scenario"]["slo"]["ttft_ms"]
+    assert ttft[f"SLO {slo:g} ms"]["values"] == [slo] * len(rows)
+    assert ttft["TTFT p99"]["values"] == [row["ttft_p99_ms"] for row in rows]
+
+
+def test_outcomes_stack_in_order_and_the_legend_shows_each_own_count(document: dict[str, Any]) -> None:
+    data = embedded_data(render_run_report(document))
+    outcomes = next(c for c in data["charts"] if c["id"] == "outcomes")
+    labels = [s["label"] for s in outcomes["series"]]
+    assert labels == ["on time", "late", "shed (429/503)", "timeout", "error", "not sent"]
+    top = outcomes["series"][-1]["values"]
+    assert top == [row["offered"] for row in document["timeseries"]]  # every offered request in one band
+    assert outcomes["series"][3]["shown"] == [row["timeout"] for row in document["timeseries"]]
+
+
+def test_phase_and_fault_bands_come_from_actual_times(document: dict[str, Any]) -> None:
+    data = embedded_data(render_run_report(document))
+    phases = [b for b in data["bands"] if b["kind"] == "phase"]
+    assert [(b["label"], b["start"]) for b in phases] == [(p["name"], p["actual_start_s"]) for p in document["phases"]]
+    on = next(e for e in document["faults"] if e["action"] == "on")
+    off = next(e for e in document["faults"] if e["action"] == "off")
+    [fault] = [b for b in data["bands"] if b["kind"] == "fault"]
+    assert (fault["start"], fault["end"], fault["label"]) == (on["at_s"], off["at_s"], on["fault"])
+
+
+def test_a_fault_never_removed_runs_to_the_end_of_the_run(document: dict[str, Any]) -> None:
+    for event in document["faults"]:
+        if event["action"] == "off":
+            event["ok"] = False
+    data = embedded_data(render_run_report(document))
+    [fault] = [b for b in data["bands"] if b["kind"] == "fault"]
+    assert fault["end"] == document["duration_s"]
+    assert fault["detail"] == "not removed"
+
+
+def test_the_text_shows_verdict_score_version_components_and_evidence(document: dict[str, Any]) -> None:
+    page = render_run_report(document)
+    score = document["score"]
+    assert ("PASS" if document["passed"] else "FAIL") in page
+    assert f"score formulas v{document['score_version']}" in page
+    for component in score["components"]:
+        assert f"<strong>{component['name']}</strong>" in page
+        for key in component["evidence"]:
+            assert f"<dt>{key}</dt>" in page
+    for phase in document["scenario"]["phases"]:
+        assert phase["arrival"] in page
+
+
+def test_a_separate_time_series_replaces_the_documents_own(document: dict[str, Any]) -> None:
+    rows = document.pop("timeseries")
+    data = embedded_data(render_run_report(document, rows[:5]))
+    assert len(data["x"]) == 5
+
+
+def test_a_result_without_a_time_series_still_renders_and_says_so(document: dict[str, Any]) -> None:
+    del document["timeseries"]
+    page = render_run_report(document)
+    assert "no per-second time series" in page
+    assert embedded_data(page)["x"] == []
+
+
+@pytest.mark.parametrize(
+    ("doc", "reason"),
+    [
+        ([], "expected a JSON object"),
+        ({"run_id": "x"}, "missing scenario, score, phases"),
+        ({"run_id": "x", "scenario": {}, "score": [], "phases": []}, "score has the wrong type"),
+    ],
+)
+def test_a_document_that_is_not_a_run_result_is_refused(doc: Any, reason: str) -> None:
+    with pytest.raises(ReportInvalid, match=reason):
+        render_run_report(doc)
+
+
+def test_rendering_leaves_the_document_unchanged(document: dict[str, Any]) -> None:
+    before = copy.deepcopy(document)
+    render_run_report(document)
+    assert document == before
+
+
+def test_the_vendored_files_are_the_ones_the_provenance_names() -> None:
+    provenance = read_asset("vendor/PROVENANCE.md")
+    assert f"uplot@{UPLOT_VERSION}" in provenance
+    for name in ("uPlot.iife.min.js", "uPlot.min.css", "LICENSE"):
+        digest = hashlib.sha256(read_asset(f"vendor/{name}").encode("utf-8")).hexdigest()
+        assert f"| `{name}` |" in provenance
+        assert digest in provenance, name
+    assert f"(v{UPLOT_VERSION})" in read_asset("vendor/uPlot.iife.min.js")[:100]
