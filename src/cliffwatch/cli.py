@@ -27,6 +27,7 @@ from cliffwatch.adapters.scenario_files import bundled_names, load_scenario
 from cliffwatch.adapters.store.migrate import upgrade
 from cliffwatch.bootstrap import clean_up_leftover_faults, prepare_run, toxiproxy_unavailable
 from cliffwatch.bootstrap_service import open_store, serve, utc_now
+from cliffwatch.cli_report import add_parser as add_report_parser
 from cliffwatch.config import Settings, SettingsInvalid, describe_settings
 from cliffwatch.domain.errors import (
     BuiltinTargetFailed,
@@ -100,6 +101,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--reports-dir", type=Path, default=Path("demo-out"), help="where the JSON results go")
     demo.set_defaults(handler=_demo)
+    add_report_parser(commands)
 
     faults = commands.add_parser("faults", help="fault housekeeping")
     fault_commands = faults.add_subparsers(dest="faults_command", required=True)
