@@ -22,6 +22,7 @@ from rich.console import Console
 from cliffwatch import __version__
 from cliffwatch.adapters.console import ConsoleProgress, comparison, scorecard
 from cliffwatch.adapters.logs import configure_logging
+from cliffwatch.adapters.report.files import write_run_report
 from cliffwatch.adapters.result_files import write_result
 from cliffwatch.adapters.scenario_files import bundled_names, load_scenario
 from cliffwatch.adapters.store.migrate import upgrade
@@ -99,7 +100,7 @@ def _parser() -> argparse.ArgumentParser:
     demo = commands.add_parser(
         "demo", help="run burst-storm, retry-storm (and slow-backend with Toxiproxy) on the built-in target"
     )
-    demo.add_argument("--reports-dir", type=Path, default=Path("demo-out"), help="where the JSON results go")
+    demo.add_argument("--reports-dir", type=Path, default=Path("demo-out"), help="where the results (JSON, HTML) go")
     demo.set_defaults(handler=_demo)
     add_report_parser(commands)
 
@@ -246,6 +247,7 @@ def _faults(args: argparse.Namespace, settings: Settings) -> int:
 def _demo(args: argparse.Namespace, settings: Settings) -> int:
     out = _stdout()
     results: list[RunResult] = []
+    reports: list[Path] = []
     args.reports_dir.mkdir(parents=True, exist_ok=True)
     names = list(DEMO_SCENARIOS)
     unavailable = asyncio.run(toxiproxy_unavailable(settings))
@@ -260,12 +262,14 @@ def _demo(args: argparse.Namespace, settings: Settings) -> int:
         path = args.reports_dir / f"{name}.json"
         write_result(result, path)
         out.print(scorecard(result))
-        out.print(f"[dim]result: {path}[/dim]")
+        reports.append(write_run_report(result.to_dict(), path.with_suffix(".html")))
+        out.print(f"[dim]result: {path}[/dim]\nreport: {reports[-1]}", soft_wrap=True)
         results.append(result)
     if unavailable is not None:
         out.print(f"[bold yellow]{FAULT_DEMO} skipped:[/] {unavailable}")
     out.rule(" vs ".join(r.scenario.name for r in results))
     out.print(comparison(results))
+    out.print("HTML reports (open in a browser): " + "  ".join(map(str, reports)), soft_wrap=True)
     return EXIT_PASS
 
 
