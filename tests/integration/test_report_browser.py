@@ -1,0 +1,247 @@
+"""Run reports in a real headless Chromium (Debian's, driven by Playwright): they load without errors or
+network requests, every chart draws its series with a legend, and the charts fit an A4 page in print.
+
+Screenshots (and a PDF print) go to ``$CLIFFWATCH_TEST_ARTIFACTS`` (default ``tests/artifacts/``). Without
+``/usr/bin/chromium`` these tests fail rather than skip: install it with ``apt-get install chromium``
+(``.ci/run`` does).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from playwright.sync_api import Browser, ConsoleMessage, Page, Request, sync_playwright
+
+REPO = Path(__file__).resolve().parents[2]
+CHROMIUM = Path("/usr/bin/chromium")
+FIXTURE = REPO / "tests" / "fixtures" / "reports" / "slow-backend.json"
+CHART_IDS = ["throughput", "latency-ttft", "latency-e2e", "outcomes", "concurrency"]
+A4_CONTENT_PX = 680  # 210 mm less two 15 mm margins, at 96 CSS px per inch
+
+# A short run on a small, fast built-in target (about six seconds), pushed past its capacity in the middle.
+QUICK = {
+    "name": "quick-report",
+    "description": "a short run to draw a report from",
+    "seed": 5,
+    "target": {
+        "url": "builtin",
+        "builtin": {"max_batch": 4, "decode_base_ms": 10, "decode_per_seq_ms": 2},
+        "request": {"model": "sim-llm", "prompt_tokens": 16, "max_tokens": 16},
+    },
+    "slo": {"ttft_ms": 300, "e2e_ms": 800, "timeout_ms": 2000},
+    "phases": [
+        {"name": "base", "role": "baseline", "duration_s": 2, "arrival": {"process": "poisson", "rate": 6}},
+        {"name": "push", "role": "stress", "duration_s": 2, "arrival": {"process": "poisson", "rate": 30}},
+        {"name": "calm", "role": "recovery", "duration_s": 2, "arrival": {"process": "poisson", "rate": 6}},
+    ],
+}
+
+# Counts, per chart, the opaque pixels of each series' colour inside the plot area (where only bands, the
+# grid and the series are drawn), and all the non-blank pixels of the canvas.
+# The canvas is copied to one made for reading back, so the page's own stays as the report drew it (and
+# Chromium does not warn about repeated readbacks).
+READABLE_JS = """
+function readable(canvas) {
+  const copy = document.createElement("canvas");
+  copy.width = canvas.width; copy.height = canvas.height;
+  const ctx = copy.getContext("2d", {willReadFrequently: true});
+  ctx.drawImage(canvas, 0, 0);
+  return ctx;
+}
+"""
+PIXELS_JS = """
+() => window.CliffwatchCharts.charts.map(({id, plot}) => {
+  const ctx = readable(plot.ctx.canvas), b = plot.bbox;
+  const img = ctx.getImageData(b.left, b.top, b.width, b.height).data;
+  const whole = ctx.getImageData(0, 0, ctx.canvas.width, ctx.canvas.height).data;
+  let painted = 0;
+  for (let i = 3; i < whole.length; i += 4) if (whole[i] > 0) painted++;
+  const colours = plot.series.slice(1).map(s => {
+    const hex = s._stroke || s.stroke;
+    return typeof hex === "function" ? hex(plot, 1) : hex;
+  });
+  const counts = colours.map(hex => {
+    const n = parseInt(hex.slice(1), 16), r = n >> 16, g = (n >> 8) & 255, bl = n & 255;
+    let count = 0;
+    for (let i = 0; i < img.length; i += 4) {
+      if (img[i + 3] > 200 && Math.abs(img[i] - r) < 40 && Math.abs(img[i + 1] - g) < 40 &&
+          Math.abs(img[i + 2] - bl) < 40) count++;
+    }
+    return count;
+  });
+  return {id, painted, counts, labels: plot.series.slice(1).map(s => s.label),
+          width: plot.ctx.canvas.getBoundingClientRect().width};
+})
+"""
+
+
+def artifacts_dir() -> Path:
+    path = Path(os.environ.get("CLIFFWATCH_TEST_ARTIFACTS") or REPO / "tests" / "artifacts")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def cliffwatch(*args: str, state_dir: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "CLIFFWATCH_LOG_FORMAT": "json", "CLIFFWATCH_STATE_DIR": state_dir}
+    env.pop("CLIFFWATCH_ALLOWED_TARGETS", None)
+    return subprocess.run(
+        [sys.executable, "-m", "cliffwatch", *args],
+        capture_output=True, text=True, timeout=120, cwd=REPO, env=env, check=False,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not CHROMIUM.is_file():
+        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (apt-get install -y chromium)")
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+@pytest.fixture(scope="module")
+def real_run_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The report of a real short run against the built-in target, made with the two commands."""
+    where = tmp_path_factory.mktemp("real-run")
+    scenario = where / "quick-report.yaml"
+    scenario.write_text(yaml.safe_dump(QUICK), encoding="utf-8")
+    state = tempfile.mkdtemp(prefix="cliffwatch-report-state-")
+    ran = cliffwatch("run", str(scenario), "--json", str(where / "result.json"), state_dir=state)
+    assert ran.returncode in (0, 1), ran.stdout + ran.stderr
+    reported = cliffwatch("report", str(where / "result.json"), "-o", str(where / "report.html"), state_dir=state)
+    assert reported.returncode == 0, reported.stdout + reported.stderr
+    return where / "report.html"
+
+
+@pytest.fixture(scope="module")
+def fault_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The report of the committed slow-backend result, which has a fault band."""
+    output = tmp_path_factory.mktemp("fault-run") / "slow-backend.html"
+    reported = cliffwatch("report", str(FIXTURE), "-o", str(output), state_dir=tempfile.mkdtemp())
+    assert reported.returncode == 0, reported.stdout + reported.stderr
+    return output
+
+
+class Watched:
+    """A page that records every console error or warning, page error and request off the file system."""
+
+    def __init__(self, page: Page) -> None:
+        self.page = page
+        self.problems: list[str] = []
+        page.on("console", self._console)
+        page.on("pageerror", lambda exc: self.problems.append(f"page error: {exc}"))
+        page.on("request", self._request)
+
+    def _console(self, message: ConsoleMessage) -> None:
+        if message.type in ("error", "warning"):
+            self.problems.append(f"console {message.type}: {message.text}")
+
+    def _request(self, request: Request) -> None:
+        if not request.url.startswith(("file://", "data:")):
+            self.problems.append(f"network request: {request.url}")
+
+    def open(self, report: Path) -> None:
+        self.page.goto(report.as_uri())
+        self.page.wait_for_selector("body[data-charts-ready]", state="attached", timeout=10_000)
+        self.page.add_script_tag(content=READABLE_JS)
+
+
+def open_report(browser: Browser, report: Path, *, width: int = 1366) -> Watched:
+    page = browser.new_page(viewport={"width": width, "height": 900})
+    watched = Watched(page)
+    watched.open(report)
+    return watched
+
+
+def chart_pixels(page: Page) -> list[dict[str, Any]]:
+    result: list[dict[str, Any]] = page.evaluate(PIXELS_JS)
+    return result
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("which", ["real_run_report", "fault_report"])
+def test_a_report_loads_cleanly_and_draws_every_chart_with_its_legend(
+    browser: Browser, which: str, request: pytest.FixtureRequest
+) -> None:
+    report: Path = request.getfixturevalue(which)
+    watched = open_report(browser, report)
+    page = watched.page
+    try:
+        assert page.get_attribute("body", "data-charts-ready") == str(len(CHART_IDS))
+        charts = chart_pixels(page)
+        assert [c["id"] for c in charts] == CHART_IDS
+        for chart in charts:
+            assert chart["painted"] > 5000, chart  # axes, bands, grid and series, not an empty canvas
+            assert max(chart["counts"]) >= 20, chart  # the series themselves are drawn
+        throughput = charts[0]
+        assert all(count >= 20 for count in throughput["counts"]), throughput  # offered, on time, tokens
+        for chart_id, chart in zip(CHART_IDS, charts, strict=True):
+            legend = page.locator(f"#chart-{chart_id} .u-legend").inner_text()
+            for label in chart["labels"]:
+                assert label in legend, (chart_id, label)
+            assert page.locator(f"#chart-{chart_id} .u-legend canvas.line-marker").count() == len(chart["labels"])
+        assert page.locator("#verdict .badge").inner_text() in ("PASS", "FAIL")
+        page.screenshot(path=str(artifacts_dir() / f"report-{report.stem}-{which}.png"), full_page=True)
+        assert watched.problems == []
+    finally:
+        page.close()
+
+
+@pytest.mark.slow
+def test_the_fault_band_and_phase_names_are_drawn_on_the_charts(browser: Browser, fault_report: Path) -> None:
+    watched = open_report(browser, fault_report)
+    page = watched.page
+    try:
+        document = json.loads(FIXTURE.read_text(encoding="utf-8"))
+        on = next(e for e in document["faults"] if e["action"] == "on")
+        off = next(e for e in document["faults"] if e["action"] == "off")
+        # Inside the fault's span the plot area carries the hatch's vermillion; before it, it does not.
+        share = page.evaluate(
+            """([start, end]) => {
+              const {plot} = window.CliffwatchCharts.charts[0], ctx = readable(plot.ctx.canvas), b = plot.bbox;
+              const count = (x0, x1) => {
+                const a = Math.round(plot.valToPos(x0, "x", true)), z = Math.round(plot.valToPos(x1, "x", true));
+                const img = ctx.getImageData(a, b.top, z - a, b.height).data;
+                let n = 0;
+                for (let i = 0; i < img.length; i += 4) if (img[i] > img[i + 2] + 60 && img[i + 3] > 20) n++;
+                return n / (img.length / 4);
+              };
+              return [count(start + 1, end - 1), count(1, start - 1)];
+            }""",
+            [on["at_s"], off["at_s"]],
+        )
+        inside, before = share
+        assert inside > 0.05 > before, share
+        page.locator("#chart-throughput").screenshot(path=str(artifacts_dir() / "report-fault-band.png"))
+        assert watched.problems == []
+    finally:
+        page.close()
+
+
+@pytest.mark.slow
+def test_in_print_every_chart_fits_an_a4_page(browser: Browser, real_run_report: Path) -> None:
+    watched = open_report(browser, real_run_report, width=1366)
+    page = watched.page
+    try:
+        page.emulate_media(media="print")
+        page.evaluate("() => window.dispatchEvent(new Event('beforeprint'))")
+        widths = [c["width"] for c in chart_pixels(page)]
+        assert all(0 < width <= A4_CONTENT_PX for width in widths), widths
+        background = page.evaluate("() => getComputedStyle(document.body).backgroundColor")
+        assert background in ("rgb(255, 255, 255)", "rgba(0, 0, 0, 0)"), background
+        page.pdf(path=str(artifacts_dir() / "report-print.pdf"), format="A4")
+        assert watched.problems == []
+    finally:
+        page.close()
