@@ -36,11 +36,13 @@ from cliffwatch.adapters.store.sql import SqlStore
 from cliffwatch.adapters.target_access import AllowlistPolicy
 from cliffwatch.adapters.toxiproxy import ToxiproxyClient
 from cliffwatch.bootstrap import PreparedRun, prepare_run
+from cliffwatch.bootstrap_sweep import SweepHandle, prepare_sweep
 from cliffwatch.config import Settings
 from cliffwatch.domain.errors import CliffwatchError
 from cliffwatch.domain.ports import RecordSink, ToxiproxyApi
 from cliffwatch.domain.runs import Run, Schedule, Trigger
 from cliffwatch.domain.scenario import Scenario
+from cliffwatch.domain.sweep_spec import SweepSpec
 from cliffwatch.services.catalog import ScenarioCatalog
 from cliffwatch.services.reconcile import reconcile_faults
 from cliffwatch.services.runs import RunRequest, RunsService
@@ -103,7 +105,12 @@ async def open_service(settings: Settings) -> AsyncIterator[Service]:
         def prepare(scenario: Scenario, run_id: str, sink: RecordSink) -> AbstractAsyncContextManager[PreparedRun]:
             return prepare_run(settings, scenario, observer=LogProgress(), sink=sink, run_id=run_id, ledger=ledger)
 
-        worker = Worker(runs=store, scenarios=store, prepare=prepare, now=utc_now,
+        def prepare_a_sweep(
+            scenario: Scenario, spec: SweepSpec, run_id: str
+        ) -> AbstractAsyncContextManager[SweepHandle]:
+            return prepare_sweep(settings, scenario, spec, observer=LogProgress(), sweep_id=run_id)
+
+        worker = Worker(runs=store, scenarios=store, prepare=prepare, prepare_sweep=prepare_a_sweep, now=utc_now,
                         count_outcomes=metrics.count_outcomes,
                         settings=WorkerSettings(owner=settings.instance_id,
                                                 max_concurrent_runs=settings.max_concurrent_runs,
@@ -112,7 +119,8 @@ async def open_service(settings: Settings) -> AsyncIterator[Service]:
         async def make_run(schedule: Schedule, fire_time: datetime) -> Run:
             return await runs.build(RunRequest(scenario=schedule.scenario_name, overrides=schedule.overrides,
                                                trigger=Trigger.SCHEDULE, triggered_by=schedule.id,
-                                               schedule_id=schedule.id, fire_time=fire_time))  # fmt: skip
+                                               schedule_id=schedule.id, fire_time=fire_time,
+                                               sweep=schedule.sweep))  # fmt: skip
 
         schedules = ScheduleService(schedules=store, runs=store, scenarios=store, calendar=ApschedulerCron(),
                                     make_run=make_run, now=utc_now)  # fmt: skip

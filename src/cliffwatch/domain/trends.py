@@ -1,8 +1,14 @@
-"""Score trends: how a scenario's resilience score and its components moved over time, per target.
+"""Score trends: how a scenario's resilience score and its components moved over time, per target; and
+capacity trends: how a scenario's usable capacity, found by sweeps, moved over time.
 
 Runs are compared only with runs of the same scenario, target and score version (a new formula is a new
 series, never a dip). A series is flagged as a regression when its latest point falls below the median of
 the points before it by more than a margin.
+
+Sweeps are compared only with sweeps of the same scenario, target, retry variant, mode and attainment
+target (another target attainment is another question). A sweep brackets the cliff between its usable rate
+and its first bad rate, so the latest capacity is a regression when that whole bracket lies below the
+median usable rate of the sweeps before it: it fell by more than its own uncertainty.
 """
 
 from __future__ import annotations
@@ -136,4 +142,111 @@ def _judge(points: list[TrendPoint], margin: float) -> tuple[float | None, bool,
             f"{verdict}: latest score {latest.score:.1f} against a trailing median of {median:.1f} "
             f"over {len(earlier)} earlier points (margin {margin:g})"
         ),
+    )
+
+
+CAPACITY_MIN_HISTORY = 2  # sweeps are long and run seldom: two earlier points are a window to judge by
+
+
+@dataclass(frozen=True, kw_only=True)
+class CapacityPoint:
+    """One sweep's result for one variant."""
+
+    at: datetime  # the sweep's end
+    run_id: str
+    usable: float | None  # None: no rate tried met the target
+    first_bad: float | None  # None: no cliff found up to the sweep's highest rate
+    on_point_estimate: bool  # the usable rate was settled on a point estimate (too few requests to be sure)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"at": self.at.isoformat(), "run": self.run_id, "usable": self.usable, "first_bad": self.first_bad,
+                "on_point_estimate": self.on_point_estimate}  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
+class CapacitySeries:
+    scenario: str
+    target_url: str
+    variant: str
+    mode: str  # rate or concurrency
+    unit: str  # req/s or clients
+    target: float  # the attainment the usable rate meets
+    points: tuple[CapacityPoint, ...]
+    trailing_median: float | None
+    regression: bool
+    summary: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "scenario": self.scenario,
+            "target_url": self.target_url,
+            "variant": self.variant,
+            "mode": self.mode,
+            "unit": self.unit,
+            "target": self.target,
+            "points": [p.to_dict() for p in self.points],
+            "trailing_median": self.trailing_median,
+            "regression": self.regression,
+            "summary": self.summary,
+        }
+
+
+def capacity_series(runs: Sequence[Run]) -> list[CapacitySeries]:
+    """One series per (scenario, target, variant, mode, attainment target) from finished sweeps, judged.
+
+    Reads each sweep's stored document defensively (it is read back across versions): a variant without a
+    readable result is left out, never a reason to lose the others.
+    """
+    groups: dict[tuple[str, str, str, str, float], list[CapacityPoint]] = {}
+    units: dict[tuple[str, str, str, str, float], str] = {}
+    for run in runs:
+        if run.finished_at is None or run.sweep is None or run.result is None:
+            continue
+        variants = run.result.get("variants")
+        for entry in variants if isinstance(variants, list) else []:
+            result = entry.get("result") if isinstance(entry, Mapping) else None
+            if not isinstance(result, Mapping) or not isinstance(entry.get("variant"), str):
+                continue
+            key = (run.scenario_name, run.target_url, entry["variant"], run.sweep.mode.value, run.sweep.target)
+            units[key] = str(result.get("unit") or ("clients" if run.sweep.mode.value == "concurrency" else "req/s"))
+            groups.setdefault(key, []).append(
+                CapacityPoint(
+                    at=run.finished_at,
+                    run_id=run.id,
+                    usable=_rate(result.get("usable_rps")),
+                    first_bad=_rate(result.get("first_bad_rps")),
+                    on_point_estimate=result.get("usable_on_point_estimate") is True,
+                )
+            )
+    series = []
+    for key, points in sorted(groups.items()):
+        points.sort(key=lambda p: (p.at, p.run_id))
+        median, regression, summary = _judge_capacity(points, units[key])
+        scenario, target_url, variant, mode, target = key
+        series.append(CapacitySeries(scenario=scenario, target_url=target_url, variant=variant, mode=mode,
+                                     unit=units[key], target=target, points=tuple(points), trailing_median=median,
+                                     regression=regression, summary=summary))  # fmt: skip
+    return series
+
+
+def _rate(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _judge_capacity(points: list[CapacityPoint], unit: str) -> tuple[float | None, bool, str]:
+    latest, earlier = points[-1], points[:-1][-TRAILING_POINTS:]
+    shown = "none" if latest.usable is None else f"{latest.usable:.3g} {unit}"
+    if len(earlier) < CAPACITY_MIN_HISTORY:
+        return None, False, f"latest usable capacity {shown}; too little history to judge ({len(earlier)} earlier)"
+    median = statistics.median(p.usable or 0.0 for p in earlier)
+    # The cliff lies between usable and first_bad: only when all of that is below the median did it move.
+    ceiling = latest.first_bad if latest.first_bad is not None else (latest.usable or 0.0)
+    regression = ceiling < median
+    bracket = f"the cliff now lies below {ceiling:.3g} {unit}" if latest.first_bad is not None else "no cliff seen"
+    verdict = "REGRESSION" if regression else "no regression"
+    return (
+        median,
+        regression,
+        f"{verdict}: latest usable capacity {shown} ({bracket}) against a trailing median of {median:.3g} {unit} "
+        f"over {len(earlier)} earlier sweeps",
     )

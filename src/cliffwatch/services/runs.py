@@ -1,7 +1,8 @@
 """Run requests: from a scenario (by name or inline) and overrides to a queued run, or a clear refusal.
 
 Everything that can refuse a run is checked here, before it is queued: the emergency stop, the scenario's
-validity, the target allowlist (the service must never aim load at an arbitrary host) and the caps.
+validity, the target allowlist (the service must never aim load at an arbitrary host) and the caps. A sweep
+is a run of kind sweep: the same checks, with the caps applied to the sweep's highest rate and length.
 """
 
 from __future__ import annotations
@@ -16,9 +17,20 @@ import structlog
 
 from cliffwatch.domain.errors import EmergencyStopActive, RunNotFound, RunRefused, TargetNotAllowed
 from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.runs import Caps, Overrides, Run, RunPage, RunQuery, Trigger, cap_violations
+from cliffwatch.domain.runs import (
+    Caps,
+    Overrides,
+    Run,
+    RunKind,
+    RunPage,
+    RunQuery,
+    Trigger,
+    cap_violations,
+    sweep_cap_violations,
+)
 from cliffwatch.domain.scenario import Scenario, parse_scenario, with_overrides
 from cliffwatch.domain.service_ports import ControlStore, RunStore
+from cliffwatch.domain.sweep_spec import SweepSpec
 from cliffwatch.services.catalog import ScenarioCatalog
 
 log = structlog.get_logger(__name__)
@@ -39,6 +51,11 @@ class RunRequest:
     triggered_by: str = ""
     schedule_id: str | None = None
     fire_time: datetime | None = None
+    sweep: SweepSpec | None = None  # given: a capacity sweep over the scenario's target, not a run of it
+
+    @property
+    def kind(self) -> RunKind:
+        return RunKind.RUN if self.sweep is None else RunKind.SWEEP
 
 
 class RunsService:
@@ -88,7 +105,9 @@ class RunsService:
         o = request.overrides
         scenario = with_overrides(base, target_url=o.target_url, seed=o.seed, threshold=o.threshold)
         await self._check_targets(scenario)
-        problems = cap_violations(scenario, self.caps)
+        # A sweep replaces the phases with its own steps: its caps are the sweep's highest rate and length.
+        problems = cap_violations(scenario, self.caps) if request.sweep is None else (
+            sweep_cap_violations(request.sweep, self.caps))  # fmt: skip
         if problems:
             raise RunRefused(problems)
         return Run(
@@ -106,6 +125,8 @@ class RunsService:
             schedule_id=request.schedule_id,
             fire_time=request.fire_time,
             idempotency_key=request.idempotency_key,
+            kind=request.kind,
+            sweep=request.sweep,
         )
 
     async def _check_targets(self, scenario: Scenario) -> None:

@@ -28,9 +28,10 @@ from cliffwatch.domain.errors import (
     StoreUnavailable,
 )
 from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.runs import CatchUp, Overrides, Run, Schedule, Trigger
+from cliffwatch.domain.runs import CatchUp, Overrides, Run, RunKind, Schedule, Trigger
 from cliffwatch.domain.scenario import parse_scenario, with_overrides
 from cliffwatch.domain.service_ports import CronCalendar, RunStore, ScenarioStore, ScheduleStore
+from cliffwatch.domain.sweep_spec import SweepSpec
 
 log = structlog.get_logger(__name__)
 
@@ -79,6 +80,11 @@ class ScheduleSpec:
     overrides: Overrides = field(default_factory=Overrides)
     enabled: bool = True
     catch_up: CatchUp = CatchUp.SKIP
+    sweep: SweepSpec | None = None  # given: each fire queues a sweep with these parameters, not a run
+
+    @property
+    def kind(self) -> RunKind:
+        return RunKind.RUN if self.sweep is None else RunKind.SWEEP
 
 
 def _new_id() -> str:
@@ -134,6 +140,8 @@ class ScheduleService:
             catch_up=spec.catch_up,
             created_at=self.now(),
             created_by=created_by,
+            kind=spec.kind,
+            sweep=spec.sweep,
         )
         return await self._save(schedule, "created")
 
@@ -157,6 +165,8 @@ class ScheduleService:
             enabled=spec.enabled,
             catch_up=spec.catch_up,
             last_fire_time=last,
+            kind=spec.kind,
+            sweep=spec.sweep,
         )
         return await self._save(schedule, "updated")
 

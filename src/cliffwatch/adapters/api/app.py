@@ -28,6 +28,8 @@ ROUTE_TABLE: tuple[Route, ...] = (
           expensive=True),
     Route(method="POST", path=f"{V1}/runs/{{run_id}}/abort", handler=runs.abort_run, role=OPERATOR),
     Route(method="GET", path=f"{V1}/trends", handler=runs.trends, role=VIEWER, expensive=True),
+    Route(method="GET", path=f"{V1}/trends/capacity", handler=runs.capacity_trends, role=VIEWER, expensive=True),
+    Route(method="POST", path=f"{V1}/sweeps", handler=runs.create_sweep, role=OPERATOR),
     Route(method="GET", path=f"{V1}/scenarios", handler=scenarios.list_scenarios, role=VIEWER),
     Route(method="POST", path=f"{V1}/scenarios/validate", handler=scenarios.validate_scenario, role=VIEWER),
     Route(method="GET", path=f"{V1}/scenarios/{{name}}", handler=scenarios.get_scenario, role=VIEWER),

@@ -13,6 +13,7 @@ from typing import Any
 from cliffwatch import __version__
 from cliffwatch.adapters.api.openapi_schemas import DATE_TIME, SCHEMAS, Schema, ref, text
 from cliffwatch.domain.result import RunStatus
+from cliffwatch.domain.runs import RunKind
 from cliffwatch.domain.trends import Bucket
 
 PROBLEM_JSON = "application/problem+json"
@@ -110,6 +111,7 @@ def _runs_paths() -> dict[str, Any]:
     list_params = (
         _param("scenario", "query", text(100), "only runs of this scenario"),
         _param("status", "query", {"enum": [s.value for s in RunStatus]}, "only runs in this status"),
+        _param("kind", "query", {"enum": [k.value for k in RunKind]}, "only runs, or only sweeps"),
         _param("schedule", "query", text(100), "only runs this schedule queued"),
         _param("since", "query", DATE_TIME, "created at or after (RFC 3339, with an offset)"),
         _param("until", "query", DATE_TIME, "created before"),
@@ -129,10 +131,24 @@ def _runs_paths() -> dict[str, Any]:
                 errors=(404, 503),
                 description="A scenario by name or a whole document, with optional overrides. Refused with 422 "
                 "when the document is invalid, the target is outside the allowlist (target-not-allowed) or the "
-                "run is over the caps (run-refused); 503 while the emergency stop is on.",
+                "run is over the caps (run-refused); 503 while the emergency stop is on. With kind sweep and "
+                "sweep, queues a capacity sweep as POST /api/v1/sweeps does.",
             ),
             "get": _op("List runs, newest first", tag="runs", role="viewer", params=list_params,
                        ok={"200": _json(ref("RunPage"), "One page.", LINK)}),
+        },
+        "/api/v1/sweeps": {
+            "post": _op(
+                "Queue a capacity sweep", tag="runs", role="operator", params=(idempotency,), body=ref("SweepCreate"),
+                ok={"202": _json(ref("RunDetail"), "Queued: a run of kind sweep.", LOCATION),
+                    "200": _json(ref("RunDetail"), "An idempotent repeat: the sweep the key queued.", LOCATION)},
+                errors=(404, 503),
+                description="Finds the scenario target's usable capacity (docs/sweep.md). Refused with 422 "
+                "sweep-invalid naming each sweep.… field, target-not-allowed as for runs, or run-refused when "
+                "the sweep's highest rate (stop, or max_rate with auto) is over the service's maximum offered "
+                "rate or its longest length (variants × max_steps × (warmup_s + step_s + cooldown_s)) over its "
+                "maximum duration. The sweep is then read at /api/v1/runs/{run_id}.",
+            ),
         },
         "/api/v1/runs/{run_id}": {
             "get": _op("A run: status, phases, score with components, verdicts", tag="runs", role="viewer",
@@ -170,6 +186,17 @@ def _runs_paths() -> dict[str, Any]:
                         _param("bucket", "query", {"enum": [b.value for b in Bucket], "default": "run"},
                                "one point per run, UTC day or ISO week")),
                 ok={"200": _json(ref("Trends"), "One series per scenario, target and score version.")},
+                description=EXPENSIVE,
+            ),
+        },
+        "/api/v1/trends/capacity": {
+            "get": _op(
+                "Capacity trends from sweeps, with regression flags", tag="runs", role="viewer", errors=(429,),
+                params=(_param("scenario", "query", text(100), "one scenario"),
+                        _param("target", "query", text(2000), "one target URL"),
+                        _param("since", "query", DATE_TIME, "sweeps that ended at or after")),
+                ok={"200": _json(ref("CapacityTrends"), "One series per scenario, target, retry variant, mode "
+                                 "and attainment target; a point per succeeded sweep.")},
                 description=EXPENSIVE,
             ),
         },
@@ -282,6 +309,7 @@ OPERATION_IDS = {
     "POST /api/v1/runs": "createRun", "GET /api/v1/runs": "listRuns", "GET /api/v1/runs/{run_id}": "getRun",
     "GET /api/v1/runs/{run_id}/timeseries": "getRunTimeseries", "GET /api/v1/runs/{run_id}/outcomes": "listRunOutcomes",
     "POST /api/v1/runs/{run_id}/abort": "abortRun", "GET /api/v1/trends": "getTrends",
+    "POST /api/v1/sweeps": "createSweep", "GET /api/v1/trends/capacity": "getCapacityTrends",
     "GET /api/v1/scenarios": "listScenarios", "POST /api/v1/scenarios/validate": "validateScenario",
     "GET /api/v1/scenarios/{name}": "getScenario", "PUT /api/v1/scenarios/{name}": "registerScenario",
     "POST /api/v1/schedules": "createSchedule", "GET /api/v1/schedules": "listSchedules",
@@ -298,6 +326,7 @@ OPERATION_IDS = {
 # What a created resource's id leads to (OpenAPI links: clients and schemathesis follow them).
 LINKS = {
     ("POST /api/v1/runs", ("202", "200")): ("run_id", ("getRun", "getRunTimeseries", "listRunOutcomes", "abortRun")),
+    ("POST /api/v1/sweeps", ("202", "200")): ("run_id", ("getRun", "abortRun")),
     ("POST /api/v1/schedules", ("201",)): (
         "schedule_id",
         ("getSchedule", "replaceSchedule", "pauseSchedule", "resumeSchedule", "getNextFireTimes", "deleteSchedule"),

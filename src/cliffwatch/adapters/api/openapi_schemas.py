@@ -11,8 +11,9 @@ from typing import Any
 
 from cliffwatch.domain.outcomes import Outcome
 from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.runs import CatchUp, Role, ScenarioSource, Trigger
+from cliffwatch.domain.runs import CatchUp, Role, RunKind, ScenarioSource, Trigger
 from cliffwatch.domain.scenario import MAX_SEED
+from cliffwatch.domain.sweep_spec import MAX_VARIANTS, SweepArrival, SweepMode
 from cliffwatch.domain.trends import Bucket
 
 Schema = dict[str, Any]
@@ -57,15 +58,56 @@ OVERRIDES = obj(
     },
     required=(),
 )
+POSITIVE: Schema = {"type": "number", "exclusiveMinimum": 0}
+# The sweep's parameters (docs/sweep.md). The schema holds each field's own bounds; the rules between fields
+# (a range or auto, stop above start) are the service's, answered with 422 sweep-invalid.
+SWEEP_SPEC = obj(
+    {
+        "mode": {"enum": [m.value for m in SweepMode], "default": SweepMode.RATE.value},
+        "start": nullable({**POSITIVE, "description": "the first rate (req/s, or clients in concurrency mode)"}),
+        "stop": nullable({**POSITIVE, "description": "the last rate of the coarse range; null with auto"}),
+        "auto": {"type": "boolean", "default": False, "description": "double from start up to max_rate"},
+        "target": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1, "default": 0.99,
+                   "description": "the SLO attainment a usable rate must meet"},
+        "trials": {"type": "integer", "minimum": 1, "maximum": 10, "default": 3},
+        "step_s": {"type": "number", "minimum": 1, "maximum": 600, "default": 20},
+        "warmup_s": {"type": "number", "minimum": 0, "maximum": 300, "default": 5},
+        "cooldown_s": {"type": "number", "minimum": 0, "maximum": 300, "default": 3},
+        "arrival": {"enum": [a.value for a in SweepArrival], "default": SweepArrival.POISSON.value},
+        "coarse_steps": {"type": "integer", "minimum": 2, "maximum": 50, "default": 6},
+        "resolution": {"type": "number", "exclusiveMinimum": 0, "maximum": 0.5, "default": 0.05},
+        "max_steps": {"type": "integer", "minimum": 2, "maximum": 200, "default": 30},
+        "max_rate": {**POSITIVE, "default": 1000},
+        "variants": {"type": "array", "minItems": 1, "maxItems": MAX_VARIANTS, "uniqueItems": True,
+                     "items": {"type": "string",
+                               "pattern": "^(none|as-written|(immediate|exponential|budget):([1-9]|10))$"},
+                     "description": "client retry policies to repeat the sweep under", "default": ["as-written"]},
+        "confidence": {"type": "number", "minimum": 0.5, "maximum": 0.999, "default": 0.95},
+    },
+    required=(),
+)  # fmt: skip
+SWEEP_SPEC["examples"] = [{"auto": True, "step_s": 10, "warmup_s": 2, "variants": ["as-written", "none"]},
+                          {"start": 2, "stop": 20, "arrival": "constant", "target": 0.95}]  # fmt: skip
+_SCENARIO_CHOICE = {
+    "scenario": text(100, description="a bundled or registered scenario's name"),
+    "document": {**ANY_OBJECT, "description": "a whole scenario document, run as it is"},
+    "overrides": ref("Overrides"),
+}
 RUN_CREATE: Schema = {
     **obj(
-        {"scenario": text(100, description="a bundled or registered scenario's name"),
-         "document": {**ANY_OBJECT, "description": "a whole scenario document, run as it is"},
-         "overrides": ref("Overrides")},
+        {**_SCENARIO_CHOICE,
+         "kind": {"enum": [k.value for k in RunKind], "default": RunKind.RUN.value,
+                  "description": "sweep: a capacity sweep over the scenario's target (give sweep too)"},
+         "sweep": ref("SweepSpec")},
         required=(),
     ),
     "oneOf": [{"required": ["scenario"]}, {"required": ["document"]}],
     "examples": [{"scenario": "burst-storm", "overrides": {"target_url": "http://127.0.0.1:8000", "seed": 7}}],
+}  # fmt: skip
+SWEEP_CREATE: Schema = {
+    **obj({**_SCENARIO_CHOICE, "sweep": ref("SweepSpec")}, required=("sweep",)),
+    "oneOf": [{"required": ["scenario"]}, {"required": ["document"]}],
+    "examples": [{"scenario": "burst-storm", "sweep": {"auto": True, "step_s": 10, "warmup_s": 2}}],
 }  # fmt: skip
 RUN_LINKS = obj({"self": {"type": "string"}, "timeseries": {"type": "string"}, "outcomes": {"type": "string"}})
 RUN_PROPERTIES: dict[str, Schema] = {
@@ -90,6 +132,9 @@ RUN_PROPERTIES: dict[str, Schema] = {
     "score_version": nullable({"type": "string"}),
     "passed": nullable({"type": "boolean"}),
     "verdicts": {"type": "array", "items": {"type": "string"}},
+    "kind": {"enum": [k.value for k in RunKind]},
+    "sweep": nullable(ref("SweepSpec")),
+    "usable_rps": nullable({**NUMBER, "description": "a finished sweep's usable capacity (its first variant)"}),
     "links": RUN_LINKS,
 }
 COMPONENT = obj(
@@ -156,9 +201,12 @@ SCHEDULE_WRITE = obj(
         "overrides": ref("Overrides"),
         "enabled": {"type": "boolean", "default": True},
         "catch_up": {"enum": [c.value for c in CatchUp], "default": CatchUp.SKIP.value},
+        "kind": {"enum": [k.value for k in RunKind], "default": RunKind.RUN.value,
+                 "description": "what each fire queues; sweep needs sweep"},
+        "sweep": ref("SweepSpec"),
     },
     required=("name", "cron", "timezone", "scenario"),
-)
+)  # fmt: skip
 SCHEDULE_WRITE["examples"] = [{"name": "weekday game day", "cron": "0 9 * * 1-5", "timezone": "Europe/Berlin",
                                "scenario": "burst-storm", "catch_up": "skip"}]  # fmt: skip
 SCHEDULE = obj(
@@ -174,6 +222,8 @@ SCHEDULE = obj(
         "created_at": DATE_TIME,
         "created_by": {"type": "string"},
         "last_fire_time": nullable(DATE_TIME),
+        "kind": {"enum": [k.value for k in RunKind]},
+        "sweep": nullable(ref("SweepSpec")),
     }
 )
 TREND_POINT = obj(
@@ -196,6 +246,35 @@ TREND_SERIES = obj(
         "summary": {"type": "string"},
     }
 )
+CAPACITY_POINT = obj(
+    {
+        "at": DATE_TIME,
+        "run": {"type": "string"},
+        "usable": nullable({**NUMBER, "description": "null: no rate tried met the target"}),
+        "first_bad": nullable({**NUMBER, "description": "null: no cliff found up to the highest rate"}),
+        "on_point_estimate": {"type": "boolean"},
+    }
+)
+CAPACITY_SERIES = obj(
+    {
+        "scenario": {"type": "string"},
+        "target_url": {"type": "string"},
+        "variant": {"type": "string"},
+        "mode": {"enum": [m.value for m in SweepMode]},
+        "unit": {"type": "string"},
+        "target": NUMBER,
+        "points": {"type": "array", "items": CAPACITY_POINT},
+        "trailing_median": nullable(NUMBER),
+        "regression": {"type": "boolean"},
+        "summary": {"type": "string"},
+    }
+)
+# A sweep's result document as it is stored (docs/sweep.md); open, so new fields of the format pass.
+SWEEP_RESULT = obj(
+    {"format": {"type": "integer"}, "kind": {"const": "sweep"}, "status": {"type": "string"},
+     "variants": {"type": "array", "items": ANY_OBJECT}},
+    closed=False,
+)  # fmt: skip
 TOKEN_PROPERTIES: dict[str, Schema] = {
     "id": {"type": "string"},
     "name": {"type": "string"},
@@ -223,7 +302,18 @@ SCHEMAS: dict[str, Schema] = {
     "Overrides": OVERRIDES,
     "RunCreate": RUN_CREATE,
     "Run": obj(RUN_PROPERTIES),
-    "RunDetail": obj({**RUN_PROPERTIES, "result": nullable(RESULT)}),
+    "RunDetail": obj(
+        {
+            **RUN_PROPERTIES,
+            "result": {
+                "anyOf": [RESULT, SWEEP_RESULT, {"type": "null"}],
+                "description": "a run's result, or a sweep's document",
+            },
+        }
+    ),
+    "SweepSpec": SWEEP_SPEC,
+    "SweepCreate": SWEEP_CREATE,
+    "CapacityTrends": obj({"series": {"type": "array", "items": CAPACITY_SERIES}}),
     "RunPage": obj({"runs": {"type": "array", "items": ref("Run")}, "next_cursor": nullable({"type": "string"})}),
     "ReasonBody": REASON_BODY,
     "Timeseries": obj({"run_id": {"type": "string"}, "rows": {"type": "array", "items": ANY_OBJECT}}),

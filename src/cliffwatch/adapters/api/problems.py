@@ -29,6 +29,7 @@ from cliffwatch.domain.errors import (
     ScheduleInvalid,
     ScheduleNotFound,
     StoreUnavailable,
+    SweepInvalid,
     TargetConfigInvalid,
     TargetNotAllowed,
     TargetUnreachable,
@@ -101,6 +102,10 @@ def _scenario_invalid(exc: ScenarioInvalid) -> ApiError:
     return invalid(422, "scenario-invalid", "Invalid scenario", problems, "the scenario")
 
 
+def _sweep_invalid(exc: SweepInvalid) -> ApiError:
+    return invalid(422, "sweep-invalid", "Invalid sweep", exc.problems, "the sweep")
+
+
 def _target_config_invalid(exc: TargetConfigInvalid) -> ApiError:
     return invalid(422, "target-config-invalid", "Invalid built-in target", exc.problems, "the built-in target")
 
@@ -149,6 +154,7 @@ def _store_unavailable(exc: StoreUnavailable) -> ApiError:
 # Every error in domain/errors.py (and the settings'), with its status; a test holds the table complete.
 ERRORS: dict[type[CliffwatchError], _Mapping] = {
     ScenarioInvalid: _Mapping(status=422, slug="scenario-invalid", title="Invalid scenario", extend=_scenario_invalid),
+    SweepInvalid: _Mapping(status=422, slug="sweep-invalid", title="Invalid sweep", extend=_sweep_invalid),
     TargetConfigInvalid: _Mapping(
         status=422, slug="target-config-invalid", title="Invalid built-in target", extend=_target_config_invalid
     ),

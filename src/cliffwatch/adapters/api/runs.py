@@ -1,8 +1,10 @@
-"""Handlers for runs and trends: parse the request, call the service, shape the answer. Nothing else.
+"""Handlers for runs, sweeps and trends: parse the request, call the service, shape the answer. Nothing else.
 
 Run creation answers 202 (the run is queued; a worker executes it later) with the run and its
 ``Location``; repeating a request with the same ``Idempotency-Key`` answers 200 with the run the first
-one queued. Keys are scoped to the token that sends them, so two clients cannot collide.
+one queued. Keys are scoped to the token that sends them, so two clients cannot collide. A sweep is a run
+of kind sweep: ``POST /sweeps`` (or ``POST /runs`` with ``kind: sweep``) queues one, with its ``sweep``
+parameters judged by ``parse_sweep_spec`` (422 ``sweep-invalid`` naming each ``sweep.…`` field).
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from cliffwatch.adapters.api.requests import Body, Query, read_json, read_overri
 from cliffwatch.adapters.api.views import outcome_view, run_detail, run_location, run_view
 from cliffwatch.domain.errors import Problem
 from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.runs import Overrides, RunQuery, Trigger
+from cliffwatch.domain.runs import Overrides, RunKind, RunQuery, Trigger
+from cliffwatch.domain.sweep_spec import parse_sweep_spec
 from cliffwatch.domain.trends import Bucket
 from cliffwatch.services.runs import RunRequest
 
@@ -29,14 +32,29 @@ _IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,200}")  # visible ASCII: it is sto
 
 
 async def create_run(request: web.Request) -> web.Response:
+    return await _create(request, sweep_endpoint=False)
+
+
+async def create_sweep(request: web.Request) -> web.Response:
+    return await _create(request, sweep_endpoint=True)
+
+
+async def _create(request: web.Request, *, sweep_endpoint: bool) -> web.Response:
     Query(request.query).close()
     body = Body(await read_json(request))
     scenario = body.string("scenario", max_length=100)
     document = body.document("document")
     overrides = read_overrides(body.child("overrides"))
+    kind = RunKind.SWEEP if sweep_endpoint else (body.choice("kind", RunKind) or RunKind.RUN)
+    sweep = body.document("sweep")
     if (scenario is None) == (document is None) and not body.problems:
         body.problems.append(Problem(path="", message="give either scenario (a name) or document (a scenario)"))
+    if kind is RunKind.SWEEP and sweep is None and "sweep" not in body.data:
+        body.problems.append(Problem(path="sweep", message="is required for a sweep (its rates, steps and target)"))
+    if kind is RunKind.RUN and sweep is not None:
+        body.problems.append(Problem(path="sweep", message="is for sweeps: set kind to sweep, or POST /api/v1/sweeps"))
     body.close()
+    spec = None if sweep is None else parse_sweep_spec(sweep, "sweep")  # SweepInvalid: 422 sweep-invalid
     token = caller(request)
     key = request.headers.get("Idempotency-Key")
     if key is not None and not _IDEMPOTENCY_KEY.fullmatch(key):
@@ -49,6 +67,7 @@ async def create_run(request: web.Request) -> web.Response:
             idempotency_key=None if key is None else f"{token.id}:{key}",
             trigger=Trigger.API,
             triggered_by=token.name,
+            sweep=spec,
         )
     )
     return web.json_response(
@@ -61,6 +80,7 @@ async def list_runs(request: web.Request) -> web.Response:
     run_query = RunQuery(
         scenario=query.string("scenario", max_length=100),
         status=query.choice("status", RunStatus),
+        kind=query.choice("kind", RunKind),
         schedule_id=query.string("schedule", max_length=100),
         since=query.timestamp("since"),
         until=query.timestamp("until"),
@@ -141,3 +161,13 @@ async def trends(request: web.Request) -> web.Response:
     query.close()
     series = await services(request).trends.series(scenario=scenario, target_url=target, since=since, bucket=bucket)
     return web.json_response({"bucket": bucket.value, "series": [s.to_dict() for s in series]})
+
+
+async def capacity_trends(request: web.Request) -> web.Response:
+    query = Query(request.query)
+    scenario = query.string("scenario", max_length=100)
+    target = query.string("target", max_length=2_000)
+    since = query.timestamp("since")
+    query.close()
+    series = await services(request).trends.capacity(scenario=scenario, target_url=target, since=since)
+    return web.json_response({"series": [s.to_dict() for s in series]})

@@ -2,7 +2,8 @@
 
 A schedule's body is the same on create and replace (PUT replaces what a client sets, as a whole); the
 service judges the cron expression, the time zone, the scenario and the overrides, and answers 422
-``schedule-invalid`` with every problem.
+``schedule-invalid`` with every problem. ``kind: sweep`` with a ``sweep`` object makes each fire queue a
+capacity sweep; its parameters are judged as ``POST /sweeps`` judges them (422 ``sweep-invalid``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ from aiohttp import web
 from cliffwatch.adapters.api.context import caller, services
 from cliffwatch.adapters.api.requests import Body, Query, read_json, read_overrides
 from cliffwatch.adapters.api.views import API_PREFIX, schedule_view, timestamp
-from cliffwatch.domain.runs import CatchUp, Overrides
+from cliffwatch.domain.errors import Problem
+from cliffwatch.domain.runs import CatchUp, Overrides, RunKind
+from cliffwatch.domain.sweep_spec import parse_sweep_spec
 from cliffwatch.services.schedules import MAX_NAME_LENGTH, MAX_NEXT_FIRE_TIMES, ScheduleSpec
 
 DEFAULT_NEXT = 5
@@ -27,7 +30,14 @@ async def _read_spec(request: web.Request) -> ScheduleSpec:
     overrides = read_overrides(body.child("overrides"))
     enabled = body.boolean("enabled")
     catch_up = body.choice("catch_up", CatchUp)
+    kind = body.choice("kind", RunKind) or RunKind.RUN
+    sweep = body.document("sweep")
+    if kind is RunKind.SWEEP and sweep is None and "sweep" not in body.data:
+        body.problems.append(Problem(path="sweep", message="is required when kind is sweep"))
+    if kind is RunKind.RUN and sweep is not None:
+        body.problems.append(Problem(path="sweep", message="is for sweeps: set kind to sweep"))
     body.close()
+    spec = None if sweep is None else parse_sweep_spec(sweep, "sweep")
     # close() refused the body when a required field was missing or wrong
     assert name is not None
     assert cron is not None
@@ -41,6 +51,7 @@ async def _read_spec(request: web.Request) -> ScheduleSpec:
         overrides=overrides or Overrides(),
         enabled=True if enabled is None else enabled,
         catch_up=catch_up or CatchUp.SKIP,
+        sweep=spec,
     )
 
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from cliffwatch.domain.runs import ApiToken, Overrides, Run, ScenarioVersion, Schedule, StoredOutcome
+from cliffwatch.domain.runs import ApiToken, Overrides, Run, RunKind, ScenarioVersion, Schedule, StoredOutcome
 
 API_PREFIX = "/api/v1"
 
@@ -54,6 +54,9 @@ def run_view(run: Run) -> dict[str, Any]:
         "score_version": run.score_version,
         "passed": run.passed,
         "verdicts": list(run.verdicts),
+        "kind": run.kind.value,
+        "sweep": None if run.sweep is None else run.sweep.to_dict(),
+        "usable_rps": run.usable_rps,
         "links": {
             "self": run_location(run.id),
             "timeseries": f"{run_location(run.id)}/timeseries",
@@ -65,11 +68,15 @@ def run_view(run: Run) -> dict[str, Any]:
 def run_detail(run: Run) -> dict[str, Any]:
     """A run with what its result says: the phases, the score with its components, the verdicts explained.
 
-    ``result`` is null until the run ends with one; the time series has its own endpoint.
+    ``result`` is null until the run ends with one; the time series has its own endpoint. A sweep's result is
+    its whole sweep document (docs/sweep.md): every step, every settled rate, the verdict per variant.
     """
     view = run_view(run)
     result = run.result
-    view["result"] = None if result is None else _result_view(result)
+    if result is None:
+        view["result"] = None
+    else:
+        view["result"] = dict(result) if run.kind is RunKind.SWEEP else _result_view(result)
     return view
 
 
@@ -109,6 +116,8 @@ def schedule_view(schedule: Schedule) -> dict[str, Any]:
         "created_at": timestamp(schedule.created_at),
         "created_by": schedule.created_by,
         "last_fire_time": timestamp(schedule.last_fire_time),
+        "kind": schedule.kind.value,
+        "sweep": None if schedule.sweep is None else schedule.sweep.to_dict(),
     }
 
 
