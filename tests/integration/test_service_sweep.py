@@ -1,0 +1,69 @@
+"""A short real sweep through a served `cliffwatch serve` process, on SQLite and PostgreSQL: queued through
+the API, executed by the worker against the built-in target, its document, usable capacity and capacity
+trend read back through the API."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_service_api import REPO, SMALL, call, free_port
+
+pytestmark = pytest.mark.slow
+
+SWEEP = {"start": 4, "stop": 40, "coarse_steps": 2, "max_steps": 4, "trials": 1, "step_s": 1, "warmup_s": 0,
+         "cooldown_s": 0, "arrival": "constant", "variants": ["as-written", "none"]}  # fmt: skip
+
+
+def sweep_through_a_served_instance(database_url: str, tmp_path: Path) -> None:
+    port = free_port()
+    env = {**os.environ, "CLIFFWATCH_DATABASE_URL": database_url, "CLIFFWATCH_STATE_DIR": str(tmp_path / "state"),
+           "CLIFFWATCH_LISTEN_PORT": str(port), "CLIFFWATCH_LOG_FORMAT": "json"}  # fmt: skip
+    admin = subprocess.run([sys.executable, "-m", "cliffwatch", "token", "create", "--role", "admin"], cwd=REPO,
+                           env=env, capture_output=True, text=True, check=True, timeout=60).stdout.strip()  # fmt: skip
+    process = subprocess.Popen([sys.executable, "-m", "cliffwatch", "serve"], cwd=REPO, env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    try:
+        assert process.stdout is not None
+        assert "listening on" in process.stdout.readline()
+        assert call(base, admin, "PUT", "/api/v1/scenarios/small", SMALL)[0] in (200, 201)
+        status, queued = call(base, admin, "POST", "/api/v1/sweeps", {"scenario": "small", "sweep": SWEEP})
+        assert status == 202, queued
+        assert (queued["kind"], queued["status"]) == ("sweep", "queued")
+        deadline = time.monotonic() + 90
+        while (run := call(base, admin, "GET", f"/api/v1/runs/{queued['id']}")[1])["status"] in ("queued", "running"):
+            assert time.monotonic() < deadline, run
+            time.sleep(0.3)
+        assert run["status"] == "succeeded", run["reason"]
+        document: dict[str, Any] = run["result"]
+        assert (document["kind"], document["status"]) == ("sweep", "succeeded")
+        assert [v["variant"] for v in document["variants"]] == ["as-written", "none"]
+        first = document["variants"][0]["result"]
+        assert first["steps"], "the sweep measured nothing"
+        assert run["usable_rps"] == first["usable_rps"]
+        assert run["score"] is None
+        assert [r["id"] for r in call(base, admin, "GET", "/api/v1/runs?kind=sweep")[1]["runs"]] == [queued["id"]]
+        assert call(base, admin, "GET", "/api/v1/runs?kind=run")[1]["runs"] == []
+        series = call(base, admin, "GET", "/api/v1/trends/capacity?scenario=small")[1]["series"]
+        assert sorted(s["variant"] for s in series) == ["as-written", "none"]
+        assert all(len(s["points"]) == 1 for s in series)
+    finally:
+        process.terminate()
+        process.communicate(timeout=30)
+
+
+def test_a_real_sweep_through_a_served_instance_on_sqlite(tmp_path: Path) -> None:
+    sweep_through_a_served_instance(f"sqlite+aiosqlite:///{tmp_path / 'cw.db'}", tmp_path)
+
+
+def test_a_real_sweep_through_a_served_instance_on_postgresql(postgres: Any, tmp_path: Path) -> None:
+    url = asyncio.run(postgres.create_database(f"sweep_{uuid.uuid4().hex[:8]}"))
+    sweep_through_a_served_instance(url, tmp_path)
