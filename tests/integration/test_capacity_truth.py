@@ -66,21 +66,34 @@ def scenario(target: dict[str, Any], slo: dict[str, Any]) -> Any:
 
 
 async def sweep(tmp_path: Any, scenario_: Any, spec: SweepSpec) -> tuple[CapacityResult, float]:
+    """The sweep's result and how long it took (its last attempt).
+
+    A sweep with a generator-limited step below its first bad rate is run once more. Such a step measured
+    this machine, not the target: with ~35 requests a step, one send delayed 10 ms by a busy shared core
+    is the p99 schedule lag. And an invalid first step would cap the search below the truth.
+    """
     allowlist, _ = parse_allowlist(DEFAULT_ALLOWLIST)
     assert allowlist is not None
     settings = Settings(allowlist=allowlist, state_dir=tmp_path)
-    started = time.monotonic()
-    async with prepare_sweep(settings, scenario_, spec, observer=CollectingObserver()) as handle:
-        outcome = await handle.run()
-    elapsed = time.monotonic() - started
-    assert outcome.status is RunStatus.SUCCEEDED, outcome.reason
-    (report,) = outcome.reports
-    return report.result, elapsed
+    for attempt in (1, 2):
+        started = time.monotonic()
+        async with prepare_sweep(settings, scenario_, spec, observer=CollectingObserver()) as handle:
+            outcome = await handle.run()
+        elapsed = time.monotonic() - started
+        assert outcome.status is RunStatus.SUCCEEDED, outcome.reason
+        (report,) = outcome.reports
+        result = report.result
+        first_bad = result.first_bad_rps
+        if not any(s.generator_limited and (first_bad is None or s.rate < first_bad) for s in result.steps):
+            break  # none, or only above a rate that was measured bad anyway: the answer stands
+        print(f"attempt {attempt} had a generator-limited step below the cliff: {describe(result)}")
+    return result, elapsed
 
 
 def describe(result: CapacityResult) -> str:
     steps = ", ".join(
         f"{s.rate:g}: {s.on_time}/{s.offered} on time, {s.late} late, {s.shed} shed ({s.fast_shed} fast)"
+        + (f" generator-limited: {'; '.join(s.generator_reasons)}" if s.generator_limited else "")
         for s in result.steps
     )
     return f"usable {result.usable_rps} ({result.finished_because}); steps {steps}"
