@@ -29,6 +29,7 @@ from cliffwatch.adapters.store.migrate import upgrade
 from cliffwatch.bootstrap import clean_up_leftover_faults, prepare_run, toxiproxy_unavailable
 from cliffwatch.bootstrap_service import open_store, serve, utc_now
 from cliffwatch.cli_report import add_parser as add_report_parser
+from cliffwatch.cli_sweep import add_parser as add_sweep_parser
 from cliffwatch.config import Settings, SettingsInvalid, describe_settings
 from cliffwatch.domain.errors import (
     BuiltinTargetFailed,
@@ -92,6 +93,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--threshold", type=float, help="override the pass mark (0-100)")
     run.add_argument("--json", type=Path, dest="json_path", help="write the full result as JSON to this file")
     run.set_defaults(handler=_run)
+
+    add_sweep_parser(commands)
 
     validate = commands.add_parser("validate", help="check scenario files; exit 1 listing every problem")
     validate.add_argument("files", nargs="+")

@@ -41,9 +41,11 @@ class SweepSpec:
     auto: bool = False
     target: float = 0.99  # SLO attainment a usable rate must meet
     trials: int = 3  # most measurements at one rate while its interval straddles the target
-    step_s: float = 20.0  # the measured window of each step
-    warmup_s: float = 5.0  # before it, at the same rate, not measured
-    cooldown_s: float = 3.0  # idle time after each step, so the target's queues drain
+    # A step lasts about warm-up + window + in-flight tail + cool-down: 15–20 s with these, so that
+    # `cliffwatch sweep burst-storm --auto` (about 9 steps) ends in about 3 minutes (docs/sweep.md).
+    step_s: float = 10.0  # the measured window of each step
+    warmup_s: float = 4.0  # before it, at the same rate, not measured
+    cooldown_s: float = 1.0  # idle time after each step (once nothing is in flight), so the target's queues drain
     arrival: SweepArrival = SweepArrival.POISSON
     coarse_steps: int = 6
     resolution: float = 0.05  # bisection stops when (first bad − last good) / first bad ≤ this
@@ -195,9 +197,20 @@ def parse_sweep_options(options: Mapping[str, Any]) -> SweepSpec:
     try:
         return parse_sweep_spec(given, path="")
     except SweepInvalid as exc:
-        flags = {"start": "--from", "stop": "--to", "target": "--attainment", "step_s": "--step-seconds"}
-        renamed = [
-            type(p)(path=flags.get(p.path, f"--{p.path.replace('_', '-')}") if p.path else "", message=p.message)
-            for p in exc.problems
-        ]
+        flags = {
+            "start": "--from",
+            "stop": "--to",
+            "target": "--attainment",
+            "step_s": "--step-seconds",
+            "warmup_s": "--warmup-seconds",
+            "cooldown_s": "--cooldown-seconds",
+            "mode": "--concurrency",
+            "variants": "--retry-variants",
+        }
+
+        def flag(path: str) -> str:
+            name, bracket, rest = path.partition("[")  # variants[1] → --retry-variants[1]
+            return flags.get(name, f"--{name.replace('_', '-')}") + bracket + rest if path else ""
+
+        renamed = [type(p)(path=flag(p.path), message=p.message) for p in exc.problems]
         raise SweepInvalid(renamed, source="sweep options") from exc

@@ -1,0 +1,209 @@
+"""Terminal output of a capacity sweep: a line per step while it runs, then a table per retry variant,
+the capacity summary and verdict, and (with several variants) how each moved the cliff."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from cliffwatch.domain.capacity import CapacityResult, SettledRate, StepStats, StepVerdict
+from cliffwatch.domain.ports import ProgressObserver
+from cliffwatch.services.sweep import SweepOutcome, SweepReport
+
+_VERDICT_STYLE = {
+    StepVerdict.GOOD: "green",
+    StepVerdict.BAD: "red",
+    StepVerdict.INVALID: "yellow",
+    StepVerdict.UNSURE: "dim",
+}
+
+
+def _num(value: float | None) -> str:
+    """Three significant digits, without an exponent for the sizes a sweep meets."""
+    if value is None:
+        return "–"
+    if value == 0 or abs(value) >= 100:
+        return f"{value:,.0f}"
+    return f"{value:.3g}"
+
+
+def _pct(value: float | None, digits: int = 0) -> str:
+    return "–" if value is None else f"{value:.{digits}%}"
+
+
+def _ms(value: float | None) -> str:
+    if value is None:
+        return "–"
+    return f"{value / 1000:.2f} s" if value >= 1000 else f"{value:.0f} ms"
+
+
+def verdict_text(verdict: StepVerdict, *, on_point_estimate: bool = False) -> str:
+    if verdict is StepVerdict.INVALID:
+        return "invalid (generator)"
+    if verdict is StepVerdict.UNSURE:
+        return "unsure: again"
+    return f"{verdict.value} (on point estimate)" if on_point_estimate else verdict.value
+
+
+def attainment_text(step: StepStats) -> str:
+    if step.attainment is None:
+        return "–"
+    interval = step.interval()
+    return f"{step.attainment:.1%} [{interval.low:.1%}–{interval.high:.1%}]"
+
+
+class SweepConsoleObserver:
+    """A ``SweepObserver`` that notes each step as it starts and ends on the progress display."""
+
+    def __init__(self, progress: ProgressObserver, *, unit: str = "req/s") -> None:
+        self.progress = progress
+        self.unit = unit
+
+    def step_started(self, variant: str, rate: float, trial: int) -> None:
+        again = f", trial {trial}" if trial > 1 else ""
+        self.progress.note(f"{variant}: step at {_num(rate)} {self.unit}{again}")
+
+    def step_finished(self, variant: str, step: StepStats, verdict: StepVerdict) -> None:
+        limited = f"  generator limited: {'; '.join(step.generator_reasons)}" if step.generator_limited else ""
+        self.progress.note(
+            f"{variant}: {_num(step.rate)} {self.unit} → on time {attainment_text(step)}, "
+            f"goodput {_num(step.goodput_rps)}/s, tokens {_num(step.tokens_per_s)}/s, "
+            f"p99 e2e {_ms(step.e2e_ms.get('p99'))}: {verdict_text(verdict)}{limited}"
+        )
+
+
+def step_table(report: SweepReport) -> Table:
+    """Every step of one variant, in the order measured, with its rate's settled verdict on its last trial
+    (``*``: settled on the point estimate). The JSON has every figure; this is the readable subset."""
+    result = report.result
+    title = f"{report.variant} (retry: {report.policy_description})"
+    table = Table(title=title, title_justify="left", show_edge=False, caption_justify="left")
+    headers = (
+        *(result.unit, "#", "n", "sent/s", "good/s", "on time", "95% CI", "tokens/s", "done/s"),
+        *("p99 TTFT", "p99 e2e", "shed", "tmo", "err", "amp", "verdict"),
+    )
+    for header in headers:
+        table.add_column(header, justify="left" if header == "verdict" else "right", no_wrap=True)
+    settled = {s.rate: s for s in result.rates}
+    last_trial = {step.rate: step.trial for step in result.steps}
+    estimated = False
+    for step in result.steps:
+        rate = settled.get(step.rate)
+        if step.trial < last_trial[step.rate] or rate is None:
+            verdict = "[dim]unsure: again[/]" if step.trial < last_trial[step.rate] else "–"
+        else:
+            style = _VERDICT_STYLE.get(rate.verdict, "")
+            verdict = f"[{style}]{verdict_text(rate.verdict)}{'*' if rate.on_point_estimate else ''}[/]"
+            estimated = estimated or rate.on_point_estimate
+        interval = step.interval()
+        table.add_row(
+            _num(step.rate),
+            str(step.trial),
+            str(step.offered),
+            _num(step.sent_rate),
+            _num(step.goodput_rps),
+            _pct(step.attainment, 1),
+            f"{interval.low * 100:.1f}–{interval.high * 100:.1f}",
+            _num(step.tokens_per_s),
+            _num(step.completions_per_s),
+            _ms(step.ttft_ms.get("p99")),
+            _ms(step.e2e_ms.get("p99")),
+            _pct(step.shed_share),
+            _pct(step.timeout_share),
+            _pct(step.error_share),
+            "–" if step.amplification is None else f"{step.amplification:.2f}",
+            verdict,
+        )
+    if estimated:
+        table.caption = "* settled on the point estimate: no further trial could clear the 95% interval (docs/sweep.md)"
+    return table
+
+
+def capacity_lines(result: CapacityResult) -> list[RenderableType]:
+    """The headline figures of one variant and its verdict sentence."""
+    unit = result.unit
+    if result.usable_rps is None:
+        usable = "[bold red]none[/]"
+    else:
+        usable = f"[bold]{_num(result.usable_rps)} {unit}[/]"
+        if result.usable_interval is not None:
+            interval = result.usable_interval
+            usable += f" (on time, 95% CI {_pct(interval.low, 1)}–{_pct(interval.high, 1)})"
+        if result.usable_on_point_estimate:
+            usable += " [yellow]on point estimate[/]"
+    peak_at = "" if result.peak_tokens_rate is None else f" at {_num(result.peak_tokens_rate)} {unit}"
+    lines: list[RenderableType] = [
+        Text.from_markup(
+            f"usable capacity at {result.target:.1%} on time: {usable}"
+            + ("" if result.first_bad_rps is None else f"; first failing {_num(result.first_bad_rps)} {unit}")
+        ),
+        Text(
+            f"peak tokens/s {_num(result.peak_tokens_per_s)}{peak_at}; peak completions/s "
+            f"{_num(result.peak_completions_per_s)}; cliff ratio (usable / peak-tokens rate) "
+            f"{_pct(result.cliff_ratio)}"
+        ),
+        Text.from_markup(f"[bold]verdict:[/] {result.verdict}"),
+        Text(f"search ended: {result.finished_because}", style="dim"),
+    ]
+    return lines
+
+
+def comparison(reports: Sequence[SweepReport]) -> Table:
+    """Several retry variants side by side: where each put the usable capacity and the cliff."""
+    table = Table(title="retry variants side by side", title_justify="left")
+    table.add_column("")
+    for report in reports:
+        table.add_column(report.variant, justify="right")
+    first = reports[0].result.usable_rps if reports else None
+
+    def row(label: str, values: Sequence[str]) -> None:
+        table.add_row(label, *values)
+
+    unit = reports[0].result.unit if reports else "req/s"
+    row("retry policy", [r.policy_description for r in reports])
+    row(f"usable capacity ({unit})", [_num(r.result.usable_rps) for r in reports])
+    row(f"vs {reports[0].variant}" if reports else "vs first", [_moved(first, r.result.usable_rps) for r in reports])
+    row(f"first failing ({unit})", [_num(r.result.first_bad_rps) for r in reports])
+    row("peak tokens/s", [_num(r.result.peak_tokens_per_s) for r in reports])
+    row("cliff ratio", [_pct(r.result.cliff_ratio) for r in reports])
+    row("capacity-constrained", [_constrained(r.result.constrained) for r in reports])
+    row("max attempts/request", [_max_amplification(r.result.rates) for r in reports])
+    return table
+
+
+def _moved(first: float | None, value: float | None) -> str:
+    if first is None or value is None or first == 0:
+        return "–"
+    return f"{value / first - 1:+.0%}"
+
+
+def _constrained(value: bool | None) -> str:
+    return "–" if value is None else ("yes" if value else "no")
+
+
+def _max_amplification(rates: Sequence[SettledRate]) -> str:
+    values = [s.amplification for r in rates for s in r.pooled.trials if s.amplification is not None]
+    return f"{max(values):.2f}" if values else "–"
+
+
+def sweep_report(outcome: SweepOutcome) -> RenderableType:
+    """The whole sweep: a headline, each variant's table and summary, and the comparison."""
+    status = outcome.status.value + ("" if outcome.reason is None else f": {outcome.reason}")
+    lines: list[RenderableType] = [
+        Text.from_markup(
+            f"[bold]{outcome.scenario.name}[/] capacity sweep  [dim]{status}, {outcome.duration_s:.0f}s, "
+            f"target {outcome.target_url}, {outcome.spec.arrival.value} arrivals, steps of "
+            f"{outcome.spec.step_s:g}s after {outcome.spec.warmup_s:g}s warm-up[/]"
+        )
+    ]
+    for report in outcome.reports:
+        lines.append(step_table(report))
+        lines.extend(capacity_lines(report.result))
+    if len(outcome.reports) > 1:
+        lines.append(comparison(outcome.reports))
+    if not outcome.reports:
+        lines.append(Text("no step was measured", style="yellow"))
+    return Group(*lines)

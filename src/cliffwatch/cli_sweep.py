@@ -1,0 +1,123 @@
+"""``cliffwatch sweep``: find a target's usable capacity (the highest rate that still meets the SLO
+attainment target) and say whether it is capacity-constrained. Thin, as ``cli``: parse, call, exit code.
+
+Exit codes as ``run``: 0 the sweep finished, 2 invalid input (naming the option), 3 the environment failed
+(target unreachable, or lost mid-sweep), 130 interrupted or aborted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from cliffwatch.adapters.console import ConsoleProgress
+from cliffwatch.adapters.result_files import write_document
+from cliffwatch.adapters.scenario_files import load_scenario
+from cliffwatch.adapters.sweep_console import SweepConsoleObserver, sweep_report
+from cliffwatch.bootstrap import clean_up_leftover_faults
+from cliffwatch.bootstrap_sweep import SweepOutcome, prepare_sweep
+from cliffwatch.config import Settings
+from cliffwatch.domain.result import RunStatus
+from cliffwatch.domain.scenario import Scenario, with_overrides
+from cliffwatch.domain.sweep_spec import VARIANT_HELP, SweepSpec, parse_sweep_options
+
+EXIT_DONE, EXIT_ENVIRONMENT, EXIT_INTERRUPTED = 0, 3, 130
+
+
+def add_parser(commands: Any) -> None:
+    """Adds the ``sweep`` command to the CLI's subparsers."""
+    sweep = commands.add_parser(
+        "sweep",
+        help="find the usable capacity: the highest rate that still meets the SLO attainment target",
+        description="Measures steady steps of increasing load against the scenario's target (its phases, "
+        "faults and abort guards are not used), then bisects to the cliff. See docs/sweep.md.",
+    )
+    sweep.add_argument("scenario", help="a scenario file, or the name of a bundled scenario")
+    sweep.add_argument("--from", dest="start", type=float, help="lowest rate of a range (req/s, or clients)")
+    sweep.add_argument("--to", dest="stop", type=float, help="highest rate of a range")
+    sweep.add_argument("--auto", action="store_true", default=None, help="double from a low rate until it fails")
+    sweep.add_argument("--attainment", dest="target", type=float, help="on-time share a usable rate needs (0.99)")
+    sweep.add_argument("--trials", type=int, help="most measurements of one rate while undecided (3)")
+    sweep.add_argument("--step-seconds", dest="step_s", type=float, help="measured window of each step")
+    sweep.add_argument("--warmup-seconds", dest="warmup_s", type=float, help="unmeasured lead-in of each step")
+    sweep.add_argument("--cooldown-seconds", dest="cooldown_s", type=float, help="idle time after each step")
+    sweep.add_argument("--arrival", choices=("poisson", "constant"), help="arrival process of rate steps")
+    sweep.add_argument(
+        "--concurrency", dest="mode", action="store_const", const="concurrency",
+        help="steps are numbers of closed-loop clients instead of arrival rates",
+    )  # fmt: skip
+    sweep.add_argument("--retry-variants", dest="variants", help=f"comma-separated: {VARIANT_HELP}")
+    sweep.add_argument("--max-rate", dest="max_rate", type=float, help="--auto never goes above this (1000)")
+    sweep.add_argument("--target", dest="target_url", help="send to this base URL instead of the scenario's")
+    sweep.add_argument("--seed", type=int, help="override the scenario's seed")
+    sweep.add_argument("--json", type=Path, dest="json_path", help="write the sweep result document here")
+    sweep.set_defaults(handler=run_sweep)
+
+
+def sweep_spec_from(args: argparse.Namespace) -> SweepSpec:
+    """The sweep's parameters from the options; raises ``SweepInvalid`` naming each bad option."""
+    options: dict[str, Any] = {
+        name: getattr(args, name)
+        for name in ("start", "stop", "auto", "target", "trials", "step_s", "warmup_s", "cooldown_s", "arrival")
+    }
+    options["mode"] = args.mode
+    options["max_rate"] = args.max_rate
+    options["variants"] = None if args.variants is None else [v.strip() for v in args.variants.split(",")]
+    return parse_sweep_options(options)
+
+
+def run_sweep(args: argparse.Namespace, settings: Settings) -> int:
+    spec = sweep_spec_from(args)
+    scenario = with_overrides(load_scenario(args.scenario), target_url=args.target_url, seed=args.seed)
+    outcome = asyncio.run(_execute(scenario, spec, settings))
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console = Console(highlight=False, width=170)
+    console.print(sweep_report(outcome))
+    if args.json_path is not None:
+        write_document(outcome.to_dict(), args.json_path)
+        console.print(f"sweep result written to {args.json_path}")
+    if outcome.status in (RunStatus.INTERRUPTED, RunStatus.ABORTED):
+        return EXIT_INTERRUPTED
+    if outcome.status is RunStatus.FAILED:
+        return EXIT_ENVIRONMENT
+    return EXIT_DONE
+
+
+async def _execute(scenario: Scenario, spec: SweepSpec, settings: Settings) -> SweepOutcome:
+    loop = asyncio.get_running_loop()
+    with ConsoleProgress() as progress:
+        report = await clean_up_leftover_faults(settings)
+        if not report.is_empty():
+            progress.note(report.summary())
+        unit = "clients" if spec.mode.value == "concurrency" else "req/s"
+        observer = SweepConsoleObserver(progress, unit=unit)
+        async with prepare_sweep(settings, scenario, spec, observer=progress, sweep_observer=observer) as sweep:
+            main_task = asyncio.current_task()
+            presses = 0
+
+            def on_signal() -> None:
+                nonlocal presses
+                presses += 1
+                if presses == 1:
+                    progress.note("interrupted: stopping the sweep (again to abandon it)")
+                    sweep.interrupt()
+                elif main_task is not None:
+                    main_task.cancel()
+
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, on_signal)
+            try:
+                progress.note(
+                    f"sweep {sweep.sweep_id}: {scenario.name} against {sweep.target_url}, at most "
+                    f"{spec.max_duration_s() / 60:.0f} min"
+                )
+                return await sweep.run()
+            finally:
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    loop.remove_signal_handler(sig)

@@ -1,0 +1,122 @@
+"""The step scenario a sweep runs, and the step statistics read from its measured phase."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from cliffwatch.domain.arrivals import Constant, Poisson
+from cliffwatch.domain.generator_health import GeneratorReport
+from cliffwatch.domain.histogram import Histogram
+from cliffwatch.domain.metrics import PhaseStats, PhaseWindow
+from cliffwatch.domain.outcomes import NS_PER_S, Outcome
+from cliffwatch.domain.plan import iter_plan
+from cliffwatch.domain.retry import RetryKind
+from cliffwatch.domain.scenario import Role, parse_scenario
+from cliffwatch.domain.sweep_plan import MEASURED, WARMUP, measured_index, step_scenario, step_seed, step_stats
+from cliffwatch.domain.sweep_spec import parse_sweep_spec, variant_policy
+
+SCENARIO = parse_scenario(
+    {
+        "name": "faulty",
+        "seed": 11,
+        "target": {"url": "http://127.0.0.1:8000", "via_proxy": "llm", "request": {"model": "m", "max_tokens": 8}},
+        "proxies": [{"name": "llm", "listen": "127.0.0.1:0", "upstream": "127.0.0.1:8000"}],
+        "slo": {"e2e_ms": 2000, "timeout_ms": 4000},
+        "client": {"retry": {"policy": "immediate", "max_retries": 1}},
+        "phases": [
+            {"name": "base", "role": "baseline", "duration_s": 5, "arrival": {"process": "poisson", "rate": 1}},
+            {
+                "name": "slow",
+                "role": "stress",
+                "duration_s": 5,
+                "arrival": {"process": "poisson", "rate": 3},
+                "retry": {"policy": "exponential", "max_retries": 3},
+                "faults": [{"proxy": "llm", "type": "latency", "attributes": {"latency": 100}}],
+            },
+        ],
+        "abort": {"baseline_unhealthy": {"min_on_time_ratio": 0.5}},
+    }
+)
+SPEC = parse_sweep_spec({"start": 1, "stop": 8, "step_s": 10, "warmup_s": 3})
+
+
+def test_a_step_is_a_warm_up_and_a_measured_window_at_the_rate_without_faults_proxies_or_guards() -> None:
+    step = step_scenario(SCENARIO, 4.0, SPEC, None)
+    assert [(p.name, p.role, p.duration_s) for p in step.phases] == [
+        (WARMUP, Role.BASELINE, 3),
+        (MEASURED, Role.STRESS, 10),
+    ]
+    assert all(p.arrival == Poisson(rate=4.0) and not p.faults for p in step.phases)
+    assert step.proxies == ()
+    assert step.target.via_proxy is None
+    assert step.abort.baseline is None
+    assert step.abort.error_rate is None
+    assert (step.target.url, step.slo, step.target.request) == (
+        SCENARIO.target.url,
+        SCENARIO.slo,
+        SCENARIO.target.request,
+    )
+    assert measured_index(step) == 1
+
+
+def test_without_warm_up_the_measured_window_is_the_only_phase() -> None:
+    spec = parse_sweep_spec({"start": 1, "stop": 8, "warmup_s": 0, "arrival": "constant"})
+    step = step_scenario(SCENARIO, 2.0, spec, None)
+    assert [p.name for p in step.phases] == [MEASURED]
+    assert step.phases[0].arrival == Constant(rate=2.0)
+    assert measured_index(step) == 0
+
+
+def test_as_written_keeps_the_scenarios_stress_retry_policy_and_a_variant_replaces_every_policy() -> None:
+    as_written = step_scenario(SCENARIO, 4.0, SPEC, None)
+    assert {as_written.retry_for(i).kind for i in range(2)} == {RetryKind.EXPONENTIAL}
+    none = step_scenario(SCENARIO, 4.0, SPEC, variant_policy("none"))
+    assert {none.retry_for(i).kind for i in range(2)} == {RetryKind.NONE}
+
+
+def test_each_step_and_trial_has_its_own_deterministic_seed() -> None:
+    seeds = {step_seed(SCENARIO, v, r, t) for v in ("none", "as-written") for r in (1.0, 2.0) for t in (1, 2)}
+    assert len(seeds) == 8
+    assert step_seed(SCENARIO, "none", 1.0, 1) == step_seed(SCENARIO, "none", 1.0, 1)
+    first, again = step_scenario(SCENARIO, 4.0, SPEC, None, trial=1), step_scenario(SCENARIO, 4.0, SPEC, None, trial=2)
+    assert [r.scheduled_ns for r in iter_plan(first)] != [r.scheduled_ns for r in iter_plan(again)]
+
+
+def test_a_step_needs_a_positive_rate() -> None:
+    with pytest.raises(ValueError, match="rate > 0"):
+        step_scenario(SCENARIO, 0.0, SPEC, None)
+
+
+def test_step_stats_reads_counts_rates_and_percentiles_from_the_measured_phase() -> None:
+    window = PhaseWindow(index=1, name=MEASURED, role=Role.STRESS, start_ns=3 * NS_PER_S, end_ns=13 * NS_PER_S)
+    phase = PhaseStats(window=window)
+    phase.offered = 40
+    phase.outcomes = Counter(
+        {Outcome.ON_TIME: 30, Outcome.LATE: 4, Outcome.SHED: 3, Outcome.TIMEOUT: 2, Outcome.NOT_SENT: 1}
+    )
+    phase.fast_shed = 2
+    phase.attempts = 45
+    phase.completions = 33
+    phase.output_tokens = 2_000.0
+    e2e = Histogram()
+    for value in range(1, 101):
+        e2e.add(float(value))
+    phase.latency["e2e"] = e2e
+    report = GeneratorReport(lag={}, max_stall_ms=0.0, cpu_busy=0.1, overflow=0, limited=True, reasons=("lagging",))
+    stats = step_stats(phase, report, rate=4.0, trial=2)
+    assert (stats.rate, stats.trial, stats.duration_s, stats.offered) == (4.0, 2, 10.0, 40)
+    assert (stats.on_time, stats.late, stats.shed, stats.fast_shed, stats.timeout, stats.error, stats.not_sent) == (
+        30, 4, 3, 2, 2, 0, 1,
+    )  # fmt: skip
+    assert stats.sent_rate == pytest.approx(3.9)
+    assert stats.goodput_rps == pytest.approx(3.0)
+    assert stats.completions_per_s == pytest.approx(3.3)
+    assert stats.tokens_per_s == pytest.approx(200.0)
+    assert stats.amplification == pytest.approx(45 / 39)
+    assert stats.e2e_ms["p50"] == pytest.approx(50, rel=0.02)
+    assert stats.e2e_ms["p99"] == pytest.approx(99, rel=0.02)
+    assert stats.ttft_ms == {"p50": None, "p90": None, "p99": None}
+    assert stats.generator_limited
+    assert stats.generator_reasons == ("lagging",)
