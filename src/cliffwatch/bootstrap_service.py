@@ -21,7 +21,7 @@ from aiohttp import web
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from cliffwatch.adapters.api.app import create_app
+from cliffwatch.adapters.api.app import MAX_LINE_SIZE, create_app
 from cliffwatch.adapters.api.context import ApiServices
 from cliffwatch.adapters.api.metrics import ServiceMetrics
 from cliffwatch.adapters.cron import ApschedulerCron
@@ -190,7 +190,7 @@ async def serve(settings: Settings, *, on_ready: Callable[[str], None] | None = 
     """Runs the service until ``stop`` is set (the CLI sets it on SIGTERM/SIGINT), then shuts down."""
     stop = stop or asyncio.Event()
     async with open_service(settings) as service:
-        runner = web.AppRunner(service.app, handle_signals=False, access_log=None)
+        runner = web.AppRunner(service.app, handle_signals=False, access_log=None, max_line_size=MAX_LINE_SIZE)
         await runner.setup()
         try:
             site = web.TCPSite(runner, settings.listen_host, settings.listen_port)

@@ -3,8 +3,8 @@ and roles, and limits on what it serves at once. ``create_app`` builds it from `
 
 from __future__ import annotations
 
-from cliffwatch.adapters.api.app import create_app
+from cliffwatch.adapters.api.app import MAX_LINE_SIZE, create_app
 from cliffwatch.adapters.api.context import ApiServices
 from cliffwatch.adapters.api.metrics import ServiceMetrics
 
-__all__ = ["ApiServices", "ServiceMetrics", "create_app"]
+__all__ = ["MAX_LINE_SIZE", "ApiServices", "ServiceMetrics", "create_app"]

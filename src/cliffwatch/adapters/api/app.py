@@ -16,6 +16,9 @@ from cliffwatch.config import Settings
 from cliffwatch.domain.runs import Role
 
 V1 = "/api/v1"
+# For ``web.AppRunner(max_line_size=...)``: a query string the document allows (a 2,000-character target of
+# 4-byte characters, percent-encoded) fits the request line: it gets the API's answer, not aiohttp's plain 400.
+MAX_LINE_SIZE = 32_768
 VIEWER, OPERATOR, ADMIN = Role.VIEWER, Role.OPERATOR, Role.ADMIN
 
 ROUTE_TABLE: tuple[Route, ...] = (
