@@ -69,8 +69,8 @@ async def sweep(tmp_path: Any, scenario_: Any, spec: SweepSpec) -> tuple[Capacit
     """The sweep's result and how long it took (its last attempt).
 
     A sweep with a generator-limited step below its first bad rate is run once more. Such a step measured
-    this machine, not the target: with ~35 requests a step, one send delayed 10 ms by a busy shared core
-    is the p99 schedule lag. And an invalid first step would cap the search below the truth.
+    this machine, not the target (two sends of ~35 delayed 10 ms by a busy shared core are enough), and an
+    invalid first step would cap the search below the truth.
     """
     allowlist, _ = parse_allowlist(DEFAULT_ALLOWLIST)
     assert allowlist is not None
