@@ -123,7 +123,8 @@ def parse_sweep_spec(data: object, path: str = "sweep") -> SweepSpec:
     reader.done()
     if auto is True and stop is not None:
         reader.error("stop", "give either a range (start and stop) or auto, not both")
-    if auto is False and (start is None or stop is None):
+    # A start or stop that was given but is wrong has its own problem already.
+    if auto is False and not (reader.data.get("start") is not None and reader.data.get("stop") is not None):
         reader.error(None, "give a range (start and stop) or set auto: true")
     if start is not None and stop is not None and not stop > start:
         reader.error("stop", f"must be > start ({start:g})")
