@@ -65,6 +65,8 @@ class Settings:
     api_max_body_bytes: int = 1 << 20
     api_max_expensive: int = 4
     trend_regression_margin: float = 5.0
+    ui_cookie_secure: bool = True  # the dashboard's session cookie is Secure (browsers keep it on loopback http)
+    ui_session_ttl_s: float = 8 * 3_600.0
 
     @property
     def fault_ledger_path(self) -> Path:
@@ -171,6 +173,17 @@ def _number(
     return parse
 
 
+def _boolean(raw: Any, env: Mapping[str, str]) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    value = _text(raw).lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"must be true or false, got {raw!r}")
+
+
 def _state_dir(raw: Any, env: Mapping[str, str]) -> Path:
     path = _expand_home(_text(raw), env)
     # A relative directory would give each working directory its own ledger, and a clean-up run from
@@ -261,6 +274,13 @@ SPECS: tuple[Spec, ...] = (
               "Retry-After. Default 4."),
     Spec(field="trend_regression_margin", env="CLIFFWATCH_TREND_REGRESSION_MARGIN", parse=_number(low=0, high=100),
          help="Score points below the trailing median that flag a regression; default 5."),
+    Spec(field="ui_cookie_secure", env="CLIFFWATCH_UI_COOKIE_SECURE", parse=_boolean,
+         help="Mark the dashboard's session cookie Secure (sent over HTTPS only; browsers also keep it for "
+              "http://127.0.0.1 and http://localhost). Set false only to reach the dashboard over plain HTTP "
+              "on another address, e.g. inside a private network; default true."),
+    Spec(field="ui_session_ttl_s", env="CLIFFWATCH_UI_SESSION_TTL_S", parse=_number(low=0, high=30 * 86_400,
+                                                                                  unit="seconds"),
+         help="How long a dashboard login lasts before the user must log in again; default 28800 (8 hours)."),
 )  # fmt: skip
 
 

@@ -269,3 +269,16 @@ control = sa.Table(
     sa.Column("value", FreeText, nullable=False),
     sa.Column("updated_at", UtcDateTime, nullable=False),
 )
+
+# Dashboard sessions (migration 0003): found by the SHA-256 of the id in the cookie, never by the id. A
+# session goes with its token: deleting the token deletes them, and a revoked token's are not answered.
+ui_sessions = sa.Table(
+    "ui_sessions",
+    metadata,
+    sa.Column("id_hash", sa.Text, primary_key=True),
+    sa.Column("token_id", sa.Text, sa.ForeignKey("api_tokens.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("created_at", UtcDateTime, nullable=False),
+    sa.Column("expires_at", UtcDateTime, nullable=False),
+    sa.Index(None, "expires_at"),  # the clean-up of expired sessions
+    sa.Index(None, "token_id"),
+)
