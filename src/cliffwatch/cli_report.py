@@ -1,6 +1,7 @@
-"""``cliffwatch report``: the HTML report of a run, from its result file or from the service's store.
+"""``cliffwatch report``: the HTML report of a run or a sweep, from its result file or from the service's store.
 
-Exit codes: 0 the report was written; 2 no such file or run, or a document that is not a run result.
+A sweep is told from a run by its document's ``kind`` (``"sweep"``). Exit codes: 0 the report was written;
+2 no such file or run, or a document that is neither a run nor a sweep result.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from cliffwatch.adapters.report.render import ReportInvalid
 from cliffwatch.bootstrap_service import open_store
 from cliffwatch.config import Settings
 from cliffwatch.domain.errors import RunNotFound, without_password
+from cliffwatch.domain.runs import RunKind
 
 EXIT_OK, EXIT_INVALID = 0, 2
 
@@ -29,12 +31,15 @@ class RunHasNoResult(ReportInvalid):
 def add_parser(commands: Any) -> None:
     """Registers ``report`` on the top-level sub-command parsers."""
     report = commands.add_parser(
-        "report", help="write a self-contained HTML report of a run (from its --json file or its run id)",
-        description="Writes one HTML file with the run's verdict, score, evidence and charts; it opens "
-        "without network access. RUN_OR_JSON is a result file written by 'cliffwatch run --json', or the id "
-        "of a run in the service's database (CLIFFWATCH_DATABASE_URL).",
+        "report", help="write a self-contained HTML report of a run or sweep (from its --json file or run id)",
+        description="Writes one HTML file with the verdict, evidence and charts of a run (score, charts over "
+        "time) or a sweep (usable capacity, charts against the offered rate); it opens without network access. "
+        "RUN_OR_JSON is a result file written by 'cliffwatch run --json' or 'cliffwatch sweep --json', or the "
+        "id of a run or sweep in the service's database (CLIFFWATCH_DATABASE_URL).",
     )  # fmt: skip
-    report.add_argument("source", metavar="RUN_OR_JSON", help="a result JSON file, or a run id in the database")
+    report.add_argument(
+        "source", metavar="RUN_OR_JSON", help="a result JSON file, or a run or sweep id in the database"
+    )
     report.add_argument("-o", "--output", type=Path, help="the HTML file to write (default: <source>.html)")
     report.set_defaults(handler=run_report_command)
 
@@ -73,11 +78,13 @@ def _looks_like_a_path(source: str) -> bool:
 
 
 async def _stored(settings: Settings, run_id: str) -> tuple[Mapping[str, Any], Sequence[Mapping[str, Any]]]:
-    """A stored run's result document and its time series, which the store keeps apart."""
+    """A stored run's result document and its time series, which the store keeps apart (a sweep has none)."""
     async with open_store(settings) as store:
         run = await store.get_run(run_id)
         if run is None:
             raise RunNotFound(run_id)
         if run.result is None:
             raise RunHasNoResult(run_id, run.status.value)
+        if run.kind is RunKind.SWEEP:
+            return run.result, []
         return run.result, await store.timeseries(run_id)

@@ -65,9 +65,13 @@ class Axis:
     label: str
     side: str = "left"  # or "right"
     log: bool = False
+    range: tuple[float, float] | None = None  # fixed bounds (else from zero to the data's maximum)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"scale": self.scale, "label": self.label, "side": self.side, "log": self.log}
+        spec: dict[str, Any] = {"scale": self.scale, "label": self.label, "side": self.side, "log": self.log}
+        if self.range is not None:
+            spec["range"] = list(self.range)
+        return spec
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,12 +82,16 @@ class Chart:
     axes: tuple[Axis, ...]
     series: tuple[Series, ...]
     stacked: bool = False
+    fill_between: tuple[tuple[int, int], ...] = ()  # pairs of series (indexes in ``series``) shaded between
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        spec: dict[str, Any] = {
             "id": self.id, "title": self.title, "caption": self.caption, "stacked": self.stacked,
             "axes": [a.to_dict() for a in self.axes], "series": [s.to_dict() for s in self.series],
         }  # fmt: skip
+        if self.fill_between:
+            spec["fill_between"] = [list(pair) for pair in self.fill_between]
+        return spec
 
 
 @dataclass(frozen=True, kw_only=True)

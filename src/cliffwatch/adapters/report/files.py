@@ -9,14 +9,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from cliffwatch.adapters.report.render import ReportInvalid, check_document, render_run_report
+from cliffwatch.adapters.report.render import ReportInvalid, check_report_document, render_report
 
 
 def read_result_file(path: Path) -> dict[str, Any]:
-    """The run result document in ``path`` (what ``cliffwatch run --json`` wrote).
+    """The run or sweep result document in ``path`` (what ``cliffwatch run --json`` or ``cliffwatch sweep
+    --json`` wrote; a sweep's has ``"kind": "sweep"``).
 
     Raises ``FileNotFoundError`` when there is no such file and ``ReportInvalid`` when it cannot be read or
-    is not a run result.
+    is neither a run nor a sweep result.
     """
     try:
         text = path.read_text(encoding="utf-8")
@@ -29,9 +30,9 @@ def read_result_file(path: Path) -> dict[str, Any]:
     except json.JSONDecodeError as exc:
         raise ReportInvalid(f"not JSON ({exc})", source=str(path)) from exc
     try:
-        check_document(document)
+        check_report_document(document)
     except ReportInvalid as exc:
-        raise ReportInvalid(exc.reason, source=str(path)) from None
+        raise ReportInvalid(exc.reason, source=str(path), kind=exc.kind) from None
     return dict(document)
 
 
@@ -53,6 +54,6 @@ def write_text_atomically(text: str, path: Path) -> None:
 def write_run_report(
     document: Mapping[str, Any], path: Path, *, timeseries: Sequence[Mapping[str, Any]] | None = None
 ) -> Path:
-    """Renders the run's report into ``path`` and returns the path."""
-    write_text_atomically(render_run_report(document, timeseries), path)
+    """Renders the report of the run (or sweep, by the document's kind) into ``path`` and returns the path."""
+    write_text_atomically(render_report(document, timeseries), path)
     return path

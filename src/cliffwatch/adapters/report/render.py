@@ -15,9 +15,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cliffwatch import __version__
-from cliffwatch.adapters.report import sections
+from cliffwatch.adapters.report import sections, sweep_sections
 from cliffwatch.adapters.report.assets import UPLOT_VERSION, load_assets
 from cliffwatch.adapters.report.charts import run_charts
+from cliffwatch.adapters.report.sweep_charts import comparison_frame, variant_frame
 from cliffwatch.domain.errors import CliffwatchError
 
 _JSON_ESCAPES = str.maketrans(
@@ -28,10 +29,11 @@ _JSON_ESCAPES = str.maketrans(
 class ReportInvalid(CliffwatchError):
     """The document cannot be made into a report (it is not a run result)."""
 
-    def __init__(self, reason: str, *, source: str | None = None) -> None:
+    def __init__(self, reason: str, *, source: str | None = None, kind: str = "run") -> None:
         self.reason = reason
         self.source = source
-        super().__init__(f"{source + ': ' if source else ''}not a cliffwatch run result: {reason}")
+        self.kind = kind  # what the document claimed to be: "run" or "sweep"
+        super().__init__(f"{source + ': ' if source else ''}not a cliffwatch {kind} result: {reason}")
 
 
 def script_json(value: Any) -> str:
@@ -61,6 +63,93 @@ def check_document(document: Any) -> None:
     for key, kind in (("scenario", Mapping), ("score", Mapping), ("phases", list)):
         if not isinstance(document[key], kind):
             raise ReportInvalid(f"{key} has the wrong type ({type(document[key]).__name__})")
+
+
+def is_sweep(document: Any) -> bool:
+    """Whether the document is a sweep result (``SweepOutcome.to_dict()``), by its ``kind``."""
+    return isinstance(document, Mapping) and document.get("kind") == "sweep"
+
+
+def check_sweep_document(document: Any) -> None:
+    """Raises ``ReportInvalid`` unless the document has the shape of ``SweepOutcome.to_dict()``."""
+    if not isinstance(document, Mapping):
+        raise ReportInvalid(f"expected a JSON object, got {type(document).__name__}", kind="sweep")
+    missing = [key for key in ("kind", "scenario", "spec", "variants") if key not in document]
+    if missing:
+        raise ReportInvalid("missing " + ", ".join(missing), kind="sweep")
+    for key, kind in (("scenario", Mapping), ("spec", Mapping), ("variants", list)):
+        if not isinstance(document[key], kind):
+            raise ReportInvalid(f"{key} has the wrong type ({type(document[key]).__name__})", kind="sweep")
+    for index, variant in enumerate(document["variants"]):
+        if not isinstance(variant, Mapping) or not isinstance(variant.get("result"), Mapping):
+            raise ReportInvalid(f"variants[{index}] has no result object", kind="sweep")
+
+
+def check_report_document(document: Any) -> None:
+    """Raises ``ReportInvalid`` unless the document is a run result or a sweep result."""
+    (check_sweep_document if is_sweep(document) else check_document)(document)
+
+
+def render_report(document: Mapping[str, Any], timeseries: Sequence[Mapping[str, Any]] | None = None) -> str:
+    """The report of a run or a sweep, chosen by the document's ``kind``."""
+    return render_sweep_report(document) if is_sweep(document) else render_run_report(document, timeseries)
+
+
+def render_sweep_report(document: Mapping[str, Any]) -> str:
+    """The HTML report of one sweep: ``document`` is ``SweepOutcome.to_dict()`` (what ``cliffwatch sweep
+    --json`` writes, or a stored sweep run's ``result``). Raises ``ReportInvalid`` when it is not one."""
+    check_sweep_document(document)
+    scenario = document["scenario"]
+    slo = scenario.get("slo") if isinstance(scenario.get("slo"), Mapping) else {}
+    variants = [v for v in document["variants"] if isinstance(v, Mapping)]
+    frames = [variant_frame(i, v["result"], slo=slo) for i, v in enumerate(variants)]
+    compared = comparison_frame(variants)
+    every = frames + ([compared] if compared is not None else [])
+    data = {"kind": "sweep", "sweep_id": document.get("sweep_id"), "frames": [f.to_dict() for f in every]}
+    body = "".join((
+        sweep_sections.header(document), sweep_sections.headline(document), _marker_note(),
+        sweep_sections.comparison(document, [c.to_dict() for c in compared.charts] if compared else []),
+        *(sweep_sections.variant_section(i, v, [c.to_dict() for c in f.charts])
+          for i, (v, f) in enumerate(zip(variants, frames, strict=True))),
+        sweep_sections.parameters(document),
+    ))  # fmt: skip
+    name = str(scenario.get("name", "sweep"))
+    return page(title=f"{name} — cliffwatch sweep {document.get('sweep_id', '')}", body=body, data=data)
+
+
+def render_status_report(run: Mapping[str, Any]) -> str:
+    """The page of a run or sweep that has no result yet (queued or running) or ended without one: what is
+    known so far. ``run`` is the API's view of the stored run (its id, kind, scenario, status, times)."""
+    facts = [(key, run.get(key)) for key in ("id", "kind", "scenario", "status", "target_url", "created_at",
+                                               "started_at", "finished_at", "triggered_by", "reason")]  # fmt: skip
+    listed = "".join(
+        f"<div><dt>{html.escape(k)}</dt><dd>{html.escape(str(v))}</dd></div>" for k, v in facts if v is not None
+    )
+    kind = "sweep" if run.get("kind") == "sweep" else "run"
+    status = str(run.get("status", ""))
+    waiting = status in ("queued", "running")
+    note = (
+        f"This {kind} is {html.escape(status)}: its report is made from its result, which is recorded when it "
+        "ends. Reload this page then."
+        if waiting else f"This {kind} ended ({html.escape(status)}) without a result, so there is nothing to chart."
+    )  # fmt: skip
+    body = (
+        f'<header><h1>{html.escape(str(run.get("scenario", kind)))} <span class="muted">{kind}</span></h1>'
+        f'<dl class="facts">{listed}</dl></header><section class="verdict sweep" id="verdict">'
+        f'<h2><span class="badge">{html.escape(status.upper() or "NO RESULT")}</span> no result yet</h2>'
+        f"<p>{note}</p></section>"
+    )
+    data: dict[str, Any] = {"kind": "run", "run_id": run.get("id"), "x": [], "x_label": "", "bands": [], "charts": []}
+    return page(title=f"{run.get('scenario', kind)} — cliffwatch {kind} {run.get('id', '')}", body=body, data=data)
+
+
+def _marker_note() -> str:
+    return (
+        '<p class="muted bands-key"><span class="key usable"></span> usable capacity; '
+        '<span class="key cliff"></span> the cliff: the first rate that failed the target; '
+        '<span class="key fault"></span> hatched: rates where the load generator could not keep its schedule. '
+        "Hover a chart to read every series at that rate.</p>"
+    )
 
 
 def render_run_report(document: Mapping[str, Any], timeseries: Sequence[Mapping[str, Any]] | None = None) -> str:

@@ -6,52 +6,17 @@ Missing fields show as "–" rather than failing: a report of an interrupted or 
 
 from __future__ import annotations
 
-import html
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
-DASH = "–"
-
-
-def _e(value: Any) -> str:
-    return html.escape(str(value), quote=True)
-
-
-def _num(value: Any, digits: int = 3) -> str:
-    if value is None:
-        return DASH
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int):
-        return f"{value:,}"
-    if isinstance(value, float):
-        return f"{value:,.{digits}f}".rstrip("0").rstrip(".") if value != int(value) else f"{value:,.0f}"
-    return _e(value)
-
-
-def _pct(value: Any) -> str:
-    return DASH if not isinstance(value, int | float) or isinstance(value, bool) else f"{value * 100:.0f} %"
-
-
-def _ms(value: Any) -> str:
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        return DASH
-    return f"{value / 1000:.2f} s" if value >= 1000 else f"{value:.0f} ms"
-
-
-def _map(value: Any) -> Mapping[str, Any]:
-    return value if isinstance(value, Mapping) else {}
-
-
-def _list(value: Any) -> Sequence[Any]:
-    return value if isinstance(value, list | tuple) else []
-
-
-def _table(head: Iterable[str], rows: Iterable[Iterable[str]], *, cls: str = "") -> str:
-    """A table whose cells are already escaped markup."""
-    th = "".join(f"<th>{h}</th>" for h in head)
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
-    return f'<table class="{cls}"><thead><tr>{th}</tr></thead><tbody>{body}</tbody></table>'
+from cliffwatch.adapters.report.markup import DASH
+from cliffwatch.adapters.report.markup import as_list as _list
+from cliffwatch.adapters.report.markup import as_map as _map
+from cliffwatch.adapters.report.markup import esc as _e
+from cliffwatch.adapters.report.markup import ms as _ms
+from cliffwatch.adapters.report.markup import num as _num
+from cliffwatch.adapters.report.markup import pct as _pct
+from cliffwatch.adapters.report.markup import table as _table
 
 
 def evidence(items: Mapping[str, Any]) -> str:

@@ -1,6 +1,7 @@
 /* cliffwatch charts: turns the chart specs of a report (cliffwatch/adapters/report/charts.py) into uPlot
  * charts with phase and fault bands. No network, no dependencies but uPlot. Reports run it on the JSON in
- * #report-data; the dashboard can call CliffwatchCharts.render(root, data) with the same specs. */
+ * #report-data; the dashboard can call CliffwatchCharts.render(root, data) with the same specs, and
+ * CliffwatchCharts.renderSweep(root, data) with a sweep's (charts over the offered rate, capacity marked). */
 (function () {
   "use strict";
   var PRINT_WIDTH = 680; // A4 portrait less 15 mm margins, in CSS pixels
@@ -64,34 +65,102 @@
     }] } };
   }
 
-  function options(spec, data, width) {
-    var end = data.x.length ? data.x[data.x.length - 1] + 0.5 : 1;
-    data.bands.forEach(function (band) { end = Math.max(end, band.end); });
-    var scales = { x: { time: false, range: [0, end] } }, axes = [{ label: data.x_label, scale: "x" }];
+  function height(width) { return Math.max(220, Math.min(320, Math.round(width * 0.36))); }
+
+  // The y scales and axes of a chart spec: from zero (or fixed bounds, or log) and labelled.
+  function yAxes(spec, scales, axes) {
     spec.axes.forEach(function (axis, i) {
-      scales[axis.scale] = axis.log ? { distr: 3, log: 10 } : { range: function (u, min, max) {
-        return [0, max > 0 ? max * 1.08 : 1];
-      } };
+      scales[axis.scale] = axis.log ? { distr: 3, log: 10 } : axis.range ? { range: axis.range } : {
+        range: function (u, min, max) { return [0, max > 0 ? max * 1.08 : 1]; } };
       axes.push({ scale: axis.scale, label: axis.label, side: axis.side === "right" ? 1 : 3,
         grid: { show: i === 0 }, size: 60 });
     });
-    var series = [{ label: "time (s)", value: function (u, v) { return v == null ? "–" : (v - 0.5).toFixed(0) + " s"; } }];
-    var bands = [];
+  }
+
+  // The y series of a chart spec and the bands filled between them (stacked, or named pairs).
+  function seriesOf(spec, showPoints, gaps) {
+    var series = [], bands = [];
     spec.series.forEach(function (s, i) {
       var shown = s.shown;
       series.push({
         label: s.unit ? s.label + " (" + s.unit + ")" : s.label, scale: s.scale, stroke: s.color,
-        width: s.width, dash: s.dash.length ? s.dash : undefined, spanGaps: false,
+        width: s.width, dash: s.dash.length ? s.dash : undefined, spanGaps: gaps,
         fill: s.fill && (!spec.stacked || i === 0) ? alpha(s.color, 0.45) : undefined,
         value: function (u, v, si, idx) { return fmt(shown && idx != null ? shown[idx] : v, s.unit); },
-        // Isolated seconds (a latency between seconds with no completion) would vanish without points.
-        points: { show: s.points && data.x.length <= 900, size: 4, fill: s.color },
+        points: { show: s.points && showPoints, size: gaps ? 6 : 4, fill: s.color },
       });
       if (spec.stacked && i > 0) bands.push({ series: [i + 1, i], fill: alpha(s.color, 0.45) });
     });
-    return { width: width, height: Math.max(220, Math.min(320, Math.round(width * 0.36))), scales: scales,
-      axes: axes, series: series, bands: bands, cursor: { sync: { key: "cliffwatch-" + (data.run_id || "") } },
+    (spec.fill_between || []).forEach(function (pair) {
+      bands.push({ series: [pair[1] + 1, pair[0] + 1], fill: alpha(spec.series[pair[1]].color, 0.22) });
+    });
+    return { series: series, bands: bands };
+  }
+
+  function options(spec, data, width) {
+    var end = data.x.length ? data.x[data.x.length - 1] + 0.5 : 1;
+    data.bands.forEach(function (band) { end = Math.max(end, band.end); });
+    var scales = { x: { time: false, range: [0, end] } }, axes = [{ label: data.x_label, scale: "x" }];
+    yAxes(spec, scales, axes);
+    var x = { label: "time (s)", value: function (u, v) { return v == null ? "–" : (v - 0.5).toFixed(0) + " s"; } };
+    // Isolated seconds (a latency between seconds with no completion) would vanish without points.
+    var ys = seriesOf(spec, data.x.length <= 900, false);
+    return { width: width, height: height(width), scales: scales, axes: axes, series: [x].concat(ys.series),
+      bands: ys.bands, cursor: { sync: { key: "cliffwatch-" + (data.run_id || "") } },
       legend: { live: true }, plugins: [bandsPlugin(data.bands)] };
+  }
+
+  // Sweeps: rates where the generator could not keep up hatched under the series; usable capacity (solid)
+  // and the cliff (dashed) drawn over them, each named beside its line.
+  function markersPlugin(markers) {
+    function x(u, at) { return Math.round(u.valToPos(at, "x", true)); }
+    return { hooks: {
+      drawClear: [function (u) {
+        var ctx = u.ctx, b = u.bbox, px = uPlot.pxRatio;
+        markers.forEach(function (m) {
+          if (m.kind !== "invalid") return;
+          var x0 = x(u, m.at);
+          ctx.save();
+          ctx.fillStyle = FAULT_FILL; ctx.fillRect(x0, b.top, b.left + b.width - x0, b.height);
+          ctx.fillStyle = hatch(ctx); ctx.fillRect(x0, b.top, b.left + b.width - x0, b.height);
+          ctx.fillStyle = "#8a3c00"; ctx.font = Math.round(11 * px) + "px system-ui, sans-serif";
+          ctx.textBaseline = "bottom";
+          ctx.fillText(m.label, x0 + 4 * px, b.top + b.height - 3 * px, Math.max(b.left + b.width - x0 - 8 * px, 0));
+          ctx.restore();
+        });
+      }],
+      draw: [function (u) {
+        var ctx = u.ctx, b = u.bbox, px = uPlot.pxRatio, row = 0;
+        ctx.save();
+        ctx.font = "600 " + Math.round(11 * px) + "px system-ui, sans-serif";
+        ctx.textBaseline = "top";
+        markers.forEach(function (m) {
+          if (m.kind === "invalid") return;
+          var x0 = x(u, m.at), right = m.kind === "cliff";
+          ctx.strokeStyle = m.color; ctx.lineWidth = 2 * px;
+          ctx.setLineDash(right ? [6 * px, 4 * px] : []);
+          ctx.beginPath(); ctx.moveTo(x0, b.top); ctx.lineTo(x0, b.top + b.height); ctx.stroke();
+          ctx.fillStyle = m.color;
+          ctx.textAlign = right ? "left" : "right";
+          ctx.fillText(m.label, x0 + (right ? 5 : -5) * px, b.top + (4 + 15 * row++) * px);
+        });
+        ctx.restore();
+      }],
+    } };
+  }
+
+  function sweepOptions(spec, frame, width) {
+    var end = 0;
+    frame.x.forEach(function (v) { end = Math.max(end, v); });
+    frame.markers.forEach(function (m) { end = Math.max(end, m.at); });
+    var scales = { x: { time: false, range: [0, end > 0 ? end * 1.06 : 1] } };
+    var axes = [{ label: frame.x_label, scale: "x" }];
+    yAxes(spec, scales, axes);
+    var x = { label: frame.x_label, value: function (u, v) { return v == null ? "–" : fmt(v, frame.x_unit); } };
+    var ys = seriesOf(spec, true, true); // a point per measured rate, joined across rates another variant had
+    return { width: width, height: height(width), scales: scales, axes: axes, series: [x].concat(ys.series),
+      bands: ys.bands, cursor: { sync: { key: "cliffwatch-sweep-" + frame.id } }, legend: { live: true },
+      plugins: [markersPlugin(frame.markers)] };
   }
 
   // uPlot's legend markers are plain boxes; draw each series' own line (dash, width, fill) instead.
@@ -128,17 +197,36 @@
     return made;
   }
 
+  // A sweep report's data: frames (one per retry variant, and the comparison), each with its own x of rates.
+  function renderSweep(root, data) {
+    var charts = {};
+    data.frames.forEach(function (frame) {
+      frame.charts.forEach(function (spec) { charts[spec.id] = { spec: spec, frame: frame }; });
+    });
+    root.querySelectorAll("[data-chart]").forEach(function (el) {
+      var found = charts[el.getAttribute("data-chart")];
+      if (!found || !found.frame.x.length) return;
+      var spec = found.spec, frame = found.frame;
+      var columns = [frame.x].concat(spec.series.map(function (s) { return s.values; }));
+      var plot = new uPlot(sweepOptions(spec, frame, el.clientWidth || 800), columns, el);
+      markers(el, spec);
+      made.push({ id: spec.id, el: el, plot: plot });
+    });
+    return made;
+  }
+
   function fit(width) {
     made.forEach(function (c) {
       var w = width || c.el.clientWidth || 800;
-      c.plot.setSize({ width: w, height: Math.max(220, Math.min(320, Math.round(w * 0.36))) });
+      c.plot.setSize({ width: w, height: height(w) });
     });
   }
 
-  window.CliffwatchCharts = { render: render, charts: made, fit: fit };
+  window.CliffwatchCharts = { render: render, renderSweep: renderSweep, charts: made, fit: fit };
   var source = document.getElementById("report-data");
   if (source) {
-    render(document, JSON.parse(source.textContent));
+    var data = JSON.parse(source.textContent);
+    (data.kind === "sweep" ? renderSweep : render)(document, data);
     var timer = null;
     window.addEventListener("resize", function () { clearTimeout(timer); timer = setTimeout(function () { fit(); }, 100); });
     window.addEventListener("beforeprint", function () { fit(PRINT_WIDTH); });

@@ -1,0 +1,229 @@
+"""A sweep report's text: what was swept, the usable capacity per retry variant with its verdict and evidence,
+the settled rates, every trial, the comparison of variants and the sweep's parameters.
+
+Values from the document are escaped (``esc`` and the formatters of ``markup``); missing fields show as "–",
+so the report of an interrupted or failed sweep shows what it had measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from cliffwatch.adapters.report.markup import DASH, as_list, as_map, esc, ms, num, table
+from cliffwatch.adapters.report.sections import evidence
+
+
+def pct1(value: Any) -> str:
+    """A share as a percentage with one decimal (two where one would round a shortfall up to 100)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return DASH
+    text = f"{value * 100:.1f}"
+    return f"{value * 100:.2f} %" if text == "100.0" and value < 1 else f"{text} %"
+
+
+def interval(value: Any) -> str:
+    bounds = as_map(value)
+    if not bounds:
+        return DASH
+    return f"{pct1(bounds.get('low')).removesuffix(' %')}–{pct1(bounds.get('high'))}"
+
+
+def _rate(value: Any, unit: str) -> str:
+    return DASH if value is None else f"{num(value)} {esc(unit)}"
+
+
+def _unit(result: Mapping[str, Any]) -> str:
+    return str(result.get("unit") or "req/s")
+
+
+def rule_outcome(result: Mapping[str, Any]) -> str:
+    """The decision rule's outcome in words."""
+    constrained = result.get("constrained")
+    if constrained is True:
+        return "capacity-constrained: latency or timeouts crossed while tokens/s held up; size for completions"
+    if constrained is False:
+        return "throughput-bound: tokens/s had already fallen where latency or timeouts crossed"
+    return "not applicable: no crossing of the SLO or the timeout budget was seen"
+
+
+def header(doc: Mapping[str, Any]) -> str:
+    scenario, target, spec = as_map(doc.get("scenario")), as_map(doc.get("target")), as_map(doc.get("spec"))
+    facts = [
+        ("sweep", doc.get("sweep_id")), ("status", doc.get("status")), ("target", target.get("url")),
+        ("API", target.get("api")), ("mode", spec.get("mode")), ("started", doc.get("started_at")),
+        ("finished", doc.get("finished_at")), ("duration", f"{num(doc.get('duration_s'), 1)} s"),
+        ("cliffwatch", doc.get("cliffwatch_version")),
+    ]  # fmt: skip
+    listed = "".join(f"<div><dt>{esc(k)}</dt><dd>{esc(DASH if v is None else v)}</dd></div>" for k, v in facts)
+    return (
+        f'<header><h1>{esc(scenario.get("name", "sweep"))} <span class="muted">capacity sweep</span></h1>'
+        f'<dl class="facts">{listed}</dl></header>'
+    )
+
+
+def headline(doc: Mapping[str, Any]) -> str:
+    """The answer first: each variant's usable capacity and its verdict sentence."""
+    variants = [as_map(v) for v in as_list(doc.get("variants"))]
+    lines = ['<section class="verdict sweep" id="verdict">']
+    if not variants:
+        lines.append('<h2><span class="badge">NO RESULT</span> no retry variant finished its search</h2>')
+    for variant in variants:
+        result = as_map(variant.get("result"))
+        usable, unit = result.get("usable_rps"), _unit(result)
+        badge = f"usable {num(usable)} {esc(unit)}" if usable is not None else "no usable rate"
+        estimate = ", on the point estimate" if result.get("usable_on_point_estimate") else ""
+        lines.append(
+            f'<h2><span class="badge">{badge}</span> <span class="muted">retry policy '
+            f"{esc(variant.get('variant', DASH))}: attainment CI {interval(result.get('usable_interval'))}"
+            f"{estimate}</span></h2><p>{esc(result.get('verdict', ''))}</p>"
+        )
+    if doc.get("status") not in (None, "succeeded"):
+        reason = doc.get("reason") or "no reason recorded"
+        lines.append(f'<p class="warn">The sweep {esc(doc.get("status"))}: {esc(reason)}. What it measured before '
+                     "is below.</p>")  # fmt: skip
+    lines.append("</section>")
+    return "".join(lines)
+
+
+def figures(charts: Sequence[Mapping[str, Any]]) -> str:
+    return "".join(
+        f'<figure class="chart" id="chart-{esc(c["id"])}"><h3>{esc(c["title"])}</h3>'
+        f'<div class="plot" data-chart="{esc(c["id"])}"></div>'
+        f"<figcaption>{esc(c['caption'])}</figcaption></figure>"
+        for c in charts
+    )
+
+
+def variant_facts(result: Mapping[str, Any]) -> str:
+    unit = _unit(result)
+    usable = _rate(result.get("usable_rps"), unit)
+    if result.get("usable_rps") is not None:
+        usable += f" (attainment CI {interval(result.get('usable_interval'))}"
+        usable += ", on the point estimate)" if result.get("usable_on_point_estimate") else ")"
+    peak_rate = result.get("peak_tokens_rate")
+    facts = [
+        ("usable capacity", usable),
+        ("cliff (first bad rate)", _rate(result.get("first_bad_rps"), unit)),
+        ("peak output tokens/s", f"{num(result.get('peak_tokens_per_s'))}"
+         + (f" at {_rate(peak_rate, unit)}" if peak_rate is not None else "")),
+        ("peak completions/s", num(result.get("peak_completions_per_s"))),
+        ("cliff ratio (usable ÷ peak-tokens rate)", num(result.get("cliff_ratio"))),
+        ("attainment target", pct1(result.get("target"))),
+        ("decision rule", esc(rule_outcome(result))),
+        ("finished because", esc(result.get("finished_because", DASH))),
+    ]  # fmt: skip
+    listed = "".join(f"<div><dt>{esc(k)}</dt><dd>{v}</dd></div>" for k, v in facts)
+    return f'<dl class="facts sweep-facts">{listed}</dl>'
+
+
+def _verdict_cell(rate: Mapping[str, Any]) -> str:
+    verdict = str(rate.get("verdict") or DASH)
+    text = "invalid (generator)" if verdict == "invalid" else verdict
+    flag = ' <span class="flag">on point estimate</span>' if rate.get("on_point_estimate") else ""
+    return f'<span class="v-{esc(verdict)}">{esc(text)}</span>{flag}'
+
+
+def rates_table(result: Mapping[str, Any]) -> str:
+    unit = _unit(result)
+    rows = []
+    for rate in sorted(map(as_map, as_list(result.get("rates"))), key=lambda r: r.get("rate") or 0):
+        pooled = as_map(rate.get("pooled"))
+        rows.append((
+            f"{num(rate.get('rate'))}", num(pooled.get("trials")), num(pooled.get("offered")),
+            pct1(pooled.get("attainment")), interval(pooled.get("interval")), num(pooled.get("tokens_per_s"), 1),
+            num(pooled.get("completions_per_s"), 2), pct1(pooled.get("timeout_share")),
+            ms(pooled.get("p99_e2e_ms")), _verdict_cell(rate),
+        ))  # fmt: skip
+    head = (f"rate ({esc(unit)})", "trials", "offered", "attainment", "CI", "tokens/s", "completions/s", "timeouts",
+            "p99 e2e (worst)", "verdict")  # fmt: skip
+    return f"<h3>Rates, trials pooled</h3>{table(head, rows, cls='numbers rates')}"
+
+
+def steps_table(result: Mapping[str, Any]) -> str:
+    """Every trial in the order measured, with its own figures and the flags that qualify it."""
+    unit = _unit(result)
+    settled = {r.get("rate"): r for r in map(as_map, as_list(result.get("rates")))}
+    rows = []
+    for step in map(as_map, as_list(result.get("steps"))):
+        ttft, e2e = as_map(step.get("ttft_ms")), as_map(step.get("e2e_ms"))
+        limited = step.get("generator_limited") is True
+        reasons = esc("; ".join(map(str, as_list(step.get("generator_reasons")))))
+        generator = f'<span class="flag">invalid (generator)</span> {reasons}' if limited else "ok"
+        rows.append((
+            num(step.get("rate")), num(step.get("trial")), num(step.get("offered")), num(step.get("sent_rate"), 2),
+            num(step.get("goodput_rps"), 2), pct1(step.get("attainment")), interval(step.get("interval")),
+            num(step.get("tokens_per_s"), 1), num(step.get("completions_per_s"), 2), ms(ttft.get("p50")),
+            ms(ttft.get("p99")), ms(e2e.get("p50")), ms(e2e.get("p99")), pct1(step.get("shed_share")),
+            pct1(step.get("timeout_share")), pct1(step.get("error_share")), num(step.get("amplification"), 2),
+            generator, _verdict_cell(as_map(settled.get(step.get("rate")))),
+        ))  # fmt: skip
+    head = (f"rate ({esc(unit)})", "trial", "offered", "sent/s", "goodput/s", "attainment", "CI", "tokens/s",
+            "completions/s", "TTFT p50", "TTFT p99", "e2e p50", "e2e p99", "shed", "timeout", "error",
+            "attempts per request", "generator", "rate verdict")  # fmt: skip
+    return (
+        "<h3>Steps: every trial</h3><p class='muted'>A rate's verdict is settled on its pooled trials; "
+        "<em>on point estimate</em>: no further trial could clear the interval, so the pooled attainment was "
+        "compared with the target directly; <em>invalid (generator)</em>: the load generator could not keep "
+        f"its schedule, so the step says nothing about the target.</p>{table(head, rows, cls='numbers steps')}"
+    )
+
+
+def variant_section(index: int, variant: Mapping[str, Any], charts: Sequence[Mapping[str, Any]]) -> str:
+    result = as_map(variant.get("result"))
+    return (
+        f'<section class="variant" id="variant-{index}"><h2>Retry policy {esc(variant.get("variant", DASH))} '
+        f'<span class="muted">{esc(variant.get("retry", ""))}</span></h2>'
+        f"<p>{esc(result.get('verdict', ''))}</p>{variant_facts(result)}"
+        f"{evidence(as_map(result.get('evidence')))}{figures(charts)}{rates_table(result)}{steps_table(result)}"
+        "</section>"
+    )
+
+
+def comparison(doc: Mapping[str, Any], charts: Sequence[Mapping[str, Any]]) -> str:
+    """How each retry policy moved the cliff (only with several variants)."""
+    variants = [as_map(v) for v in as_list(doc.get("variants"))]
+    if len(variants) < 2:
+        return ""
+    rows = []
+    for variant in variants:
+        result = as_map(variant.get("result"))
+        unit = _unit(result)
+        rows.append((
+            f"<strong>{esc(variant.get('variant'))}</strong>", esc(variant.get("retry", DASH)),
+            _rate(result.get("usable_rps"), unit), interval(result.get("usable_interval")),
+            _rate(result.get("first_bad_rps"), unit), num(result.get("peak_tokens_per_s"), 1),
+            num(result.get("cliff_ratio")), esc(rule_outcome(result).split(":")[0]), esc(result.get("verdict", "")),
+        ))  # fmt: skip
+    head = ("variant", "retry policy", "usable", "attainment CI", "cliff (first bad)", "peak tokens/s", "cliff ratio",
+            "decision rule", "verdict")  # fmt: skip
+    return (
+        f'<section id="comparison"><h2>Retry policies compared</h2>{table(head, rows, cls="comparison")}'
+        f"{figures(charts)}</section>"
+    )
+
+
+def parameters(doc: Mapping[str, Any]) -> str:
+    spec, scenario = as_map(doc.get("spec")), as_map(doc.get("scenario"))
+    slo = as_map(scenario.get("slo"))
+    slo_text = ", ".join(
+        f"{label} ≤ {ms(slo.get(key))}"
+        for key, label in (
+            ("ttft_ms", "TTFT"),
+            ("tpot_ms", "TPOT"),
+            ("e2e_ms", "end-to-end"),
+            ("timeout_ms", "timeout"),
+        )
+        if slo.get(key) is not None
+    )
+    facts = {
+        **{k: v for k, v in spec.items() if k != "variants"},
+        "variants": ", ".join(map(str, as_list(spec.get("variants")))),
+    }
+    return (
+        f'<section id="parameters"><h2>Sweep parameters</h2><p>{esc(scenario.get("description", "")).strip()}</p>'
+        f'<dl class="facts"><div><dt>SLO</dt><dd>{esc(slo_text or DASH)}</dd></div>'
+        f"<div><dt>seed</dt><dd>{esc(scenario.get('seed', DASH))}</dd></div>"
+        f"<div><dt>scenario hash</dt><dd><code>{esc(str(scenario.get('content_hash', DASH))[:12])}</code></dd></div>"
+        f"</dl>{evidence(facts)}</section>"
+    )
