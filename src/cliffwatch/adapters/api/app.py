@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from cliffwatch.adapters.api import admin, ops, runs, scenarios, schedules
+from cliffwatch.adapters.api import admin, ops, reports, runs, scenarios, schedules
 from cliffwatch.adapters.api.context import EXPENSIVE, ROUTES, SERVICES, SETTINGS, ApiServices, ConcurrencyGate, Route
 from cliffwatch.adapters.api.middleware import guard, observe, problems
 from cliffwatch.config import Settings
@@ -28,6 +28,8 @@ ROUTE_TABLE: tuple[Route, ...] = (
     Route(method="GET", path=f"{V1}/runs/{{run_id}}/timeseries", handler=runs.run_timeseries, role=VIEWER,
           expensive=True),
     Route(method="GET", path=f"{V1}/runs/{{run_id}}/outcomes", handler=runs.run_outcomes, role=VIEWER,
+          expensive=True),
+    Route(method="GET", path=f"{V1}/runs/{{run_id}}/report", handler=reports.run_report, role=VIEWER,
           expensive=True),
     Route(method="POST", path=f"{V1}/runs/{{run_id}}/abort", handler=runs.abort_run, role=OPERATOR),
     Route(method="GET", path=f"{V1}/trends", handler=runs.trends, role=VIEWER, expensive=True),

@@ -104,6 +104,11 @@ RUN_ID = _param("run_id", "path", {"type": "string"}, "the run's id")
 SCHEDULE_ID = _param("schedule_id", "path", {"type": "string"}, "the schedule's id")
 LOCATION = {"Location": {"description": "the run's URL", "schema": {"type": "string"}, "required": True}}
 LINK = {"Link": {"description": 'the next page: <url>; rel="next" (absent on the last)', "schema": {"type": "string"}}}
+REPORT_HEADERS = {
+    "Content-Security-Policy": {"description": "inline scripts and styles only; nothing from the network",
+                                "schema": {"type": "string"}, "required": True},
+    "X-Content-Type-Options": {"description": "nosniff", "schema": {"const": "nosniff"}, "required": True},
+}  # fmt: skip
 EXPENSIVE = "Expensive: at most CLIFFWATCH_API_MAX_EXPENSIVE at once across these endpoints; beyond, 429."
 
 
@@ -169,6 +174,19 @@ def _runs_paths() -> dict[str, Any]:
                                "page size")),
                 ok={"200": _json(ref("OutcomePage"), "One page; next_after is null on the last.", LINK)},
                 description=EXPENSIVE,
+            ),
+        },
+        "/api/v1/runs/{run_id}/report": {
+            "get": _op(
+                "A run's or sweep's HTML report", tag="runs", role="viewer", params=(RUN_ID,), errors=(404, 429),
+                ok={"200": {"description": "One self-contained HTML page (scripts, styles and data inline; it "
+                            "requests nothing): a run's verdict, score and charts over time, or a sweep's usable "
+                            "capacity and charts against the offered rate. A run with no result yet gets a page "
+                            "saying where it stands.",
+                            "headers": REPORT_HEADERS,
+                            "content": {"text/html": {"schema": {"type": "string"}}}}},
+                description="Served with a Content-Security-Policy that allows inline scripts and styles only "
+                "(no network, frames or forms) and X-Content-Type-Options: nosniff. " + EXPENSIVE,
             ),
         },
         "/api/v1/runs/{run_id}/abort": {
@@ -308,6 +326,7 @@ def _admin_and_ops_paths() -> dict[str, Any]:
 OPERATION_IDS = {
     "POST /api/v1/runs": "createRun", "GET /api/v1/runs": "listRuns", "GET /api/v1/runs/{run_id}": "getRun",
     "GET /api/v1/runs/{run_id}/timeseries": "getRunTimeseries", "GET /api/v1/runs/{run_id}/outcomes": "listRunOutcomes",
+    "GET /api/v1/runs/{run_id}/report": "getRunReport",
     "POST /api/v1/runs/{run_id}/abort": "abortRun", "GET /api/v1/trends": "getTrends",
     "POST /api/v1/sweeps": "createSweep", "GET /api/v1/trends/capacity": "getCapacityTrends",
     "GET /api/v1/scenarios": "listScenarios", "POST /api/v1/scenarios/validate": "validateScenario",
@@ -325,8 +344,11 @@ OPERATION_IDS = {
 }  # fmt: skip
 # What a created resource's id leads to (OpenAPI links: clients and schemathesis follow them).
 LINKS = {
-    ("POST /api/v1/runs", ("202", "200")): ("run_id", ("getRun", "getRunTimeseries", "listRunOutcomes", "abortRun")),
-    ("POST /api/v1/sweeps", ("202", "200")): ("run_id", ("getRun", "abortRun")),
+    ("POST /api/v1/runs", ("202", "200")): (
+        "run_id",
+        ("getRun", "getRunTimeseries", "listRunOutcomes", "getRunReport", "abortRun"),
+    ),
+    ("POST /api/v1/sweeps", ("202", "200")): ("run_id", ("getRun", "getRunReport", "abortRun")),
     ("POST /api/v1/schedules", ("201",)): (
         "schedule_id",
         ("getSchedule", "replaceSchedule", "pauseSchedule", "resumeSchedule", "getNextFireTimes", "deleteSchedule"),
