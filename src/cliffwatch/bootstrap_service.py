@@ -25,6 +25,8 @@ from cliffwatch.adapters.api.app import MAX_LINE_SIZE, create_app
 from cliffwatch.adapters.api.context import ApiServices
 from cliffwatch.adapters.api.metrics import ServiceMetrics
 from cliffwatch.adapters.cron import ApschedulerCron
+from cliffwatch.adapters.dashboard import mount_dashboard
+from cliffwatch.adapters.dashboard.context import DashboardServices
 from cliffwatch.adapters.logs import LogProgress
 from cliffwatch.adapters.scenario_files import BUNDLED_DIR, load_document
 from cliffwatch.adapters.scheduler import ScheduleDriver
@@ -32,6 +34,7 @@ from cliffwatch.adapters.store.engine import create_engine
 from cliffwatch.adapters.store.ledger_sql import SqlFaultLedger
 from cliffwatch.adapters.store.locks import leader_lock
 from cliffwatch.adapters.store.migrate import is_current, upgrade
+from cliffwatch.adapters.store.sessions_sql import SqlSessionStore
 from cliffwatch.adapters.store.sql import SqlStore
 from cliffwatch.adapters.target_access import AllowlistPolicy
 from cliffwatch.adapters.toxiproxy import ToxiproxyClient
@@ -47,6 +50,7 @@ from cliffwatch.services.catalog import ScenarioCatalog
 from cliffwatch.services.reconcile import reconcile_faults
 from cliffwatch.services.runs import RunRequest, RunsService
 from cliffwatch.services.schedules import ScheduleService
+from cliffwatch.services.sessions import SessionService
 from cliffwatch.services.tokens import TokenService
 from cliffwatch.services.trends import TrendsService
 from cliffwatch.services.worker import Worker, WorkerSettings
@@ -141,6 +145,9 @@ async def open_service(settings: Settings) -> AsyncIterator[Service]:
                                trends=TrendsService(store, margin=settings.trend_regression_margin), run_store=store,
                                readiness=readiness, metrics=metrics)  # fmt: skip
         app = create_app(services, settings=settings)
+        sessions = SessionService(SqlSessionStore(engine, now=utc_now), tokens, ttl_s=settings.ui_session_ttl_s,
+                                  now=utc_now)  # fmt: skip
+        mount_dashboard(app, DashboardServices(api=services, sessions=sessions), settings=settings)
 
         metrics.watch_active_runs(lambda: worker.active)
         worker_task = asyncio.create_task(worker.run_forever(), name="worker")

@@ -83,6 +83,9 @@ SERVICES = web.AppKey("services", ApiServices)
 SETTINGS = web.AppKey("settings", Settings)
 ROUTES = web.AppKey[Mapping[web.AbstractRoute, Route]]("routes")
 EXPENSIVE = web.AppKey("expensive", ConcurrencyGate)
+# Set on a sub-application that authenticates its own requests (the dashboard's sessions): the bearer-token
+# guard leaves them to it.
+SELF_GUARDED = web.AppKey("self_guarded", bool)
 # Per-request values, set by the middlewares and reset when the request ends. Context variables rather
 # than request storage: aiohttp warns about string keys on requests, and its typed request keys are newer
 # than the aiohttp this project supports. The middlewares reset each value when their request ends, so

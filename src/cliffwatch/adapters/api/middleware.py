@@ -20,7 +20,16 @@ import uuid
 import structlog
 from aiohttp import web
 
-from cliffwatch.adapters.api.context import CALLER, EXPENSIVE, REQUEST_ID, ROUTES, SERVICES, SETTINGS, Handler
+from cliffwatch.adapters.api.context import (
+    CALLER,
+    EXPENSIVE,
+    REQUEST_ID,
+    ROUTES,
+    SELF_GUARDED,
+    SERVICES,
+    SETTINGS,
+    Handler,
+)
 from cliffwatch.adapters.api.problems import ApiError, from_error, problem_response
 from cliffwatch.domain.errors import CliffwatchError
 from cliffwatch.domain.runs import ApiToken, Role
@@ -126,6 +135,8 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     route = request.app[ROUTES].get(request.match_info.route)
     if route is not None and route.role is None:
         return await handler(request)
+    if route is None and any(app.get(SELF_GUARDED, False) for app in request.match_info.apps[1:]):
+        return await handler(request)  # a sub-application with its own authentication (the dashboard)
     # Everything else needs a token, paths that do not exist included: 404 versus 401 would tell a caller
     # without a token which paths are real.
     token = await _authenticate(request)

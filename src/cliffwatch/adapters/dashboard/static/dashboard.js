@@ -1,0 +1,183 @@
+/* cliffwatch dashboard: live status on the runs page, live charts on a run's page (the report's charts,
+ * through CliffwatchCharts.render), and the trend charts. Served by the instance itself, like uPlot; the
+ * Content-Security-Policy allows no inline script, so the pages' data comes as JSON in #dashboard-data. */
+(function () {
+  "use strict";
+  var POLL_MS = 2000;
+  var ACTIVE = { queued: true, running: true };
+  var OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"];
+  var DASHES = [[], [8, 4], [2, 3], [10, 3, 2, 3], [14, 5]];
+  var page = document.body.getAttribute("data-page");
+
+  function data() {
+    var el = document.getElementById("dashboard-data");
+    return el ? JSON.parse(el.textContent) : {};
+  }
+
+  function getJSON(url) {
+    return fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } }).then(function (r) {
+      if (r.status === 401) { window.location.assign("/ui/login?next=" + encodeURIComponent(window.location.pathname)); throw new Error("logged out"); }
+      if (!r.ok) throw new Error("HTTP " + r.status);
+      return r.json();
+    });
+  }
+
+  function cell(text) { var td = document.createElement("td"); td.textContent = text; return td; }
+
+  function scoreText(run) {
+    if (run.score != null) return run.score.toFixed(1) + (run.passed ? " pass" : run.passed === false ? " fail" : "");
+    if (run.usable_rps != null) return run.usable_rps.toFixed(1) + " usable";
+    return "–";
+  }
+
+  function pill(status) {
+    var span = document.createElement("span");
+    span.className = "pill " + status; span.textContent = status;
+    return span;
+  }
+
+  /* Runs: the table's rows follow the server's list (same filters) while any run is queued or running. */
+  function pollRuns() {
+    var table = document.getElementById("runs-table");
+    if (!table || table.getAttribute("data-live") !== "true") return;
+    var body = table.tBodies[0];
+    function tick() {
+      getJSON("/ui/api/runs" + window.location.search).then(function (answer) {
+        var rows = {};
+        Array.prototype.forEach.call(body.rows, function (tr) { rows[tr.getAttribute("data-run")] = tr; });
+        var anyActive = false;
+        answer.runs.forEach(function (run, i) {
+          anyActive = anyActive || !!ACTIVE[run.status];
+          var tr = rows[run.id];
+          if (!tr) {
+            tr = document.createElement("tr");
+            tr.setAttribute("data-run", run.id);
+            var link = document.createElement("a"); link.href = "/ui/runs/" + encodeURIComponent(run.id); link.textContent = run.id;
+            var first = document.createElement("td"); first.appendChild(link);
+            tr.appendChild(first); tr.appendChild(cell(run.scenario)); tr.appendChild(cell(run.kind));
+            var st = document.createElement("td"); st.className = "status"; tr.appendChild(st);
+            var sc = cell(""); sc.className = "score"; tr.appendChild(sc);
+            tr.appendChild(cell(run.created_at)); tr.appendChild(cell(run.triggered_by));
+            var empty = body.querySelector("tr.empty"); if (empty) empty.remove();
+            body.insertBefore(tr, body.rows[i] || null);
+          }
+          tr.className = "status-" + run.status;
+          var status = tr.querySelector("td.status"); status.replaceChildren(pill(run.status));
+          tr.querySelector("td.score").textContent = scoreText(run);
+        });
+        table.setAttribute("data-polled", String(Number(table.getAttribute("data-polled") || 0) + 1));
+        if (anyActive) setTimeout(tick, POLL_MS); else table.setAttribute("data-live", "false");
+      }).catch(function () { setTimeout(tick, POLL_MS * 2); });
+    }
+    setTimeout(tick, POLL_MS);
+  }
+
+  function clearCharts() {
+    var made = window.CliffwatchCharts.charts;
+    made.forEach(function (c) { c.plot.destroy(); });
+    made.length = 0;
+  }
+
+  function figures(root, charts) {
+    charts.charts.forEach(function (spec) {
+      if (root.querySelector('[data-chart="' + spec.id + '"]')) return;
+      var fig = document.createElement("figure"); fig.className = "chart"; fig.id = "chart-" + spec.id;
+      var h = document.createElement("h3"); h.textContent = spec.title;
+      var plot = document.createElement("div"); plot.className = "plot"; plot.setAttribute("data-chart", spec.id);
+      var cap = document.createElement("figcaption"); cap.textContent = spec.caption;
+      fig.appendChild(h); fig.appendChild(plot); fig.appendChild(cap); root.appendChild(fig);
+    });
+  }
+
+  function drawRun(charts) {
+    var root = document.getElementById("chart-root");
+    if (!root || !charts || !window.CliffwatchCharts) return 0;
+    figures(root, charts);
+    clearCharts();
+    return window.CliffwatchCharts.render(root, charts).length;
+  }
+
+  /* A run: its charts, redrawn every POLL_MS while it is in progress; the page reloads once when it ends
+   * (the verdict and score sections are the server's). */
+  function runPage() {
+    var initial = data(), facts = document.getElementById("run-facts");
+    var drawn = drawRun(initial.charts);
+    // Sweep charts are the sweep report's (CliffwatchCharts.renderSweep, when report.js has it).
+    var sweepRoot = document.getElementById("sweep-charts");
+    if (sweepRoot && initial.sweep && window.CliffwatchCharts && typeof window.CliffwatchCharts.renderSweep === "function") {
+      window.CliffwatchCharts.renderSweep(sweepRoot, initial.sweep);
+    }
+    document.body.setAttribute("data-charts-ready", String(drawn));
+    if (!facts || facts.getAttribute("data-active") !== "true") return;
+    var id = facts.getAttribute("data-run"), updates = 0;
+    function tick() {
+      getJSON("/ui/api/runs/" + encodeURIComponent(id)).then(function (answer) {
+        var status = document.getElementById("run-status");
+        status.className = "pill " + answer.run.status; status.textContent = answer.run.status;
+        if (!answer.active) { window.location.reload(); return; }
+        if (answer.charts) {
+          document.body.setAttribute("data-charts-ready", String(drawRun(answer.charts)));
+          var note = document.getElementById("charts-note");
+          if (note) note.textContent = "Provisional: drawn from the requests finished so far, by the second they were scheduled. Updating every 2 s while the run is in progress.";
+        }
+        document.body.setAttribute("data-live-updates", String(++updates));
+        setTimeout(tick, POLL_MS);
+      }).catch(function () { setTimeout(tick, POLL_MS * 2); });
+    }
+    setTimeout(tick, POLL_MS);
+  }
+
+  function epoch(text) { return Date.parse(text) / 1000; }
+
+  function lineChart(el, x, series, axes) {
+    var opts = {
+      width: el.clientWidth || 800, height: 260, scales: { x: { time: true } },
+      axes: [{ label: "time (UTC)" }].concat(axes.map(function (a, i) {
+        return { scale: a.scale, label: a.label, side: i === 0 ? 3 : 1, grid: { show: i === 0 }, size: 60 };
+      })),
+      series: [{ label: "time" }].concat(series.map(function (s) {
+        return { label: s.label, scale: s.scale, stroke: s.color, width: s.width || 2, dash: s.dash,
+          points: { show: true, size: 6, fill: s.color }, spanGaps: true };
+      })),
+    };
+    axes.forEach(function (a) { opts.scales[a.scale] = { range: a.range }; });
+    return new uPlot(opts, [x].concat(series.map(function (s) { return s.values; })), el);
+  }
+
+  /* Trends: per series, the score and its components over time, and the trailing median. */
+  function trendsPage() {
+    var d = data(), plots = [];
+    document.querySelectorAll("[data-trend]").forEach(function (el) {
+      var s = d.series[Number(el.getAttribute("data-trend"))];
+      if (!s || !s.points.length) return;
+      var x = s.points.map(function (p) { return epoch(p.start); });
+      var lines = [{ label: "score", scale: "score", color: "#000000", width: 2.5, values: s.points.map(function (p) { return p.score; }) }];
+      if (s.trailing_median != null) {
+        lines.push({ label: "trailing median", scale: "score", color: "#5a5a5a", width: 1, dash: [4, 4],
+          values: s.points.map(function () { return s.trailing_median; }) });
+      }
+      Object.keys(s.points[0].components).forEach(function (name, i) {
+        lines.push({ label: name, scale: "component", color: OKABE_ITO[i % OKABE_ITO.length], width: 1.5,
+          dash: DASHES[(i + 1) % DASHES.length], values: s.points.map(function (p) { return p.components[name]; }) });
+      });
+      plots.push(lineChart(el, x, lines, [
+        { scale: "score", label: "score (0–100)", range: [0, 100] },
+        { scale: "component", label: "component (0–1)", range: [0, 1] }]));
+    });
+    document.querySelectorAll("[data-capacity-plot]").forEach(function (el) {
+      var c = d.capacity[Number(el.getAttribute("data-capacity-plot"))];
+      if (!c || !c.points.length) return;
+      var x = c.points.map(function (p) { return epoch(p.at); });
+      plots.push(lineChart(el, x, [
+        { label: "usable (" + c.unit + ")", scale: "rate", color: "#009E73", width: 2.5, values: c.points.map(function (p) { return p.usable; }) },
+        { label: "first bad (" + c.unit + ")", scale: "rate", color: "#D55E00", dash: [8, 4], values: c.points.map(function (p) { return p.first_bad; }) },
+      ], [{ scale: "rate", label: c.unit, range: function (u, min, max) { return [0, max > 0 ? max * 1.1 : 1]; } }]));
+    });
+    window.CliffwatchTrends = plots;
+    document.body.setAttribute("data-charts-ready", String(plots.length));
+  }
+
+  if (page === "runs") pollRuns();
+  else if (page === "run") runPage();
+  else if (page === "trends") trendsPage();
+})();

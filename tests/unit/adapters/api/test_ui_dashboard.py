@@ -1,0 +1,237 @@
+"""The dashboard in process (the API's harness, with the dashboard mounted as `cliffwatch serve` mounts it):
+login and its cookies, CSRF and origin checks, roles, logout and revocation, and every page rendering.
+
+Cookies are handled by hand (no cookie jar), so each test sees exactly what the server set and sends.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from http.cookies import SimpleCookie
+from typing import Any
+
+import pytest
+import yaml
+from aiohttp import DummyCookieJar
+from aiohttp.test_utils import TestClient, TestServer
+from api_harness import Api, Parts, TickingClock, build_parts, make_settings, small_scenario
+
+from cliffwatch.adapters.api import create_app
+from cliffwatch.adapters.dashboard import mount_dashboard
+from cliffwatch.adapters.dashboard.context import DashboardServices
+from cliffwatch.domain.runs import Role
+from cliffwatch.services.runs import RunRequest
+from cliffwatch.services.sessions import InMemorySessionStore, SessionService
+
+CSRF = re.compile(r'name="csrf" value="([0-9a-f]{64})"')
+
+
+@dataclass
+class Ui:
+    client: TestClient[Any, Any]
+    parts: Parts
+
+    async def get(self, path: str, cookie: str | None = None) -> tuple[int, dict[str, str], str, SimpleCookie]:
+        headers = {"Cookie": cookie} if cookie else {}
+        async with self.client.get(path, headers=headers, allow_redirects=False) as response:
+            return response.status, dict(response.headers), await response.text(), _cookies(response)
+
+    async def post(
+        self, path: str, data: dict[str, str], cookie: str | None = None, headers: dict[str, str] | None = None
+    ) -> tuple[int, dict[str, str], str, SimpleCookie]:
+        sent = {**({"Cookie": cookie} if cookie else {}), **(headers or {})}
+        async with self.client.post(path, data=data, headers=sent, allow_redirects=False) as response:
+            return response.status, dict(response.headers), await response.text(), _cookies(response)
+
+    async def login(self, role: Role) -> tuple[str, str]:
+        """Logs in with the role's token; returns the Cookie header to send and the session's CSRF token."""
+        _, _, page, cookies = await self.get("/ui/login")
+        nonce = re.search(r'name="nonce" value="([^"]+)"', page)
+        assert nonce is not None
+        status, headers, _, set_cookies = await self.post(
+            "/ui/login", {"token": self.parts.tokens[role], "nonce": nonce.group(1), "next": "/ui/runs"},
+            cookie=f"cw_login={cookies['cw_login'].value}",
+        )  # fmt: skip
+        assert status == 303, headers
+        cookie = f"cw_session={set_cookies['cw_session'].value}"
+        _, _, runs, _ = await self.get("/ui/runs", cookie)
+        csrf = CSRF.search(runs)
+        assert csrf is not None
+        return cookie, csrf.group(1)
+
+
+def _cookies(response: Any) -> SimpleCookie:
+    jar: SimpleCookie = SimpleCookie()
+    for header in response.headers.getall("Set-Cookie", []):
+        jar.load(header)
+    return jar
+
+
+async def serve_ui(**changes: Any) -> AsyncIterator[Ui]:
+    settings = make_settings(**changes)
+    parts = await build_parts(settings)
+    app = create_app(parts.services, settings=settings)
+    clock: TickingClock = parts.clock
+    sessions = SessionService(InMemorySessionStore(parts.store), parts.services.tokens, ttl_s=3_600, now=clock)
+    mount_dashboard(app, DashboardServices(api=parts.services, sessions=sessions), settings=settings)
+    async with TestClient(TestServer(app, host="127.0.0.1"), cookie_jar=DummyCookieJar()) as client:
+        yield Ui(client=client, parts=parts)
+
+
+@pytest.fixture
+async def ui() -> AsyncIterator[Ui]:
+    async for served in serve_ui():
+        yield served
+
+
+async def test_the_login_cookies_are_httponly_strict_secure_and_scoped_to_the_dashboard(ui: Ui) -> None:
+    status, headers, page, cookies = await ui.get("/ui/login")
+    assert status == 200
+    assert "script-src 'self'" in headers["Content-Security-Policy"]
+    assert headers["X-Content-Type-Options"] == "nosniff"
+    assert 'type="password"' in page
+    login = cookies["cw_login"]
+    assert (login["httponly"], login["samesite"], login["path"], login["secure"]) == (True, "Strict", "/ui", True)
+    cookie, _ = await ui.login(Role.VIEWER)
+    _, _, _, again = await ui.get("/ui/login")
+    nonce = again["cw_login"].value
+    status, headers, _, set_cookies = await ui.post(
+        "/ui/login", {"token": ui.parts.tokens[Role.VIEWER], "nonce": nonce}, cookie=f"cw_login={nonce}"
+    )
+    session = set_cookies["cw_session"]
+    assert (session["httponly"], session["samesite"], session["path"], session["secure"]) == (True, "Strict", "/ui",
+                                                                                               True)  # fmt: skip
+    assert ui.parts.tokens[Role.VIEWER] not in headers["Location"]
+    assert session.value not in str(ui.parts.store.__dict__)  # only its hash is kept
+    assert cookie != f"cw_session={session.value}"  # a new session id at every login
+
+
+async def test_the_secure_attribute_follows_the_setting() -> None:
+    async for ui in serve_ui(ui_cookie_secure=False):
+        _, _, _, cookies = await ui.get("/ui/login")
+        assert cookies["cw_login"]["secure"] == ""
+
+
+async def test_a_wrong_token_or_a_forged_login_form_gets_no_session(ui: Ui) -> None:
+    _, _, _, cookies = await ui.get("/ui/login")
+    nonce = cookies["cw_login"].value
+    status, _, page, set_cookies = await ui.post("/ui/login", {"token": "cw_wrong", "nonce": nonce},
+                                                 cookie=f"cw_login={nonce}")  # fmt: skip
+    assert status == 401
+    assert "unknown or revoked" in page
+    assert "cw_session" not in set_cookies
+    status, _, _, set_cookies = await ui.post("/ui/login", {"token": ui.parts.tokens[Role.ADMIN], "nonce": "forged"},
+                                              cookie=f"cw_login={nonce}")  # fmt: skip
+    assert status == 403
+    assert "cw_session" not in set_cookies
+
+
+async def test_pages_need_a_session(ui: Ui) -> None:
+    status, headers, _, _ = await ui.get("/ui/runs")
+    assert status == 303
+    assert headers["Location"] == "/ui/login?next=/ui/runs"
+    status, _, _, _ = await ui.get("/ui/api/runs")
+    assert status == 401
+    status, headers, _, _ = await ui.get("/")
+    assert (status, headers["Location"]) == (303, "/ui/runs")
+    assert (await ui.get("/ui/runs", "cw_session=forged"))[0] == 303
+
+
+async def test_a_post_without_or_with_a_wrong_csrf_token_or_from_another_origin_is_refused(ui: Ui) -> None:
+    cookie, csrf = await ui.login(Role.OPERATOR)
+    run = {"scenario": "burst-storm", "kind": "run", "nonce": "n" * 20}
+    assert (await ui.post("/ui/new", run, cookie))[0] == 403
+    assert (await ui.post("/ui/new", {**run, "csrf": "0" * 64}, cookie))[0] == 403
+    status, _, page, _ = await ui.post("/ui/new", {**run, "csrf": csrf}, cookie, {"Origin": "http://evil.example"})
+    assert status == 403
+    assert "another site" in page
+    assert (await ui.parts.store.active_runs()) == []
+    status, headers, _, _ = await ui.post("/ui/new", {**run, "csrf": csrf}, cookie)
+    assert status == 303
+    [queued] = await ui.parts.store.active_runs()
+    assert headers["Location"] == f"/ui/runs/{queued.id}"
+    assert queued.triggered_by == "operator-token (dashboard)"
+    # the same form sent twice (a double click) queues one run
+    assert (await ui.post("/ui/new", {**run, "csrf": csrf}, cookie))[1]["Location"] == f"/ui/runs/{queued.id}"
+    assert len(await ui.parts.store.active_runs()) == 1
+
+
+async def test_a_viewer_can_read_but_not_trigger(ui: Ui) -> None:
+    cookie, csrf = await ui.login(Role.VIEWER)
+    status, _, page, _ = await ui.get("/ui/runs", cookie)
+    assert status == 200
+    assert 'href="/ui/new"' not in page
+    assert (await ui.get("/ui/new", cookie))[0] == 403
+    status, _, page, _ = await ui.post("/ui/new", {"scenario": "burst-storm", "csrf": csrf}, cookie)
+    assert status == 403
+    assert "operator role" in page
+    assert (await ui.parts.store.active_runs()) == []
+
+
+async def test_an_invalid_request_is_shown_on_the_form_with_every_problem(ui: Ui) -> None:
+    cookie, csrf = await ui.login(Role.OPERATOR)
+    status, _, page, _ = await ui.post("/ui/new", {"scenario": "burst-storm", "kind": "sweep", "csrf": csrf,
+                                                   "start": "5", "stop": "2"}, cookie)  # fmt: skip
+    assert status == 422
+    assert "sweep.stop" in page
+    status, _, page, _ = await ui.post("/ui/new", {"scenario": "burst-storm", "seed": "x", "csrf": csrf}, cookie)
+    assert status == 422
+    assert "seed: must be a whole number" in page
+
+
+async def test_logout_and_revocation_end_the_session(ui: Ui) -> None:
+    cookie, csrf = await ui.login(Role.ADMIN)
+    assert (await ui.post("/ui/logout", {}, cookie))[0] == 403  # CSRF here too
+    status, headers, _, cleared = await ui.post("/ui/logout", {"csrf": csrf}, cookie)
+    assert (status, headers["Location"]) == (303, "/ui/login")
+    assert cleared["cw_session"]["max-age"] == "0"
+    assert (await ui.get("/ui/runs", cookie))[0] == 303
+    cookie, _ = await ui.login(Role.OPERATOR)
+    operator = next(t for t in await ui.parts.services.tokens.all() if t.role is Role.OPERATOR)
+    await ui.parts.services.tokens.revoke(operator.id)
+    assert (await ui.get("/ui/runs", cookie))[0] == 303
+
+
+async def test_every_page_renders_and_escapes_what_it_shows(ui: Ui) -> None:
+    document = {**small_scenario("xss-check"), "description": "<script>alert(1)</script>"}
+    await ui.parts.services.catalog.register(document)
+    run = await ui.parts.store.get_run((await ui.parts.services.runs.submit(_request("xss-check")))[0].id)
+    assert run is not None
+    finished = {**small_scenario("xss-check")}
+    api = Api(client=ui.client, store=ui.parts.store, services=ui.parts.services, settings=make_settings(),
+              tokens=ui.parts.tokens, clock=ui.parts.clock)  # fmt: skip
+    await api.finish(run.id, document=finished)
+    cookie, _ = await ui.login(Role.ADMIN)
+    pages = ("/ui/runs", f"/ui/runs/{run.id}", "/ui/trends", "/ui/schedules", "/ui/scenarios",
+             "/ui/scenarios/xss-check", "/ui/new", "/ui/runs?status=succeeded&kind=run&scenario=xss-check")  # fmt: skip
+    for path in pages:
+        status, headers, page, _ = await ui.get(path, cookie)
+        assert status == 200, (path, page)
+        assert headers["Cache-Control"] == "no-store"
+        assert "<script>alert(1)</script>" not in page, path
+    _, _, page, _ = await ui.get(f"/ui/runs/{run.id}", cookie)
+    assert 'data-chart="throughput"' in page
+    status, _, body, _ = await ui.get(f"/ui/api/runs/{run.id}", cookie)
+    assert status == 200
+    assert '"provisional": false' in body
+    assert (await ui.get("/ui/static/report.js"))[0] == 200
+    assert (await ui.get("/ui/static/secrets.txt"))[0] == 404
+    assert (await ui.get("/ui/no-such-page", cookie))[0] == 404
+
+
+async def test_a_pasted_scenario_is_validated(ui: Ui) -> None:
+    cookie, csrf = await ui.login(Role.VIEWER)
+    status, _, page, _ = await ui.post("/ui/scenarios/validate", {"csrf": csrf, "document": "name: x\nphases: 3\n"},
+                                       cookie)  # fmt: skip
+    assert status == 200
+    assert "problem(s)" in page
+    assert "<code>phases</code>" in page
+    text = yaml.safe_dump(small_scenario("pasted"))
+    _, _, page, _ = await ui.post("/ui/scenarios/validate", {"csrf": csrf, "document": text}, cookie)
+    assert "Valid: this document" in page
+
+
+def _request(name: str) -> RunRequest:
+    return RunRequest(scenario=name)
