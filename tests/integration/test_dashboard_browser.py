@@ -1,0 +1,347 @@
+"""The dashboard in a real headless Chromium (Debian's, driven by Playwright) against a real `cliffwatch
+serve` on loopback with SQLite: every page loads without console errors, charts are drawn, a run triggered
+from the form appears and completes with live charts on the way, the trends page has a point per run, and
+login, logout, CSRF and roles behave as the security model says (docs/dashboard.md).
+
+Screenshots go to ``$CLIFFWATCH_TEST_ARTIFACTS`` (default ``tests/artifacts/``). Without /usr/bin/chromium
+these tests fail rather than skip (``apt-get install chromium``; ``.ci/run`` does).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, sync_playwright
+
+REPO = Path(__file__).resolve().parents[2]
+CHROMIUM = Path("/usr/bin/chromium")
+RUN_CHARTS = ["throughput", "latency-ttft", "latency-e2e", "outcomes", "concurrency"]
+
+pytestmark = pytest.mark.slow
+
+# About six seconds against a small built-in target, pushed past its capacity in the middle.
+QUICK = {
+    "name": "quick-ui",
+    "description": "a short run for the dashboard's browser test",
+    "seed": 3,
+    "target": {"url": "builtin", "builtin": {"max_batch": 4, "decode_base_ms": 10, "decode_per_seq_ms": 2},
+               "request": {"model": "sim-llm", "prompt_tokens": 16, "max_tokens": 16}},
+    "slo": {"ttft_ms": 300, "e2e_ms": 800, "timeout_ms": 2000},
+    "phases": [
+        {"name": "base", "role": "baseline", "duration_s": 2, "arrival": {"process": "poisson", "rate": 6}},
+        {"name": "push", "role": "stress", "duration_s": 2, "arrival": {"process": "poisson", "rate": 30}},
+        {"name": "calm", "role": "recovery", "duration_s": 2, "arrival": {"process": "poisson", "rate": 6}},
+    ],
+}  # fmt: skip
+
+# Non-blank pixels of each run chart's canvas (read from a copy, so the page's own stays untouched).
+PAINTED_JS = """
+() => window.CliffwatchCharts.charts.map(({id, plot}) => {
+  const copy = document.createElement("canvas");
+  copy.width = plot.ctx.canvas.width; copy.height = plot.ctx.canvas.height;
+  const ctx = copy.getContext("2d", {willReadFrequently: true});
+  ctx.drawImage(plot.ctx.canvas, 0, 0);
+  const data = ctx.getImageData(0, 0, copy.width, copy.height).data;
+  let painted = 0;
+  for (let i = 3; i < data.length; i += 4) if (data[i] > 0) painted++;
+  const values = plot.data.slice(1).flat().filter(v => v != null).length;
+  return {id, painted, values};
+})
+"""
+
+
+def artifacts_dir() -> Path:
+    path = Path(os.environ.get("CLIFFWATCH_TEST_ARTIFACTS") or REPO / "tests" / "artifacts")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass(frozen=True, kw_only=True)
+class Served:
+    base: str
+    tokens: dict[str, str]  # role → token
+
+    def api(self, method: str, path: str, body: object | None = None, role: str = "admin") -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(self.base + path, data=data, method=method)
+        request.add_header("Authorization", f"Bearer {self.tokens[role]}")
+        if data is not None:
+            request.add_header("Content-Type", "application/json")
+        with urllib.request.urlopen(request, timeout=15) as response:
+            raw = response.read()
+        return json.loads(raw) if raw else None
+
+    def wait_finished(self, run_id: str, timeout_s: float = 90) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            run: dict[str, Any] = self.api("GET", f"/api/v1/runs/{run_id}")
+            if run["status"] not in ("queued", "running"):
+                return run
+            assert time.monotonic() < deadline, run
+            time.sleep(0.3)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """`cliffwatch serve` on a free loopback port and a SQLite file, with a token per role, the quick
+    scenario registered, one schedule, and one run already finished (so trends have history)."""
+    where = tmp_path_factory.mktemp("dashboard")
+    port = free_port()
+    env = {**os.environ, "CLIFFWATCH_DATABASE_URL": f"sqlite+aiosqlite:///{where / 'cw.db'}",
+           "CLIFFWATCH_STATE_DIR": str(where / "state"), "CLIFFWATCH_LISTEN_PORT": str(port),
+           "CLIFFWATCH_LOG_FORMAT": "json"}  # fmt: skip
+    env.pop("CLIFFWATCH_ALLOWED_TARGETS", None)
+    env.pop("CLIFFWATCH_UI_COOKIE_SECURE", None)  # the default, Secure, is what is tested
+    tokens = {}
+    for role in ("viewer", "operator", "admin"):
+        command = [sys.executable, "-m", "cliffwatch", "token", "create", "--role", role, "--name", f"{role}-ui"]
+        made = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False)
+        assert made.returncode == 0, made.stderr
+        tokens[role] = made.stdout.strip()
+    log = (where / "serve.log").open("w")
+    process = subprocess.Popen([sys.executable, "-m", "cliffwatch", "serve"], cwd=REPO, env=env, stdout=log,
+                               stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while "listening on" not in (where / "serve.log").read_text():
+            assert process.poll() is None, (where / "serve.log").read_text()[-3000:]
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        served = Served(base=f"http://127.0.0.1:{port}", tokens=tokens)
+        served.api("PUT", "/api/v1/scenarios/quick-ui", QUICK)
+        served.api("POST", "/api/v1/schedules", {"name": "nightly quick", "cron": "0 3 * * *",
+                                                 "timezone": "Europe/Berlin", "scenario": "quick-ui"})  # fmt: skip
+        first = served.api("POST", "/api/v1/runs", {"scenario": "quick-ui", "overrides": {"seed": 11}}, "operator")
+        assert served.wait_finished(first["id"])["status"] == "succeeded"
+        yield served
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        finally:
+            log.close()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not CHROMIUM.is_file():
+        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (apt-get install -y chromium)")
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
+        try:
+            yield launched
+        finally:
+            launched.close()
+
+
+class Watched:
+    """A page that records every console error or warning and every uncaught page error."""
+
+    def __init__(self, context: BrowserContext) -> None:
+        self.page: Page = context.new_page()
+        self.problems: list[str] = []
+        self.page.on("console", self._console)
+        self.page.on("pageerror", lambda exc: self.problems.append(f"page error: {exc}"))
+
+    def _console(self, message: ConsoleMessage) -> None:
+        if message.type in ("error", "warning"):
+            self.problems.append(f"console {message.type}: {message.text} ({message.location.get('url')})")
+
+    def clean(self) -> None:
+        assert self.problems == [], self.problems
+
+    def shot(self, name: str) -> None:
+        self.page.screenshot(path=str(artifacts_dir() / f"dashboard-{name}.png"), full_page=True)
+
+
+def log_in(browser: Browser, served: Served, role: str) -> tuple[BrowserContext, Watched]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    watched = Watched(context)
+    page = watched.page
+    page.goto(f"{served.base}/ui/runs")
+    assert page.url.startswith(f"{served.base}/ui/login?next=/ui/runs")  # sent to log in first
+    page.fill("#token", served.tokens[role])
+    page.click("form.login button")
+    page.wait_for_url(f"{served.base}/ui/runs")
+    assert served.tokens[role] not in page.url
+    return context, watched
+
+
+def test_the_session_cookie_is_kept_by_chromium_on_loopback_http_with_its_attributes(
+    browser: Browser, served: Served
+) -> None:
+    """Chromium keeps a Secure cookie from http://127.0.0.1 (a potentially trustworthy origin) and sends it."""
+    context, watched = log_in(browser, served, "viewer")
+    try:
+        [cookie] = [c for c in context.cookies() if c["name"] == "cw_session"]
+        assert (cookie["secure"], cookie["httpOnly"], cookie["sameSite"], cookie["path"]) == (True, True, "Strict",
+                                                                                              "/ui")  # fmt: skip
+        assert watched.page.evaluate("document.cookie") == ""  # HttpOnly: no script can read it
+        assert watched.page.locator("header .who").inner_text().startswith("viewer-ui")
+        watched.clean()
+    finally:
+        context.close()
+
+
+def test_every_page_loads_without_console_errors_and_the_run_charts_are_drawn(browser: Browser, served: Served) -> None:
+    context, watched = log_in(browser, served, "admin")
+    page = watched.page
+    try:
+        watched.shot("runs")
+        first = page.locator("#runs-table tbody tr").first.get_attribute("data-run")
+        page.goto(f"{served.base}/ui/runs/{first}")
+        page.wait_for_selector("body[data-charts-ready='5']")
+        drawn = page.evaluate(PAINTED_JS)
+        assert [c["id"] for c in drawn] == RUN_CHARTS
+        assert all(c["painted"] > 1_000 and c["values"] > 0 for c in drawn), drawn
+        assert page.locator(".verdict").count() == 1  # the report's verdict section
+        watched.shot("run")
+        pages = (("/ui/schedules", "schedules"), ("/ui/scenarios", "scenarios"), ("/ui/scenarios/quick-ui", "scenario"),
+                 ("/ui/new", "new"), ("/ui/trends", "trends"))  # fmt: skip
+        for path, name in pages:
+            response = page.goto(served.base + path)
+            assert response is not None
+            assert response.status == 200, path
+            watched.shot(name)
+        page.goto(f"{served.base}/ui/schedules")
+        assert page.locator("tr[data-schedule] td.next").inner_text().count("UTC") == 3
+        watched.clean()
+    finally:
+        context.close()
+
+
+def test_a_run_triggered_from_the_form_appears_updates_live_and_completes(browser: Browser, served: Served) -> None:
+    context, watched = log_in(browser, served, "operator")
+    page = watched.page
+    try:
+        page.goto(f"{served.base}/ui/new")
+        page.select_option("select[name=scenario]", "quick-ui")
+        page.fill("input[name=seed]", "21")
+        page.click("#trigger-form button[type=submit]")
+        page.wait_for_url(re.compile(r".*/ui/runs/[0-9a-f]{12}$"))
+        run_id = page.url.rsplit("/", 1)[1]
+        assert page.locator("#run-status").inner_text() in ("queued", "running")
+        # While it runs the page polls and redraws provisional charts from the outcomes so far.
+        page.wait_for_selector("body[data-live-updates]", timeout=20_000)
+        watched.shot("run-live")
+        page.wait_for_selector("#run-status.succeeded", timeout=90_000)  # the page reloads when it ends
+        page.wait_for_selector("body[data-charts-ready='5']")
+        assert page.locator(".verdict").count() == 1
+        watched.shot("run-finished")
+        page.goto(f"{served.base}/ui/runs?scenario=quick-ui")
+        row = page.locator(f"tr[data-run='{run_id}']")
+        assert row.locator("td.status").inner_text() == "succeeded"
+        assert "(dashboard)" in row.inner_text()
+        watched.clean()
+    finally:
+        context.close()
+
+
+def test_the_runs_page_shows_a_new_run_and_its_status_live(browser: Browser, served: Served) -> None:
+    context, watched = log_in(browser, served, "viewer")
+    page = watched.page
+    try:
+        queued = served.api("POST", "/api/v1/runs", {"scenario": "quick-ui", "overrides": {"seed": 31}}, "operator")
+        page.goto(f"{served.base}/ui/runs")
+        row = page.locator(f"tr[data-run='{queued['id']}'] td.status")
+        assert row.inner_text() in ("queued", "running")
+        row.locator(".pill.succeeded").wait_for(timeout=90_000)  # no reload: the table polls
+        assert page.url == f"{served.base}/ui/runs"
+        watched.clean()
+    finally:
+        context.close()
+
+
+def test_the_trends_page_shows_a_point_for_each_run(browser: Browser, served: Served) -> None:
+    context, watched = log_in(browser, served, "viewer")
+    page = watched.page
+    try:
+        finished = list(served.api("GET", "/api/v1/runs?scenario=quick-ui&status=succeeded")["runs"])
+        assert len(finished) >= 2
+        page.goto(f"{served.base}/ui/trends?scenario=quick-ui")
+        page.wait_for_selector("body[data-charts-ready='1']")
+        points = page.evaluate("window.CliffwatchTrends[0].data[0].length")
+        assert points == len(finished)
+        assert page.locator("table.trend-points tbody tr").count() == len(finished)
+        watched.shot("trends-quick-ui")
+        watched.clean()
+    finally:
+        context.close()
+
+
+def test_a_post_without_or_with_a_wrong_csrf_token_is_refused(browser: Browser, served: Served) -> None:
+    context, watched = log_in(browser, served, "operator")
+    page = watched.page
+    try:
+        before = len(served.api("GET", "/api/v1/runs?limit=200")["runs"])
+        reply = page.request.post(f"{served.base}/ui/new", form={"scenario": "quick-ui", "kind": "run"})
+        assert reply.status == 403
+        reply = page.request.post(f"{served.base}/ui/new", form={"scenario": "quick-ui", "csrf": "0" * 64})
+        assert reply.status == 403
+        # the real form, its token tampered with in the page
+        page.goto(f"{served.base}/ui/new")
+        page.select_option("select[name=scenario]", "quick-ui")
+        page.eval_on_selector("#trigger-form input[name=csrf]", "el => { el.value = 'f'.repeat(64); }")
+        with page.expect_response(f"{served.base}/ui/new") as answer:
+            page.click("#trigger-form button[type=submit]")
+        assert answer.value.status == 403
+        assert "CSRF" in page.locator(".error-detail").inner_text()
+        watched.shot("csrf-refused")
+        assert len(served.api("GET", "/api/v1/runs?limit=200")["runs"]) == before
+    finally:
+        context.close()
+
+
+def test_a_viewer_cannot_trigger(browser: Browser, served: Served) -> None:
+    context, watched = log_in(browser, served, "viewer")
+    page = watched.page
+    try:
+        assert page.locator("header nav a[href='/ui/new']").count() == 0
+        response = page.goto(f"{served.base}/ui/new")
+        assert response is not None
+        assert response.status == 403
+        watched.shot("viewer-forbidden")
+        page.goto(f"{served.base}/ui/runs")
+        csrf = page.locator("form.logout input[name=csrf]").get_attribute("value")
+        reply = page.request.post(f"{served.base}/ui/new", form={"scenario": "quick-ui", "csrf": csrf or ""})
+        assert reply.status == 403
+    finally:
+        context.close()
+
+
+def test_logout_ends_the_session(browser: Browser, served: Served) -> None:
+    context, watched = log_in(browser, served, "viewer")
+    page = watched.page
+    try:
+        [before] = [c["value"] for c in context.cookies() if c["name"] == "cw_session"]
+        page.click("form.logout button")
+        page.wait_for_url(f"{served.base}/ui/login")
+        assert [c for c in context.cookies() if c["name"] == "cw_session"] == []
+        page.goto(f"{served.base}/ui/runs")
+        assert "/ui/login" in page.url
+        # the old cookie is worthless: the session is gone from the server
+        context.add_cookies([{"name": "cw_session", "value": before, "url": f"{served.base}/ui/"}])
+        page.goto(f"{served.base}/ui/runs")
+        assert "/ui/login" in page.url
+        watched.shot("logged-out")
+        watched.clean()
+    finally:
+        context.close()
