@@ -16,6 +16,7 @@ from typing import Any
 from rich.console import Console
 
 from cliffwatch.adapters.console import ConsoleProgress
+from cliffwatch.adapters.report.files import write_run_report
 from cliffwatch.adapters.result_files import write_document
 from cliffwatch.adapters.scenario_files import load_scenario
 from cliffwatch.adapters.sweep_console import SweepConsoleObserver, sweep_report
@@ -56,6 +57,7 @@ def add_parser(commands: Any) -> None:
     sweep.add_argument("--target", dest="target_url", help="send to this base URL instead of the scenario's")
     sweep.add_argument("--seed", type=int, help="override the scenario's seed")
     sweep.add_argument("--json", type=Path, dest="json_path", help="write the sweep result document here")
+    sweep.add_argument("--report", type=Path, dest="report_path", help="write the sweep's HTML report here")
     sweep.set_defaults(handler=run_sweep)
 
 
@@ -82,6 +84,9 @@ def run_sweep(args: argparse.Namespace, settings: Settings) -> int:
     if args.json_path is not None:
         write_document(outcome.to_dict(), args.json_path)
         console.print(f"sweep result written to {args.json_path}")
+    if args.report_path is not None:
+        write_run_report(outcome.to_dict(), args.report_path)  # a sweep's report, by the document's kind
+        console.print(f"sweep report written to {args.report_path}")
     if outcome.status in (RunStatus.INTERRUPTED, RunStatus.ABORTED):
         return EXIT_INTERRUPTED
     if outcome.status is RunStatus.FAILED:

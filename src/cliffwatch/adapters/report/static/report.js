@@ -136,11 +136,14 @@
         ctx.textBaseline = "top";
         markers.forEach(function (m) {
           if (m.kind === "invalid") return;
-          var x0 = x(u, m.at), right = m.kind === "cliff";
+          var x0 = x(u, m.at), cliff = m.kind === "cliff", right = cliff, w = ctx.measureText(m.label).width;
           ctx.strokeStyle = m.color; ctx.lineWidth = 2 * px;
-          ctx.setLineDash(right ? [6 * px, 4 * px] : []);
+          ctx.setLineDash(cliff ? [6 * px, 4 * px] : []);
           ctx.beginPath(); ctx.moveTo(x0, b.top); ctx.lineTo(x0, b.top + b.height); ctx.stroke();
           ctx.fillStyle = m.color;
+          // The cliff is named right of its line and usable capacity left of its own, unless that leaves the plot.
+          if (right && x0 + 5 * px + w > b.left + b.width) right = false;
+          else if (!right && x0 - 5 * px - w < b.left) right = true;
           ctx.textAlign = right ? "left" : "right";
           ctx.fillText(m.label, x0 + (right ? 5 : -5) * px, b.top + (4 + 15 * row++) * px);
         });
