@@ -22,7 +22,7 @@ import pytest
 import yaml
 from playwright.sync_api import Browser, ConsoleMessage, Page, Request, Route, sync_playwright
 
-from cliffwatch.adapters.api.reports import REPORT_HEADERS
+from cliffwatch.adapters.api.reports import report_headers
 from cliffwatch.adapters.report.render import render_sweep_report
 
 REPO = Path(__file__).resolve().parents[2]
@@ -238,21 +238,30 @@ def test_usable_capacity_and_the_cliff_are_drawn_at_their_rates(
         page.close()
 
 
-@pytest.mark.slow
-def test_the_report_works_under_the_apis_content_security_policy_and_prints_on_a4(browser: Browser) -> None:
-    """Served as the API serves it (its headers), the page draws everything with no CSP violation."""
-    document = json.loads(FIXTURE.read_text(encoding="utf-8"))
+def served(browser: Browser, body: str) -> Watched:
+    """A page that loads ``body`` as the API serves a report (its headers), from an address Playwright fakes."""
     url = "http://cliffwatch.test/api/v1/runs/fixture/report"
-    body = render_sweep_report(document)
 
     def serve(route: Route) -> None:
-        route.fulfill(status=200, body=body, headers={**REPORT_HEADERS, "Content-Type": "text/html; charset=utf-8"})
+        route.fulfill(status=200, body=body, headers={**report_headers(), "Content-Type": "text/html; charset=utf-8"})
 
     page = browser.new_page(viewport={"width": 1366, "height": 900})
     page.route(url, serve)
     watched = Watched(page, allowed=url)
+    watched.page.goto(url)
+    return watched
+
+
+@pytest.mark.slow
+def test_the_report_works_under_the_apis_content_security_policy_and_prints_on_a4(browser: Browser) -> None:
+    """Served as the API serves it (its headers), the page draws everything with no CSP violation."""
+    document = json.loads(FIXTURE.read_text(encoding="utf-8"))
+    watched = served(browser, render_sweep_report(document))
+    page = watched.page
     try:
-        watched.open(url)
+        page.wait_for_selector("body[data-charts-ready]", state="attached", timeout=10_000)
+        # Not add_script_tag: the policy would block that script too (as it should). Evaluation is DevTools'.
+        page.evaluate("() => {" + READABLE_JS + "window.readable = readable; window.near = near; }")
         assert page.get_attribute("body", "data-charts-ready") == str(len(expected_charts(document)))
         assert all(c["painted"] > 5000 for c in page.evaluate(PIXELS_JS))
         page.emulate_media(media="print")
@@ -261,5 +270,21 @@ def test_the_report_works_under_the_apis_content_security_policy_and_prints_on_a
         assert all(0 < width <= A4_CONTENT_PX for width in widths), widths
         page.pdf(path=str(artifacts_dir() / "sweep-report-print.pdf"), format="A4")
         assert watched.problems == []
+    finally:
+        page.close()
+
+
+@pytest.mark.slow
+def test_under_the_apis_policy_a_script_that_slipped_into_the_page_would_not_run(browser: Browser) -> None:
+    """The second line behind the escaping: only the report's own scripts run, by their hashes."""
+    body = render_sweep_report(json.loads(FIXTURE.read_text(encoding="utf-8")))
+    injected = body.replace("<main", '<script>document.title = "owned"</script><main', 1)
+    watched = served(browser, injected)
+    page = watched.page
+    try:
+        page.wait_for_selector("body[data-charts-ready]", state="attached", timeout=10_000)
+        assert page.title() != "owned"
+        assert any("Content Security Policy" in problem for problem in watched.problems), watched.problems
+        assert page.get_attribute("body", "data-charts-ready") == "10"  # the report's own scripts still ran
     finally:
         page.close()

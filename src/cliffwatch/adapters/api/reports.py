@@ -2,9 +2,10 @@
 
 The same page ``cliffwatch report`` writes, made from the stored result (and, for a run, its time series); a
 run with no result yet (queued, running) gets a page saying where it stands. The page carries its scripts
-and data inline and needs nothing else, so its Content-Security-Policy allows inline scripts and styles and
-nothing from anywhere: no requests, no frames, no forms. Documents stored by this service are escaped as
-any other (``adapters/report``), and the policy is the second line should one ever slip through.
+and data inline and needs nothing else, so its Content-Security-Policy allows exactly its two inline
+scripts (uPlot and report.js, by their SHA-256) and inline styles, and nothing from anywhere: no requests,
+no frames, no forms. Documents stored by this service are escaped as any other (``adapters/report``); the
+policy is the second line should markup ever slip through: a script it brought would not run.
 """
 
 from __future__ import annotations
@@ -14,20 +15,27 @@ from aiohttp import web
 from cliffwatch.adapters.api.context import services
 from cliffwatch.adapters.api.requests import Query
 from cliffwatch.adapters.api.views import run_view
+from cliffwatch.adapters.report.assets import script_hashes
 from cliffwatch.adapters.report.render import render_run_report, render_status_report, render_sweep_report
 from cliffwatch.domain.runs import RunKind
 
-CONTENT_SECURITY_POLICY = (
-    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; base-uri 'none'; "
-    "form-action 'none'; frame-ancestors 'none'"
-)
-REPORT_HEADERS = {
-    "Content-Security-Policy": CONTENT_SECURITY_POLICY,
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-    # A report changes while its run is in progress: always ask again.
-    "Cache-Control": "no-store",
-}
+
+def content_security_policy() -> str:
+    """Only the report's own two scripts (by hash) and inline styles; nothing fetched, framed or submitted."""
+    return (
+        f"default-src 'none'; script-src {' '.join(script_hashes())}; style-src 'unsafe-inline'; "
+        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    )
+
+
+def report_headers() -> dict[str, str]:
+    return {
+        "Content-Security-Policy": content_security_policy(),
+        "X-Content-Type-Options": "nosniff",
+        "Referrer-Policy": "no-referrer",
+        # A report changes while its run is in progress: always ask again.
+        "Cache-Control": "no-store",
+    }
 
 
 async def run_report(request: web.Request) -> web.Response:
@@ -40,4 +48,4 @@ async def run_report(request: web.Request) -> web.Response:
         text = render_sweep_report(run.result)
     else:
         text = render_run_report(run.result, await api.run_store.timeseries(run.id))
-    return web.Response(text=text, content_type="text/html", charset="utf-8", headers=REPORT_HEADERS)
+    return web.Response(text=text, content_type="text/html", charset="utf-8", headers=report_headers())

@@ -6,6 +6,8 @@ Every file is inlined into the page, so each is checked once for the sequences t
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import re
 from dataclasses import dataclass
 from functools import cache
@@ -56,4 +58,15 @@ def load_assets() -> Assets:
         uplot_css=_checked("vendor/uPlot.min.css", _UNSAFE_IN_STYLE),
         report_js=_checked("static/report.js", _UNSAFE_IN_SCRIPT),
         report_css=_checked("static/report.css", _UNSAFE_IN_STYLE),
+    )
+
+
+@cache
+def script_hashes() -> tuple[str, ...]:
+    """The CSP sources (``'sha256-…'``) of the two scripts every report runs: uPlot and report.js, inlined
+    verbatim. The data is JSON in a non-executable ``<script type="application/json">``, which CSP ignores."""
+    assets = load_assets()
+    return tuple(
+        f"'sha256-{base64.b64encode(hashlib.sha256(text.encode('utf-8')).digest()).decode('ascii')}'"
+        for text in (assets.uplot_js, assets.report_js)
     )

@@ -11,6 +11,7 @@ from typing import Any
 
 from api_harness import Api
 
+from cliffwatch.adapters.report.assets import script_hashes
 from cliffwatch.domain.result import RunStatus
 from cliffwatch.domain.runs import Role, RunEnd
 
@@ -31,7 +32,8 @@ def assert_locked_down(headers: Any) -> None:
     assert headers["X-Content-Type-Options"] == "nosniff"
     policy = {d.split()[0]: d.split()[1:] for d in headers["Content-Security-Policy"].split("; ")}
     assert policy["default-src"] == ["'none'"]
-    assert policy["script-src"] == ["'unsafe-inline'"]
+    assert policy["script-src"] == list(script_hashes())  # the page's own two scripts, nothing else
+    assert len(script_hashes()) == 2
     assert policy["style-src"] == ["'unsafe-inline'"]
     assert policy["frame-ancestors"] == ["'none'"]
     assert not any("http" in source or source == "*" for sources in policy.values() for source in sources)
