@@ -17,9 +17,9 @@ from cliffwatch.domain.capacity_steps import StepStats
 from cliffwatch.domain.ports import Clock, LoadGenerator, Progress, ProgressObserver
 from cliffwatch.domain.retry import RetryPolicy
 from cliffwatch.domain.scenario import Scenario
-from cliffwatch.domain.sweep_plan import measured_index, step_scenario, step_stats
+from cliffwatch.domain.sweep_plan import LateBounds, measured_index, step_scenario, step_stats
 from cliffwatch.domain.sweep_spec import SweepMode, SweepSpec
-from cliffwatch.services.memory import NoFaultInjector, NullSink
+from cliffwatch.services.memory import NoFaultInjector
 from cliffwatch.services.runner import RunService
 from cliffwatch.services.sweep import StepStopped
 
@@ -88,11 +88,12 @@ class HttpStepRunner:
             generator = ClosedLoopGenerator(step, self.executor, self.clock, clients=max(1, round(rate)))
         else:
             generator = OpenLoopGenerator(step, self.executor, self.clock)
+        late = LateBounds(measured_index(step), step.slo)
         service = RunService(
             clock=self.clock,
             generator=generator,
             faults=NoFaultInjector(NO_FAULTS),
-            sink=NullSink(),
+            sink=late,
             observer=_StepProgress(self.observer),
         )
         self._steps += 1
@@ -104,7 +105,8 @@ class HttpStepRunner:
         finally:
             self._service = None
         await self._cool_down()
-        return step_stats(result.metrics.phases[measured_index(step)], result.generator, rate=rate, trial=trial)
+        measured = result.metrics.phases[measured_index(step)]
+        return step_stats(measured, result.generator, rate=rate, trial=trial, late_by=late.counts)
 
     async def _cool_down(self) -> None:
         """Waits until nothing is in flight, then ``cooldown_s`` more, so the target's queues drain before

@@ -2,8 +2,11 @@
 
 The rule: *if higher load pushes up tail latency or timeout rate before token throughput collapses, treat
 the model as capacity-constrained and size around the completion point, not the peak benchmark.* Here the
-crossing is the lowest valid rate where the worst trial's p99 e2e exceeded the SLO or the timeout share
-exceeded the failure budget (1 − target); tokens/s there at 90 % of the sweep's peak or more means
+crossing is the lowest valid rate where the worst trial's p99 e2e exceeded the e2e SLO, its p99 TTFT
+exceeded the TTFT SLO (when the scenario has one), or the timeout share exceeded the failure budget
+(1 − target). When the first BAD rate lies below every such crossing, it failed some other way (shedding,
+errors, a late share too small to move the p99): the crossing is then that rate, and the sentence names
+the failure that made it bad. Tokens/s at the crossing at 90 % of the sweep's peak or more means
 capacity-constrained. The sentences are templates in this module, so tests pin their wording.
 """
 
@@ -17,6 +20,7 @@ from typing import Any
 
 from cliffwatch.domain.capacity_search import round_sig
 from cliffwatch.domain.capacity_steps import (
+    LATE_BOUNDS,
     Interval,
     PooledRate,
     SettledRate,
@@ -28,17 +32,35 @@ from cliffwatch.domain.capacity_steps import (
 
 CONSTRAINED_SHARE = 0.9  # throughput still at this share of its peak where latency crossed: capacity-constrained
 
-CONSTRAINED = "{signal} at {crossing} while {metric} was still {share} % of peak: {sizing}{peak_clause}"
+CONSTRAINED = "{signal} at {crossing}{detail} while {metric} was still {share} % of peak: {sizing}{peak_clause}"
 THROUGHPUT_BOUND = (
-    "{metric} had already fallen to {share} % of peak when {signal} at {crossing}: tokens and completions fell "
-    "together; {sizing}"
+    "{metric} had already fallen to {share} % of peak when {signal} at {crossing}{detail}: tokens and "
+    "completions fell together; {sizing}"
 )
-NO_CLIFF = "no cliff up to {highest}: p99 e2e stayed within the {slo} ms SLO and timeouts within {budget} %; {sizing}"
+NO_CLIFF = (
+    "no cliff up to {highest}: p99 e2e stayed within the {slo} ms SLO{ttft_held} and timeouts within {budget} %; "
+    "{sizing}"
+)
+TTFT_HELD = ", p99 TTFT within the {slo} ms TTFT SLO"
 SIZING = "size for {usable} (attainment {attainment} %, {confidence} % CI {low}–{high} %{estimate})"
 NO_SIZING = "no rate met the {target} % attainment target"
 ON_ESTIMATE = ", on the point estimate"
 E2E_SIGNAL = "p99 e2e crossed the {slo} ms SLO"
+TTFT_SIGNAL = "p99 TTFT crossed the {slo} ms TTFT SLO"
 TIMEOUT_SIGNAL = "timeouts reached {share} % (budget {budget} %)"
+# The first BAD rate showed none of the signals above: what made it bad, largest share first.
+ATTAINMENT_SIGNAL = "attainment fell to {attainment} %"
+FAILURES = " ({failures})"
+LATE_ON = "{share} % late on the {bound} SLO"  # every late request broke this bound
+LATE_MOSTLY = "{share} % late, mostly on the {bound} SLO"  # most of them did
+FAILURE = {
+    "late": "{share} % late",
+    "shed": "{share} % shed",
+    "timeout": "{share} % timed out",
+    "error": "{share} % failed with errors",
+    "not_sent": "{share} % not sent",
+}
+BOUND_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "e2e"}
 NOTHING_VALID = "no valid step: the generator could not keep its schedule at any rate measured"
 
 
@@ -158,11 +180,14 @@ def summarize(
     target: float,
     e2e_slo_ms: float,
     finished_because: str,
+    ttft_slo_ms: float | None = None,
     confidence: float = 0.95,
     max_trials: int = 3,
     unit: str = "req/s",
 ) -> CapacityResult:
     """The result of a sweep from its steps (in any order): rates settled, usable capacity, peaks, verdict.
+
+    ``ttft_slo_ms`` is the scenario's TTFT bound, if it has one: p99 TTFT above it is a crossing signal too.
 
     Usable capacity is the highest GOOD rate below the lowest BAD or INVALID one. Peaks and the crossing
     leave out INVALID rates, whose numbers describe the client rather than the target.
@@ -171,14 +196,21 @@ def summarize(
     failing = [r.rate for r in rates if r.verdict is not StepVerdict.GOOD]
     ceiling = min(failing, default=math.inf)
     usable = max((r for r in rates if r.verdict is StepVerdict.GOOD and r.rate < ceiling), default=None, key=_rate)
-    first_bad = min((r.rate for r in rates if r.verdict is StepVerdict.BAD), default=None)
+    first_bad_rate = min((r for r in rates if r.verdict is StepVerdict.BAD), default=None, key=_rate)
+    first_bad = None if first_bad_rate is None else first_bad_rate.rate
     valid = [r.pooled for r in rates if r.verdict is not StepVerdict.INVALID]
     peak_tokens = max(valid, key=lambda p: p.tokens_per_s, default=None)
     peak_completions = max((p.completions_per_s for p in valid), default=0.0)
     peak_tokens_rate = peak_tokens.rate if peak_tokens is not None and peak_tokens.tokens_per_s > 0 else None
     usable_rps = None if usable is None else usable.rate
     verdict, constrained, evidence = _decide(
-        valid, usable, target=target, e2e_slo_ms=e2e_slo_ms, confidence=confidence, unit=unit
+        valid,
+        usable,
+        None if first_bad_rate is None else first_bad_rate.pooled,
+        target=target,
+        slo=_Slo(e2e_ms=e2e_slo_ms, ttft_ms=ttft_slo_ms),
+        confidence=confidence,
+        unit=unit,
     )
     return CapacityResult(
         steps=tuple(steps),
@@ -205,27 +237,71 @@ def _rate(settled: SettledRate) -> float:
     return settled.rate
 
 
-def _crossed(pooled: PooledRate, *, e2e_slo_ms: float, budget: float) -> str | None:
-    """Which signal crossed at this rate: "p99_e2e" (checked first), "timeouts", or None."""
-    if pooled.p99_e2e_ms is not None and pooled.p99_e2e_ms > e2e_slo_ms:
+@dataclass(frozen=True)
+class _Slo:
+    e2e_ms: float
+    ttft_ms: float | None
+
+
+def _crossed(pooled: PooledRate, *, slo: _Slo, budget: float) -> str | None:
+    """Which signal crossed at this rate: "p99_e2e" (checked first), "p99_ttft", "timeouts", or None."""
+    if pooled.p99_e2e_ms is not None and pooled.p99_e2e_ms > slo.e2e_ms:
         return "p99_e2e"
+    if slo.ttft_ms is not None and pooled.p99_ttft_ms is not None and pooled.p99_ttft_ms > slo.ttft_ms:
+        return "p99_ttft"
     if pooled.timeout_share is not None and pooled.timeout_share > budget:
         return "timeouts"
     return None
 
 
+def failure_shares(pooled: PooledRate) -> dict[str, float]:
+    """Each failure class's share of the requests offered at the rate (every trial pooled), largest first;
+    classes that did not happen are left out."""
+    if pooled.offered == 0:
+        return {}
+    counts = {name: sum(getattr(s, name) for s in pooled.trials) for name in FAILURE}
+    shares = {name: count / pooled.offered for name, count in counts.items() if count > 0}
+    return dict(sorted(shares.items(), key=lambda item: -item[1]))
+
+
+def late_bounds(pooled: PooledRate) -> dict[str, int]:
+    """Late requests at the rate by the SLO bound they broke, every trial pooled (empty when unknown)."""
+    found: dict[str, int] = {}
+    for step in pooled.trials:
+        for bound, count in step.late_by.items():
+            found[bound] = found.get(bound, 0) + count
+    return {bound: count for bound, count in found.items() if count > 0}
+
+
+def describe_failures(pooled: PooledRate) -> str:
+    """What made a rate fail, largest share first: "31.2 % late on the TTFT SLO, 2.0 % shed"."""
+    parts = []
+    for name, share in failure_shares(pooled).items():
+        text = pct(share)
+        bounds = late_bounds(pooled) if name == "late" else {}
+        if bounds:
+            bound, count = max(bounds.items(), key=lambda item: (item[1], -LATE_BOUNDS.index(item[0])))
+            late = sum(s.late for s in pooled.trials)
+            template = LATE_ON if count >= late else LATE_MOSTLY
+            parts.append(template.format(share=text, bound=BOUND_NAMES[bound]))
+        else:
+            parts.append(FAILURE[name].format(share=text))
+    return ", ".join(parts)
+
+
 def _decide(
     valid: Sequence[PooledRate],
     usable: SettledRate | None,
+    first_bad: PooledRate | None,
     *,
     target: float,
-    e2e_slo_ms: float,
+    slo: _Slo,
     confidence: float,
     unit: str,
 ) -> tuple[str, bool | None, dict[str, Any]]:
     """The decision rule applied: the verdict sentence, whether capacity-constrained, and the evidence."""
     budget = 1 - target
-    evidence: dict[str, Any] = {"e2e_slo_ms": e2e_slo_ms, "timeout_budget": budget}
+    evidence: dict[str, Any] = {"e2e_slo_ms": slo.e2e_ms, "ttft_slo_ms": slo.ttft_ms, "timeout_budget": budget}
     if not valid:
         return NOTHING_VALID, None, evidence
     # Tokens/s is the throughput the rule names; a plain-HTTP target has none, so completions/s stands in.
@@ -246,34 +322,50 @@ def _decide(
             high=pct(interval.high),
             estimate=ON_ESTIMATE if usable.on_point_estimate else "",
         )
-    crossing = next(
-        (p for p in valid if _crossed(p, e2e_slo_ms=e2e_slo_ms, budget=budget) is not None),
-        None,
-    )
-    if crossing is None:
+    crossing = next((p for p in valid if _crossed(p, slo=slo, budget=budget) is not None), None)
+    detail = ""
+    if first_bad is not None and (crossing is None or crossing.rate > first_bad.rate):
+        # Bad below every latency and timeout signal: it failed by shedding, errors, or late requests too few
+        # to move a p99. Never "no cliff" while a rate failed: that failure is the cliff.
+        crossing, signal_key = first_bad, "attainment"
+        signal = ATTAINMENT_SIGNAL.format(attainment=pct(first_bad.attainment or 0.0))
+        failures = describe_failures(first_bad)
+        detail = FAILURES.format(failures=failures) if failures else ""
+        evidence.update(failures=failure_shares(first_bad), late_by=late_bounds(first_bad))
+    elif crossing is None:
         highest = max(p.rate for p in valid)
         evidence.update(crossing_rate=None, highest_rate=highest)
         sentence = NO_CLIFF.format(
-            highest=f"{num(highest)} {unit}", slo=num(e2e_slo_ms), budget=num(budget * 100), sizing=sizing
+            highest=f"{num(highest)} {unit}",
+            slo=num(slo.e2e_ms),
+            ttft_held="" if slo.ttft_ms is None else TTFT_HELD.format(slo=num(slo.ttft_ms)),
+            budget=num(budget * 100),
+            sizing=sizing,
         )
         return sentence, None, evidence
-    signal_key = _crossed(crossing, e2e_slo_ms=e2e_slo_ms, budget=budget)
-    if signal_key == "p99_e2e":
-        signal = E2E_SIGNAL.format(slo=num(e2e_slo_ms))
     else:
-        signal = TIMEOUT_SIGNAL.format(share=pct(crossing.timeout_share or 0.0), budget=num(budget * 100))
+        signal_key = _crossed(crossing, slo=slo, budget=budget) or ""
+        if signal_key == "p99_e2e":
+            signal = E2E_SIGNAL.format(slo=num(slo.e2e_ms))
+        elif signal_key == "p99_ttft":
+            signal = TTFT_SIGNAL.format(slo=num(slo.ttft_ms or 0.0))
+        else:
+            signal = TIMEOUT_SIGNAL.format(share=pct(crossing.timeout_share or 0.0), budget=num(budget * 100))
     share = float(getattr(crossing, metric_key)) / peak_value if peak_value > 0 else 0.0
     constrained = share >= CONSTRAINED_SHARE
     evidence.update(
         crossing_rate=crossing.rate,
         signal=signal_key,
+        attainment=crossing.attainment,
         p99_e2e_ms=crossing.p99_e2e_ms,
+        p99_ttft_ms=crossing.p99_ttft_ms,
         timeout_share=crossing.timeout_share,
         share_of_peak=share,
     )
     fields = {
         "signal": signal,
         "crossing": f"{num(crossing.rate)} {unit}",
+        "detail": detail,
         "metric": metric,
         "share": f"{share * 100:.0f}",
         "sizing": sizing,

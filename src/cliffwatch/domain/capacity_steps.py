@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from statistics import NormalDist
 from types import MappingProxyType
@@ -22,6 +22,7 @@ PERCENTILES = ("p50", "p90", "p99")
 _COUNTS = ("on_time", "late", "shed", "timeout", "error", "not_sent")  # the outcome classes; they sum to offered
 _RATES = ("sent_rate", "goodput_rps", "completions_per_s", "tokens_per_s")
 _LATENCIES = ("ttft_ms", "itl_ms", "e2e_ms")
+LATE_BOUNDS = ("ttft", "tpot", "e2e")  # the SLO bounds a late request can break (``StepStats.late_by``)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,6 +104,9 @@ class StepStats:
     e2e_ms: Mapping[str, float | None]
     generator_limited: bool
     generator_reasons: tuple[str, ...] = ()
+    # Late requests by the SLO bound they broke ("ttft", "tpot", "e2e"); one request may break several, so
+    # the counts may add up to more than ``late``. Empty when not known (a step from an older document).
+    late_by: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         where = f"step at {self.rate} req/s, trial {self.trial}"
@@ -130,6 +134,14 @@ class StepStats:
         if self.fast_shed > self.shed:
             raise ValueError(f"{where}: fast_shed {self.fast_shed} > shed {self.shed}")
         object.__setattr__(self, "generator_reasons", tuple(self.generator_reasons))
+        late_by = {str(k): int(v) for k, v in self.late_by.items()}
+        unknown = sorted(set(late_by) - set(LATE_BOUNDS))
+        if unknown:
+            raise ValueError(f"{where}: late_by names unknown bounds: {', '.join(unknown)}")
+        wrong = [k for k, v in late_by.items() if not 0 <= v <= self.late]
+        if wrong:
+            raise ValueError(f"{where}: late_by counts must be within 0..late ({self.late}): {', '.join(wrong)}")
+        object.__setattr__(self, "late_by", MappingProxyType(late_by))
 
     @property
     def attainment(self) -> float | None:
@@ -165,6 +177,7 @@ class StepStats:
         data.update(
             generator_limited=self.generator_limited,
             generator_reasons=list(self.generator_reasons),
+            late_by=dict(self.late_by),
             attainment=self.attainment,
             interval=self.interval().to_dict(),  # at 95 %: the table's column; other levels via ``interval()``
             shed_share=self.shed_share,
@@ -199,6 +212,7 @@ class StepStats:
             e2e_ms=_percentiles(data["e2e_ms"]),
             generator_limited=bool(data["generator_limited"]),
             generator_reasons=tuple(str(r) for r in data.get("generator_reasons", ())),
+            late_by={str(k): int(v) for k, v in (data.get("late_by") or {}).items()},
         )
 
 
@@ -252,6 +266,7 @@ class PooledRate:
     completions_per_s: float
     timeout_share: float | None
     p99_e2e_ms: float | None  # the worst trial's: percentiles cannot be pooled from percentiles
+    p99_ttft_ms: float | None = None  # likewise the worst trial's
 
     @property
     def attainment(self) -> float | None:
@@ -270,6 +285,7 @@ class PooledRate:
             "completions_per_s": self.completions_per_s,
             "timeout_share": self.timeout_share,
             "p99_e2e_ms": self.p99_e2e_ms,
+            "p99_ttft_ms": self.p99_ttft_ms,
         }
 
     @classmethod
@@ -279,7 +295,7 @@ class PooledRate:
         trials = tuple(s for s in steps if math.isclose(s.rate, rate, rel_tol=1e-9))
         if len(trials) != int(data["trials"]):
             raise ValueError(f"the rate {rate:g} pooled {data['trials']} trials, but {len(trials)} steps are at it")
-        timeout_share, p99 = data["timeout_share"], data["p99_e2e_ms"]
+        timeout_share, p99, ttft = data["timeout_share"], data["p99_e2e_ms"], data.get("p99_ttft_ms")
         return cls(
             rate=rate,
             trials=trials,
@@ -291,6 +307,7 @@ class PooledRate:
             completions_per_s=float(data["completions_per_s"]),
             timeout_share=None if timeout_share is None else float(timeout_share),
             p99_e2e_ms=None if p99 is None else float(p99),
+            p99_ttft_ms=None if ttft is None else float(ttft),
         )
 
 
@@ -312,6 +329,7 @@ def pool_rates(steps: Sequence[StepStats], *, target: float, confidence: float =
         offered, on_time = sum(s.offered for s in trials), sum(s.on_time for s in trials)
         durations = [s.duration_s for s in trials]
         p99s = [p for s in trials if (p := s.e2e_ms.get("p99")) is not None]
+        ttfts = [p for s in trials if (p := s.ttft_ms.get("p99")) is not None]
         pooled.append(
             PooledRate(
                 rate=rate,
@@ -324,6 +342,7 @@ def pool_rates(steps: Sequence[StepStats], *, target: float, confidence: float =
                 completions_per_s=_weighted([s.completions_per_s for s in trials], durations),
                 timeout_share=_share(sum(s.timeout for s in trials), offered),
                 p99_e2e_ms=max(p99s, default=None),
+                p99_ttft_ms=max(ttfts, default=None),
             )
         )
     return tuple(pooled)

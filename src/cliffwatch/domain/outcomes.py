@@ -138,14 +138,21 @@ def classify(attempts: tuple[Attempt, ...], *, scheduled_ns: int, slo: Slo) -> O
 
 def meets_slo(attempt: Attempt, *, scheduled_ns: int, slo: Slo) -> bool:
     """Whether a successful attempt met every configured bound, measured from the scheduled time."""
+    return not missed_bounds(attempt, scheduled_ns=scheduled_ns, slo=slo)
+
+
+def missed_bounds(attempt: Attempt, *, scheduled_ns: int, slo: Slo) -> tuple[str, ...]:
+    """The SLO bounds a successful attempt broke ("e2e", "ttft", "tpot"), measured from the scheduled time;
+    empty when it met them all."""
+    missed: list[str] = []
     if (attempt.end_ns - scheduled_ns) / NS_PER_MS > slo.e2e_ms:
-        return False
+        missed.append("e2e")
     if slo.ttft_ms is not None:
         first = attempt.first_token_ns if attempt.first_token_ns is not None else attempt.end_ns
         if (first - scheduled_ns) / NS_PER_MS > slo.ttft_ms:
-            return False
+            missed.append("ttft")
     if slo.tpot_ms is not None:
         tpot = time_per_output_token_ms(attempt)
         if tpot is not None and tpot > slo.tpot_ms:
-            return False
-    return True
+            missed.append("tpot")
+    return tuple(missed)

@@ -10,13 +10,15 @@ unless the variant is the scenario's own. Everything here is pure: same inputs, 
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
+from collections.abc import Mapping
 from dataclasses import replace
 
 from cliffwatch.domain.arrivals import Arrival, Constant, Poisson
 from cliffwatch.domain.capacity_steps import PERCENTILES, StepStats
 from cliffwatch.domain.generator_health import GeneratorReport
 from cliffwatch.domain.metrics import PhaseStats
-from cliffwatch.domain.outcomes import Outcome
+from cliffwatch.domain.outcomes import Outcome, RequestRecord, Slo, missed_bounds
 from cliffwatch.domain.retry import RetryPolicy
 from cliffwatch.domain.scenario import MAX_SEED, AbortSpec, Phase, Role, Scenario
 from cliffwatch.domain.sweep_spec import SweepArrival, SweepMode, SweepSpec
@@ -84,11 +86,37 @@ def step_scenario(
     )
 
 
-def step_stats(measured: PhaseStats, generator: GeneratorReport, *, rate: float, trial: int) -> StepStats:
+class LateBounds:
+    """A record sink that counts the late requests of one phase by the SLO bound each broke: what made a
+    rate fail, when no percentile shows it (``StepStats.late_by``)."""
+
+    def __init__(self, phase: int, slo: Slo) -> None:
+        self.phase = phase
+        self.slo = slo
+        self.counts: Counter[str] = Counter()
+
+    def add(self, record: RequestRecord) -> None:
+        final = record.final
+        if record.phase == self.phase and record.outcome is Outcome.LATE and final is not None:
+            self.counts.update(missed_bounds(final, scheduled_ns=record.scheduled_ns, slo=self.slo))
+
+    async def flush(self) -> None:
+        return None
+
+
+def step_stats(
+    measured: PhaseStats,
+    generator: GeneratorReport,
+    *,
+    rate: float,
+    trial: int,
+    late_by: Mapping[str, int] | None = None,
+) -> StepStats:
     """The ``StepStats`` of a step from its measured phase and the generator's verdict on the whole step.
 
     Outcome counts and latencies are of the requests scheduled in the window; tokens and completions are
     what happened during it (requests from the warm-up finishing in the window included: steady state).
+    ``late_by``: the window's late requests by the bound they broke (``LateBounds``).
     """
     duration_s = measured.window.duration_s
     counts = {outcome: measured.outcomes[outcome] for outcome in Outcome}
@@ -119,4 +147,5 @@ def step_stats(measured: PhaseStats, generator: GeneratorReport, *, rate: float,
         e2e_ms=percentiles("e2e"),
         generator_limited=generator.limited,
         generator_reasons=generator.reasons,
+        late_by=dict(late_by or {}),
     )

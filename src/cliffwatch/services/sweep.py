@@ -168,6 +168,7 @@ class SweepService:
             search.steps,
             target=spec.target,
             e2e_slo_ms=self.scenario.slo.e2e_ms,
+            ttft_slo_ms=self.scenario.slo.ttft_ms,
             finished_because=finished_because,
             confidence=spec.confidence,
             max_trials=spec.trials,

@@ -15,17 +15,21 @@ def step(
     offered: int | None = None,
     on_time: int | None = None,
     timeout: int = 0,
+    shed: int = 0,
+    error: int = 0,
     duration_s: float = 20.0,
     tokens_per_s: float | None = None,
     completions_per_s: float | None = None,
     p99_e2e_ms: float | None = 1000.0,
+    p99_ttft_ms: float | None = 300.0,
+    late_by: dict[str, int] | None = None,
     generator_limited: bool = False,
 ) -> StepStats:
     """A step at ``rate``: ``rate × duration`` requests by default, all on time unless told; the failures that
-    are not timeouts are late."""
+    are not timeouts, shed or errors are late."""
     offered = round(rate * duration_s) if offered is None else offered
     on_time = offered if on_time is None else on_time
-    late = offered - on_time - timeout
+    late = offered - on_time - timeout - shed - error
     completions = (on_time + late) / duration_s if completions_per_s is None else completions_per_s
     return StepStats(
         rate=rate,
@@ -34,21 +38,22 @@ def step(
         offered=offered,
         on_time=on_time,
         late=late,
-        shed=0,
+        shed=shed,
         fast_shed=0,
         timeout=timeout,
-        error=0,
+        error=error,
         not_sent=0,
         sent_rate=offered / duration_s,
         goodput_rps=on_time / duration_s,
         completions_per_s=completions,
         tokens_per_s=completions * 100 if tokens_per_s is None else tokens_per_s,
         amplification=1.0 if offered else None,
-        ttft_ms={"p50": 100.0, "p90": 200.0, "p99": 300.0},
+        ttft_ms={"p50": 100.0, "p90": 200.0, "p99": p99_ttft_ms},
         itl_ms={"p50": 10.0, "p90": 20.0, "p99": 30.0},
         e2e_ms={"p50": 500.0, "p90": 800.0, "p99": p99_e2e_ms},
         generator_limited=generator_limited,
         generator_reasons=("schedule lag p99 12 ms",) if generator_limited else (),
+        late_by=late_by or {},
     )
 
 

@@ -90,6 +90,136 @@ def test_without_a_crossing_the_rule_cannot_apply() -> None:
     assert result.finished_because == "no cliff"
 
 
+def test_a_ttft_slo_is_a_crossing_signal_when_the_scenario_has_one() -> None:
+    # B1's measured case: 68.8 % on time at 16 req/s, all late on the 500-ms TTFT SLO, p99 e2e under 1 s.
+    steps = [
+        step(10.0, offered=2000, tokens_per_s=1000.0, p99_e2e_ms=600.0),
+        step(16.0, offered=2000, on_time=1376, tokens_per_s=990.0, p99_e2e_ms=871.0, p99_ttft_ms=720.0,
+             late_by={"ttft": 624}),
+    ]  # fmt: skip
+
+    result = result_of(steps, e2e_slo_ms=1000.0, ttft_slo_ms=500.0)
+
+    assert result.verdict == (
+        "p99 TTFT crossed the 500 ms TTFT SLO at 16 req/s while tokens/s was still 99 % of peak: size for 10 req/s "
+        "(attainment 100.0 %, 95 % CI 99.8–100.0 %)"
+    )
+    assert result.evidence["signal"] == "p99_ttft"
+    assert (result.evidence["p99_ttft_ms"], result.evidence["ttft_slo_ms"]) == (720.0, 500.0)
+    assert result.constrained is True
+
+
+def test_a_bad_rate_below_every_signal_names_the_bound_its_late_requests_broke() -> None:
+    # Late on the TPOT bound, which no percentile signal watches: p99 TTFT and e2e are both within their SLOs.
+    steps = [
+        step(10.0, offered=2000, tokens_per_s=1000.0, p99_e2e_ms=600.0),
+        step(16.0, offered=2000, on_time=1376, tokens_per_s=990.0, p99_e2e_ms=871.0, p99_ttft_ms=420.0,
+             late_by={"tpot": 624}),
+    ]  # fmt: skip
+
+    result = result_of(steps, e2e_slo_ms=1000.0, ttft_slo_ms=500.0)
+
+    assert result.verdict == (
+        "attainment fell to 68.8 % at 16 req/s (31.2 % late on the TPOT SLO) while tokens/s was still 99 % of "
+        "peak: size for 10 req/s (attainment 100.0 %, 95 % CI 99.8–100.0 %)"
+    )
+    assert result.evidence["signal"] == "attainment"
+    assert result.evidence["crossing_rate"] == 16.0
+    assert result.evidence["attainment"] == pytest.approx(0.688)
+    assert result.evidence["failures"] == {"late": pytest.approx(0.312)}
+    assert result.evidence["late_by"] == {"tpot": 624}
+
+
+def test_a_rate_bad_by_shedding_below_every_latency_signal_is_the_cliff_not_no_cliff() -> None:
+    steps = [
+        step(10.0, offered=2000, tokens_per_s=1000.0),
+        step(20.0, offered=2000, on_time=1880, shed=100, error=4, tokens_per_s=1880.0),
+        step(30.0, offered=2000, on_time=1000, tokens_per_s=1900.0, p99_e2e_ms=9000.0),
+    ]
+
+    result = result_of(steps, finished_because="bracketed within 5 %")
+
+    assert result.first_bad_rps == 20.0
+    assert result.verdict == (
+        "attainment fell to 94.0 % at 20 req/s (5.0 % shed, 0.8 % late, 0.2 % failed with errors) while tokens/s "
+        "was still 99 % of peak: size for 10 req/s (attainment 100.0 %, 95 % CI 99.8–100.0 %), not the 30 req/s "
+        "peak"
+    )
+    assert "no cliff" not in result.verdict
+    assert result.evidence["failures"] == {
+        "shed": pytest.approx(0.05),
+        "late": pytest.approx(0.008),
+        "error": pytest.approx(0.002),
+    }
+
+
+def test_a_bad_rate_whose_throughput_had_fallen_names_its_failure_in_the_throughput_bound_sentence() -> None:
+    steps = [
+        step(10.0, offered=2000, tokens_per_s=1000.0),
+        step(12.0, offered=2000, on_time=1000, timeout=10, tokens_per_s=500.0, late_by={"tpot": 990}),
+    ]
+
+    result = result_of(steps)
+
+    assert result.verdict == (
+        "tokens/s had already fallen to 50 % of peak when attainment fell to 50.0 % at 12 req/s (49.5 % late on the "
+        "TPOT SLO, 0.5 % timed out): tokens and completions fell together; size for 10 req/s (attainment 100.0 %, "
+        "95 % CI 99.8–100.0 %)"
+    )
+    assert result.constrained is False
+
+
+def test_late_requests_that_broke_several_bounds_are_named_by_the_most_common_one() -> None:
+    steps = [step(10.0, offered=2000), step(12.0, offered=2000, on_time=1900, late_by={"e2e": 30, "tpot": 80})]
+
+    result = result_of(steps)
+
+    assert "(5.0 % late, mostly on the TPOT SLO)" in result.verdict
+
+
+def test_late_requests_of_unknown_bound_are_just_late() -> None:
+    steps = [step(10.0, offered=2000), step(12.0, offered=2000, on_time=1900)]
+
+    assert "attainment fell to 95.0 % at 12 req/s (5.0 % late) while" in result_of(steps).verdict
+
+
+def test_a_latency_crossing_below_the_first_bad_rate_is_still_the_crossing() -> None:
+    steps = [
+        step(10.0, offered=2000, tokens_per_s=1000.0),
+        step(12.0, offered=2000, on_time=1990, tokens_per_s=1100.0, p99_e2e_ms=4100.0),
+        step(14.0, offered=2000, on_time=1000, shed=900, tokens_per_s=1050.0),
+    ]
+
+    result = result_of(steps)
+
+    assert result.verdict.startswith("p99 e2e crossed the 4000 ms SLO at 12 req/s while tokens/s was still 100 %")
+    assert result.evidence["signal"] == "p99_e2e"
+
+
+def test_without_a_crossing_the_ttft_slo_is_named_among_what_held() -> None:
+    result = result_of([step(10.0, offered=2000), step(20.0, offered=2000)], ttft_slo_ms=1000.0)
+
+    assert result.verdict.startswith(
+        "no cliff up to 20 req/s: p99 e2e stayed within the 4000 ms SLO, p99 TTFT within the 1000 ms TTFT SLO and "
+        "timeouts within 1 %; size for 20 req/s"
+    )
+
+
+def test_a_result_from_before_ttft_and_late_bounds_were_recorded_still_reads() -> None:
+    result = result_of(cliff_sweep())
+    data = json.loads(json.dumps(result.to_dict()))
+    for rate in data["rates"]:
+        del rate["pooled"]["p99_ttft_ms"]
+    for step_data in data["steps"]:
+        del step_data["late_by"]
+
+    again = CapacityResult.from_dict(data)
+
+    assert again.rates[0].pooled.p99_ttft_ms is None
+    assert all(not s.late_by for s in again.steps)
+    assert again.verdict == result.verdict
+
+
 def test_when_no_rate_met_the_target_there_is_no_usable_capacity() -> None:
     steps = [step(1.0, offered=2000, on_time=1000, p99_e2e_ms=9000.0)]
 

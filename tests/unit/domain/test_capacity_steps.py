@@ -94,6 +94,28 @@ def test_a_step_round_trips_through_json() -> None:
     assert original.timeout_share == 0.1
 
 
+def test_a_step_keeps_its_late_requests_by_bound_through_json() -> None:
+    original = step(10.0, offered=200, on_time=150, late_by={"ttft": 50, "e2e": 12})
+
+    data = json.loads(json.dumps(original.to_dict()))
+
+    assert data["late_by"] == {"ttft": 50, "e2e": 12}
+    assert StepStats.from_dict(data) == original
+    del data["late_by"]  # a document written before late_by was recorded
+    assert StepStats.from_dict(data).late_by == {}
+
+
+@pytest.mark.parametrize(
+    ("late_by", "message"),
+    [({"ttft": 51}, "within 0..late"), ({"e2e": -1}, "within 0..late"), ({"queue": 1}, "unknown bounds: queue")],
+)
+def test_late_counts_by_bound_must_name_a_bound_and_stay_within_the_late_count(
+    late_by: dict[str, int], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        step(10.0, offered=200, on_time=150, late_by=late_by)
+
+
 @pytest.mark.parametrize(
     ("on_time", "verdict"),
     [(2000, StepVerdict.GOOD), (1900, StepVerdict.BAD), (1985, StepVerdict.UNSURE)],
@@ -138,6 +160,7 @@ def test_pooling_sums_counts_weights_rates_by_duration_and_keeps_the_worst_p99()
     assert (high.offered, high.on_time, len(high.trials)) == (400, 390, 2)
     assert high.tokens_per_s == pytest.approx(175.0)
     assert high.p99_e2e_ms == 1500.0
+    assert high.p99_ttft_ms == 300.0
     assert high.interval == wilson(390, 400)
     assert high.attainment == pytest.approx(0.975)
 

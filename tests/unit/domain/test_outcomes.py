@@ -11,6 +11,7 @@ from cliffwatch.domain.outcomes import (
     RequestRecord,
     Slo,
     classify,
+    missed_bounds,
     time_per_output_token_ms,
 )
 from cliffwatch.domain.retry import FailureKind
@@ -108,6 +109,23 @@ def test_without_ttft_or_tpot_bounds_only_e2e_is_judged() -> None:
     slow_start = _ok(1900, first_token_after_ms=1800, tokens=3)
 
     assert classify((slow_start,), scheduled_ns=_ns(SCHEDULED_MS), slo=slo) is Outcome.ON_TIME
+
+
+@pytest.mark.parametrize(
+    ("attempt", "missed"),
+    [
+        (_ok(1500, first_token_after_ms=100, tokens=29), ()),  # 50 ms per token
+        (_ok(2001, first_token_after_ms=100), ("e2e",)),
+        (_ok(1000, first_token_after_ms=501), ("ttft",)),
+        (_ok(700, first_token_after_ms=100, tokens=11), ("tpot",)),
+        (_ok(2600, first_token_after_ms=600, tokens=11), ("e2e", "ttft", "tpot")),
+        (_ok(600, first_token_after_ms=None), ("ttft",)),  # the whole answer is the first token
+    ],
+)
+def test_missed_bounds_names_every_slo_bound_a_late_answer_broke(attempt: Attempt, missed: tuple[str, ...]) -> None:
+    assert missed_bounds(attempt, scheduled_ns=_ns(SCHEDULED_MS), slo=SLO) == missed
+    expected = Outcome.LATE if missed else Outcome.ON_TIME
+    assert classify((attempt,), scheduled_ns=_ns(SCHEDULED_MS), slo=SLO) is expected
 
 
 @pytest.mark.parametrize(

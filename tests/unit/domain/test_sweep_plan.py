@@ -10,11 +10,19 @@ from cliffwatch.domain.arrivals import Constant, Poisson
 from cliffwatch.domain.generator_health import GeneratorReport
 from cliffwatch.domain.histogram import Histogram
 from cliffwatch.domain.metrics import PhaseStats, PhaseWindow
-from cliffwatch.domain.outcomes import NS_PER_S, Outcome
+from cliffwatch.domain.outcomes import NS_PER_MS, NS_PER_S, Attempt, Outcome, RequestRecord, Slo
 from cliffwatch.domain.plan import iter_plan
 from cliffwatch.domain.retry import RetryKind
 from cliffwatch.domain.scenario import Role, parse_scenario
-from cliffwatch.domain.sweep_plan import MEASURED, WARMUP, measured_index, step_scenario, step_seed, step_stats
+from cliffwatch.domain.sweep_plan import (
+    MEASURED,
+    WARMUP,
+    LateBounds,
+    measured_index,
+    step_scenario,
+    step_seed,
+    step_stats,
+)
 from cliffwatch.domain.sweep_spec import parse_sweep_spec, variant_policy
 
 SCENARIO = parse_scenario(
@@ -120,3 +128,27 @@ def test_step_stats_reads_counts_rates_and_percentiles_from_the_measured_phase()
     assert stats.ttft_ms == {"p50": None, "p90": None, "p99": None}
     assert stats.generator_limited
     assert stats.generator_reasons == ("lagging",)
+
+
+def _record(phase: int, outcome: Outcome, *, end_ms: float, first_token_ms: float) -> RequestRecord:
+    attempt = Attempt(
+        number=1, sent_ns=0, end_ns=round(end_ms * NS_PER_MS), first_token_ns=round(first_token_ms * NS_PER_MS)
+    )
+    return RequestRecord(
+        id=0, phase=phase, scheduled_ns=0, prompt_tokens=1, max_tokens=1, attempts=(attempt,), outcome=outcome
+    )
+
+
+async def test_late_bounds_counts_the_measured_windows_late_requests_by_the_bound_they_broke() -> None:
+    late = LateBounds(1, Slo(e2e_ms=1000, timeout_ms=2000, ttft_ms=200))
+    late.add(_record(1, Outcome.LATE, end_ms=500, first_token_ms=300))  # TTFT
+    late.add(_record(1, Outcome.LATE, end_ms=1500, first_token_ms=300))  # both
+    late.add(_record(0, Outcome.LATE, end_ms=1500, first_token_ms=300))  # warm-up: not counted
+    late.add(_record(1, Outcome.ON_TIME, end_ms=500, first_token_ms=100))
+    await late.flush()
+
+    assert late.counts == {"ttft": 2, "e2e": 1}
+    window = PhaseWindow(index=1, name=MEASURED, role=Role.STRESS, start_ns=0, end_ns=NS_PER_S)
+    phase = PhaseStats(window=window, offered=3, outcomes=Counter({Outcome.LATE: 2, Outcome.ON_TIME: 1}))
+    report = GeneratorReport(lag={}, max_stall_ms=0.0, cpu_busy=0.1, overflow=0, limited=False, reasons=())
+    assert step_stats(phase, report, rate=3.0, trial=1, late_by=late.counts).late_by == {"ttft": 2, "e2e": 1}

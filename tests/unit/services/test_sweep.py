@@ -175,3 +175,19 @@ async def test_the_unit_follows_the_mode(mode: str) -> None:
     svc, _, _, _ = service(spec(mode=mode), {"as-written": 7.0})
     [report] = await svc.run()
     assert report.result.unit == ("clients" if mode == "concurrency" else "req/s")
+
+
+async def test_the_scenarios_slo_bounds_judge_the_crossing() -> None:
+    with_ttft = parse_scenario(
+        {
+            "name": "ttft",
+            "target": {"url": "http://127.0.0.1:9", "request": {"model": "m", "max_tokens": 8}},
+            "slo": {"e2e_ms": 4000, "ttft_ms": 750, "timeout_ms": 8000},
+            "phases": [
+                {"name": "p", "role": "baseline", "duration_s": 5, "arrival": {"process": "poisson", "rate": 1}}
+            ],
+        }
+    )
+    svc, _, _, _ = service(spec(), {"as-written": 7.0}, scenario=with_ttft)
+    [report] = await svc.run()
+    assert (report.result.evidence["e2e_slo_ms"], report.result.evidence["ttft_slo_ms"]) == (4000, 750)
