@@ -19,7 +19,7 @@ from cliffwatch.domain.runs import Run, StoredOutcome
 from cliffwatch.domain.service_ports import RunStore
 
 MAX_LIVE_OUTCOMES = 20_000  # beyond this a live chart is cut short (the final one has everything)
-_PAGE = 1_000
+_PAGE = 5_000  # pages of the store read (the store reads 5,000 in ~0.1 s on SQLite)
 _PERCENTILES = (("p50", 0.50), ("p90", 0.90), ("p99", 0.99))
 
 
