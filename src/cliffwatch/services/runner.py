@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Coroutine, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -123,14 +123,19 @@ class RunService:
         fast_fail_ms = scenario.score.fast_fail_fraction * scenario.slo.e2e_ms
         aggregator = RunAggregator(windows, e2e_ms=scenario.slo.e2e_ms, fast_fail_ms=fast_fail_ms)
         bound = log.bind(run_id=run_id, scenario=scenario.name)
-        if scenario.needs_faults():
-            await self.faults.check()
-        await self.generator.preflight()
+        # The state exists from the start, so a stop during the checks is heard: it cuts them short, and the
+        # run then ends at once with nothing sent (instead of running its whole length after them).
+        state = _RunState(start_ns=self.clock.now_ns())
+        self._state = state
+        try:
+            await self._until_stopped(self._checks(scenario), state)
+        except BaseException:
+            self._state = None
+            raise
 
         started_at = self.clock.wall()
-        start_ns = self.clock.now_ns() + round(START_LEAD_S * NS_PER_S)
-        state = _RunState(start_ns=start_ns, last_progress_ns=start_ns)
-        self._state = state
+        state.start_ns = self.clock.now_ns() + round(START_LEAD_S * NS_PER_S)
+        state.last_progress_ns = state.start_ns
         events: list[FaultEvent] = []
         timings: list[PhaseTiming] = []
         listener = _Listener(aggregator, self.sink)
@@ -179,6 +184,27 @@ class RunService:
         )
         bound.info("run finished", status=status.value, score=result.score.value, passed=result.passed)
         return result
+
+    async def _checks(self, scenario: Scenario) -> None:
+        """Before any load: the fault injector (when the scenario has faults) and the target answer."""
+        if scenario.needs_faults():
+            await self.faults.check()
+        await self.generator.preflight()
+
+    async def _until_stopped(self, checks: Coroutine[Any, Any, None], state: _RunState) -> None:
+        """Runs ``checks``, or cancels them when the run is stopped (an interrupt or abort) before they end."""
+        task = asyncio.ensure_future(checks)
+        stop_waiter = asyncio.ensure_future(state.stopped.wait())
+        try:
+            await asyncio.wait([task, stop_waiter], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop_waiter.cancel()
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if not task.cancelled():
+            task.result()  # a failed check raises here, as before
 
     async def _drive_phases(
         self,

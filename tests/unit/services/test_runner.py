@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from cliffwatch.adapters.clock import MonotonicClock
-from cliffwatch.domain.errors import FaultInjectionFailed
+from cliffwatch.domain.errors import FaultInjectionFailed, TargetUnreachable
 from cliffwatch.domain.faults import FaultSpec
 from cliffwatch.domain.outcomes import NS_PER_MS, NS_PER_S, Attempt, Outcome, RequestRecord, Slo, classify
 from cliffwatch.domain.plan import PlannedRequest, iter_plan, phase_windows
@@ -520,6 +520,58 @@ async def test_interrupt_outside_a_run_does_nothing() -> None:
     result = await rig.run(_three_phases(0.3))
     assert result.status is RunStatus.SUCCEEDED
     assert rig.generator.stopped is None
+
+
+class _HangingPreflight(ScriptedGenerator):
+    """A generator whose pre-flight check waits until cancelled (a target that accepts but never answers)."""
+
+    def __init__(self, clock: Clock, respond: Respond) -> None:
+        super().__init__(clock, respond)
+        self.checking = asyncio.Event()
+        self.check_cancelled = False
+
+    async def preflight(self) -> None:
+        self.checking.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.check_cancelled = True
+            raise
+
+
+@pytest.mark.parametrize("stop", ["interrupt", "abort"])
+async def test_a_stop_during_the_preflight_check_ends_the_run_at_once_with_nothing_sent(stop: str) -> None:
+    """Before the fix the run went on to its full length once the check ended: now the check is cut short too."""
+    rig = Rig(on_time())
+    generator = _HangingPreflight(rig.clock, on_time())
+    rig.service.generator = generator
+    scenario = _three_phases(2.0)
+    task = asyncio.create_task(rig.run(scenario))
+    await asyncio.wait_for(generator.checking.wait(), timeout=5)
+    if stop == "interrupt":
+        rig.service.interrupt()
+    else:
+        rig.service.abort("emergency stop")
+    result = await asyncio.wait_for(task, timeout=2)
+    assert generator.check_cancelled
+    assert result.status is (RunStatus.INTERRUPTED if stop == "interrupt" else RunStatus.ABORTED)
+    assert result.duration_s < 0.5
+    assert generator.live().dispatched == 0
+    assert all(r.outcome is Outcome.NOT_SENT for r in rig.sink.records)
+    assert _ids(rig.sink.records) == [p.id for p in _planned(scenario)]
+
+
+async def test_a_failed_preflight_check_still_raises_and_leaves_the_service_free() -> None:
+    class Unreachable(ScriptedGenerator):
+        async def preflight(self) -> None:
+            raise TargetUnreachable("http://127.0.0.1:9", "connection refused")
+
+    rig = Rig(on_time())
+    rig.service.generator = Unreachable(rig.clock, on_time())
+    with pytest.raises(TargetUnreachable, match="connection refused"):
+        await rig.run(_three_phases(0.3))
+    rig.service.generator = rig.generator
+    assert (await rig.run(_three_phases(0.3))).status is RunStatus.SUCCEEDED
 
 
 async def test_an_abort_from_outside_stops_the_run_and_records_it_as_aborted_with_the_reason() -> None:

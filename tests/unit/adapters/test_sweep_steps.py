@@ -1,0 +1,108 @@
+"""HttpStepRunner on a scripted executor: a step's statistics, and a stop that arrives during its pre-flight."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from cliffwatch.adapters.clock import MonotonicClock
+from cliffwatch.adapters.sweep_steps import HttpStepRunner
+from cliffwatch.domain.outcomes import Attempt
+from cliffwatch.domain.plan import PlannedRequest
+from cliffwatch.domain.scenario import parse_scenario
+from cliffwatch.domain.sweep_spec import SweepSpec
+from cliffwatch.services.memory import CollectingObserver
+from cliffwatch.services.sweep import StepRunner, SweepService
+
+SCENARIO = parse_scenario(
+    {
+        "name": "steps",
+        "target": {"url": "http://127.0.0.1:9", "request": {"model": "m", "max_tokens": 8}},
+        "slo": {"e2e_ms": 1000, "ttft_ms": 40, "timeout_ms": 2000},
+        "client": {"retry": {"policy": "none"}},
+        "phases": [{"name": "p", "role": "baseline", "duration_s": 1, "arrival": {"process": "poisson", "rate": 1}}],
+    }
+)
+
+
+class Executor:
+    """Answers every attempt after ``service_s`` with its first token at the end; ``hang`` holds the
+    pre-flight check until cancelled (a target that accepts connections but never answers)."""
+
+    def __init__(self, clock: MonotonicClock, *, service_s: float = 0.02, hang: bool = False) -> None:
+        self.clock = clock
+        self.service_s = service_s
+        self.hang = hang
+        self.in_flight = 0
+        self.tokens = 0.0
+        self.attempts = 0
+        self.checking = asyncio.Event()
+
+    async def preflight(self) -> None:
+        self.checking.set()
+        if self.hang:
+            await asyncio.Event().wait()
+
+    async def attempt(
+        self, request: PlannedRequest, number: int, timeout_s: float, *, origin_ns: int, deadline_bound: bool
+    ) -> Attempt:
+        self.attempts += 1
+        sent = self.clock.now_ns() - origin_ns
+        self.in_flight += 1
+        try:
+            await asyncio.sleep(self.service_s)
+        finally:
+            self.in_flight -= 1
+        end = self.clock.now_ns() - origin_ns
+        return Attempt(number=number, sent_ns=sent, end_ns=end, first_token_ns=end, output_tokens=8)
+
+
+def runner(executor: Executor, spec: SweepSpec) -> HttpStepRunner:
+    return HttpStepRunner(
+        scenario=SCENARIO,
+        spec=spec,
+        variant="as-written",
+        retry=None,
+        executor=executor,
+        clock=executor.clock,
+        observer=CollectingObserver(),
+        target_url="http://127.0.0.1:9",
+        sweep_id="s1",
+    )
+
+
+async def test_a_step_reports_its_window_with_late_requests_by_the_bound_they_broke() -> None:
+    executor = Executor(MonotonicClock(), service_s=0.06)  # every answer misses the 40-ms TTFT bound
+    spec = SweepSpec(start=1, stop=2, step_s=1, warmup_s=0.5, cooldown_s=0)
+
+    step = await runner(executor, spec).run_step(10.0, trial=1)
+
+    assert step.offered > 0
+    assert step.late == step.offered
+    assert step.late_by == {"ttft": step.late}
+    p99_ttft = step.ttft_ms["p99"]
+    assert p99_ttft is not None
+    assert p99_ttft > 40
+
+
+async def test_a_stop_during_a_steps_preflight_cuts_the_step_at_once_and_it_is_not_counted() -> None:
+    executor = Executor(MonotonicClock(), hang=True)
+    spec = SweepSpec(start=1, stop=2, step_s=10, warmup_s=2, cooldown_s=1)
+    step_runner = runner(executor, spec)
+
+    @asynccontextmanager
+    async def runner_for(variant: str) -> AsyncIterator[StepRunner]:
+        yield step_runner
+
+    service = SweepService(scenario=SCENARIO, spec=spec, runner_for=runner_for, observer=CollectingObserver())
+    sweep = asyncio.create_task(service.run())
+    await asyncio.wait_for(executor.checking.wait(), timeout=5)
+    started = time.monotonic()
+    service.interrupt()
+    reports = await asyncio.wait_for(sweep, timeout=5)
+
+    assert time.monotonic() - started < 1.0  # not the step's 12 s, nor its cool-down
+    assert reports == []  # the cut step was discarded: no step, so no result
+    assert executor.attempts == 0
