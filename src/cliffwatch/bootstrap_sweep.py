@@ -21,6 +21,7 @@ from cliffwatch.domain.errors import CliffwatchError
 from cliffwatch.domain.ports import Clock, ProgressObserver
 from cliffwatch.domain.result import RunStatus
 from cliffwatch.domain.scenario import Scenario
+from cliffwatch.domain.sweep_plan import sweep_client_scenario
 from cliffwatch.domain.sweep_spec import SweepSpec, variant_policy
 from cliffwatch.services.sweep import StepRunner, SweepObserver, SweepOutcome, SweepReport, SweepService
 
@@ -105,7 +106,8 @@ async def prepare_sweep(
         else:
             url = scenario.target.url
             await ensure_allowed(url, settings.allowlist)
-        executor = await stack.enter_async_context(HttpExecutor(scenario, url))
+        # One HTTP client for every step: in concurrency mode its pool must hold the highest level's connections.
+        executor = await stack.enter_async_context(HttpExecutor(sweep_client_scenario(scenario, spec), url))
         await executor.preflight()
 
         def runner_for(variant: str) -> AbstractAsyncContextManager[StepRunner]:

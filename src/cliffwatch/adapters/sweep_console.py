@@ -11,6 +11,7 @@ from rich.text import Text
 
 from cliffwatch.domain.capacity import CapacityResult, SettledRate, StepStats, StepVerdict
 from cliffwatch.domain.ports import ProgressObserver
+from cliffwatch.domain.sweep_spec import SweepMode
 from cliffwatch.services.sweep import SweepOutcome, SweepReport
 
 _VERDICT_STYLE = {
@@ -192,10 +193,15 @@ def _max_amplification(rates: Sequence[SettledRate]) -> str:
 def sweep_report(outcome: SweepOutcome) -> RenderableType:
     """The whole sweep: a headline, each variant's table and summary, and the comparison."""
     status = outcome.status.value + ("" if outcome.reason is None else f": {outcome.reason}")
+    load = (
+        "closed-loop clients"
+        if outcome.spec.mode is SweepMode.CONCURRENCY
+        else f"{outcome.spec.arrival.value} arrivals"
+    )
     lines: list[RenderableType] = [
         Text.from_markup(
             f"[bold]{outcome.scenario.name}[/] capacity sweep  [dim]{status}, {outcome.duration_s:.0f}s, "
-            f"target {outcome.target_url}, {outcome.spec.arrival.value} arrivals, steps of "
+            f"target {outcome.target_url}, {load}, steps of "
             f"{outcome.spec.step_s:g}s after {outcome.spec.warmup_s:g}s warm-up[/]"
         )
     ]

@@ -10,6 +10,7 @@ unless the variant is the scenario's own. Everything here is pure: same inputs, 
 from __future__ import annotations
 
 import hashlib
+import math
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import replace
@@ -20,7 +21,7 @@ from cliffwatch.domain.generator_health import GeneratorReport
 from cliffwatch.domain.metrics import PhaseStats
 from cliffwatch.domain.outcomes import Outcome, RequestRecord, Slo, missed_bounds
 from cliffwatch.domain.retry import RetryPolicy
-from cliffwatch.domain.scenario import MAX_SEED, AbortSpec, Phase, Role, Scenario
+from cliffwatch.domain.scenario import MAX_SEED, AbortSpec, ClientSpec, Phase, Role, Scenario
 from cliffwatch.domain.sweep_spec import SweepArrival, SweepMode, SweepSpec
 
 WARMUP = "warm-up"
@@ -46,6 +47,24 @@ def step_arrival(rate: float, spec: SweepSpec) -> Arrival:
     return Poisson(rate=rate)
 
 
+def with_connections(client: ClientSpec, clients: float) -> ClientSpec:
+    """``client`` with room for ``clients`` requests at once: a connection pool and an in-flight limit at
+    least that large (a smaller pool would make closed-loop clients queue for a connection in the client,
+    measuring the pool instead of the target)."""
+    needed = math.ceil(clients)
+    if client.pool_size >= needed and client.max_in_flight >= needed:
+        return client
+    return replace(client, pool_size=max(client.pool_size, needed), max_in_flight=max(client.max_in_flight, needed))
+
+
+def sweep_client_scenario(scenario: Scenario, spec: SweepSpec) -> Scenario:
+    """The scenario the sweep's one HTTP client (shared by every step) is built from: in concurrency mode its
+    connection pool holds the highest level's connections; in rate mode it is the scenario's own."""
+    if spec.mode is not SweepMode.CONCURRENCY:
+        return scenario
+    return replace(scenario, client=with_connections(scenario.client, spec.highest_rate))
+
+
 def step_scenario(
     scenario: Scenario,
     rate: float,
@@ -58,7 +77,8 @@ def step_scenario(
     """The scenario one sweep step runs: a warm-up (``spec.warmup_s``, not measured; absent when 0) and the
     measured window (``spec.step_s``, always the last phase: ``measured_index``) at ``rate``, without
     faults, proxies or abort guards, with ``retry`` as the client's policy (None: the scenario's own, its
-    stress phases' override included) and a seed of its own.
+    stress phases' override included) and a seed of its own. In concurrency mode ``rate`` is the number of
+    clients, and the client's pool and in-flight limit allow that many requests at once.
 
     Raises ``ValueError`` for a rate that is not > 0.
     """
@@ -75,6 +95,8 @@ def step_scenario(
         warmup = Phase(name=WARMUP, role=Role.BASELINE, duration_s=spec.warmup_s, arrival=arrival, retry=measured_retry)
         phases = (warmup, measured)
     client = scenario.client if retry is None else replace(scenario.client, retry=retry)
+    if spec.mode is SweepMode.CONCURRENCY:
+        client = with_connections(client, rate)  # a level of N clients needs N connections
     return replace(
         scenario,
         target=replace(scenario.target, via_proxy=None),

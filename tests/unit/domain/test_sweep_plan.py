@@ -22,9 +22,16 @@ from cliffwatch.domain.sweep_plan import (
     step_scenario,
     step_seed,
     step_stats,
+    sweep_client_scenario,
 )
 from cliffwatch.domain.sweep_spec import parse_sweep_spec, variant_policy
 
+SCENARIO_DOCUMENT = {
+    "name": "plain",
+    "target": {"url": "http://127.0.0.1:8000", "request": {"model": "m", "max_tokens": 8}},
+    "slo": {"e2e_ms": 2000, "timeout_ms": 4000},
+    "phases": [{"name": "p", "role": "baseline", "duration_s": 5, "arrival": {"process": "poisson", "rate": 1}}],
+}
 SCENARIO = parse_scenario(
     {
         "name": "faulty",
@@ -90,6 +97,27 @@ def test_each_step_and_trial_has_its_own_deterministic_seed() -> None:
     assert step_seed(SCENARIO, "none", 1.0, 1) == step_seed(SCENARIO, "none", 1.0, 1)
     first, again = step_scenario(SCENARIO, 4.0, SPEC, None, trial=1), step_scenario(SCENARIO, 4.0, SPEC, None, trial=2)
     assert [r.scheduled_ns for r in iter_plan(first)] != [r.scheduled_ns for r in iter_plan(again)]
+
+
+def test_a_concurrency_step_has_a_connection_and_an_in_flight_slot_for_every_client() -> None:
+    small = parse_scenario({**SCENARIO_DOCUMENT, "client": {"pool_size": 4, "max_in_flight": 6}})
+    spec = parse_sweep_spec({"mode": "concurrency", "start": 1, "stop": 64})
+
+    step = step_scenario(small, 24.0, spec, variant_policy("none"))
+    assert (step.client.pool_size, step.client.max_in_flight) == (24, 24)
+    assert step.client.retry == variant_policy("none")
+    assert step_scenario(small, 3.0, spec, None).client == small.client  # room enough already
+    shared = sweep_client_scenario(small, spec)
+    assert (shared.client.pool_size, shared.client.max_in_flight) == (64, 64)
+    assert shared.target == small.target
+
+
+def test_a_rate_step_keeps_the_clients_own_pool() -> None:
+    small = parse_scenario({**SCENARIO_DOCUMENT, "client": {"pool_size": 4}})
+    spec = parse_sweep_spec({"start": 1, "stop": 64})
+
+    assert step_scenario(small, 40.0, spec, None).client.pool_size == 4
+    assert sweep_client_scenario(small, spec) is small
 
 
 def test_a_step_needs_a_positive_rate() -> None:
