@@ -3,7 +3,7 @@
 As in the API, the table says who may call what (``UiRoute.role``); the guard middleware (security.py)
 reads it. ``mount_dashboard`` adds the sub-app to the API's app (the API's request ids, logs and metrics
 cover it too; its bearer-token guard lets the dashboard's paths through to the dashboard's own guard) and
-makes ``/`` redirect to it.
+makes ``/`` and ``/ui`` redirect to it.
 """
 
 from __future__ import annotations
@@ -64,11 +64,19 @@ def create_dashboard(services: DashboardServices, *, settings: Settings) -> web.
     return app
 
 
+async def dashboard_root(request: web.Request) -> web.Response:
+    return see_other(f"{PREFIX}/")
+
+
 def mount_dashboard(api_app: web.Application, services: DashboardServices, *, settings: Settings) -> None:
-    """Adds the dashboard under ``/ui`` to the API's app, and ``/`` → ``/ui/runs``."""
-    api_app.add_subapp(PREFIX, create_dashboard(services, settings=settings))
-    root = api_app.router.add_route("GET", "/", home)
+    """Adds the dashboard under ``/ui`` to the API's app, with ``/`` → ``/ui/runs`` and ``/ui`` → ``/ui/`` (the
+    sub-app answers only below its prefix; without these the API's guard would answer them with a 401)."""
     current: Mapping[web.AbstractRoute, Route] = api_app[ROUTES]
     table = dict(current)
-    table[root] = Route(method="GET", path="/", handler=home, role=None)
+    for path, handler in (("/", home), (PREFIX, dashboard_root)):
+        for method in ("GET", "HEAD"):
+            added = api_app.router.add_route(method, path, handler)
+            table[added] = Route(method=method, path=path, handler=handler, role=None)
     api_app[ROUTES] = table
+    # After ``/ui``: the router tries resources in order, and the sub-app would claim ``/ui`` (as a 404).
+    api_app.add_subapp(PREFIX, create_dashboard(services, settings=settings))

@@ -136,6 +136,10 @@ async def test_pages_need_a_session(ui: Ui) -> None:
     assert status == 401
     status, headers, _, _ = await ui.get("/")
     assert (status, headers["Location"]) == (303, "/ui/runs")
+    status, headers, _, _ = await ui.get("/ui")  # not the API's 401: the dashboard's own root
+    assert (status, headers["Location"]) == (303, "/ui/")
+    status, headers, _, _ = await ui.get("/ui/")
+    assert (status, headers["Location"]) == (303, "/ui/runs")
     assert (await ui.get("/ui/runs", "cw_session=forged"))[0] == 303
 
 
