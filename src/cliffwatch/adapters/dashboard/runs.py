@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+import structlog
 from aiohttp import web
 from markupsafe import Markup
 
@@ -19,12 +20,14 @@ from cliffwatch.adapters.dashboard.context import current_user, ui_services
 from cliffwatch.adapters.dashboard.render import render
 from cliffwatch.adapters.dashboard.security import Redirect
 from cliffwatch.adapters.report import sections
+from cliffwatch.adapters.report.render import ReportInvalid, SweepParts, sweep_parts
 from cliffwatch.domain.errors import CliffwatchError, ScenarioNotFound
 from cliffwatch.domain.result import RunStatus
 from cliffwatch.domain.runs import Overrides, Run, RunKind, RunQuery, Trigger
 from cliffwatch.domain.sweep_spec import parse_sweep_spec
 from cliffwatch.services.runs import RunRequest
 
+log = structlog.get_logger(__name__)
 PAGE_SIZE = 50
 ACTIVE = frozenset({RunStatus.QUEUED, RunStatus.RUNNING})
 _LOCAL_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(:\d{2})?")
@@ -110,32 +113,16 @@ def _result_sections(run: Run) -> Markup:
     return Markup(sections.verdict(document) + sections.components(document) + sections.phase_results(document))
 
 
-def sweep_view(run: Run) -> list[dict[str, Any]]:
-    """A finished sweep's variants: usable capacity, its interval, the cliff, peaks and the verdict."""
+def sweep_report(run: Run) -> SweepParts | None:
+    """A sweep's report content (the same sections and chart data as ``cliffwatch report`` and the report
+    endpoint, from the same builders), or None before it has a result or when the result is not one."""
     if run.kind is not RunKind.SWEEP or run.result is None:
-        return []
-    variants = []
-    for entry in run.result.get("variants") or []:
-        if not isinstance(entry, Mapping) or not isinstance(entry.get("result"), Mapping):
-            continue
-        result = entry["result"]
-        interval = result.get("usable_interval") if isinstance(result.get("usable_interval"), Mapping) else {}
-        steps = [s for s in result.get("steps") or [] if isinstance(s, Mapping)]
-        variants.append({"variant": entry.get("variant"), "retry": entry.get("retry"), "unit": result.get("unit"),
-                         "usable": result.get("usable_rps"), "low": interval.get("low"), "high": interval.get("high"),
-                         "first_bad": result.get("first_bad_rps"), "peak_tokens": result.get("peak_tokens_per_s"),
-                         "cliff_ratio": result.get("cliff_ratio"), "verdict": result.get("verdict"),
-                         "finished_because": result.get("finished_because"), "steps": steps,
-                         "step_keys": _step_keys(steps)})  # fmt: skip
-    return variants
-
-
-def _step_keys(steps: list[Mapping[str, Any]]) -> list[str]:
-    """The scalar columns the steps share, in their own order (nested values are left to the report)."""
-    keys: list[str] = []
-    for step in steps[:1]:
-        keys = [k for k, v in step.items() if v is None or isinstance(v, str | int | float | bool)]
-    return keys[:10]
+        return None
+    try:
+        return sweep_parts(run.result)
+    except ReportInvalid:
+        log.warning("stored sweep result cannot be shown", run_id=run.id)
+        return None
 
 
 async def run_page(request: web.Request) -> web.Response:
@@ -144,14 +131,15 @@ async def run_page(request: web.Request) -> web.Response:
     document = await _scenario_document(request, run)
     data = await chart_data(services.run_store, run, document)
     specs = data["charts"] if data else []
+    sweep = sweep_report(run)
     return render(
         "run.html",
         run=run_view(run),
         active=run.status in ACTIVE,
         charts=data,
-        sweep_document=run.result if run.kind is RunKind.SWEEP else None,
         result_sections=_result_sections(run),
-        sweep=sweep_view(run),
+        sweep_sections=Markup(sweep.body) if sweep is not None else None,
+        sweep_charts=sweep.data if sweep is not None else None,
         chart_ids=[c["id"] for c in specs],
         chart_titles={c["id"]: (c["title"], c["caption"]) for c in specs},
     )
@@ -173,8 +161,8 @@ async def abort_run(request: web.Request) -> web.Response:
 
 
 def _form_values(form: Mapping[str, Any]) -> dict[str, str]:
-    fields = ("scenario", "kind", "seed", "threshold", "target_url", "mode", "start", "stop", "step_s", "trials",
-              "max_steps", "warmup_s", "cooldown_s", "variants", "nonce")  # fmt: skip
+    fields = ("scenario", "kind", "seed", "threshold", "target_url", "mode", "arrival", "auto", "start", "stop",
+              "target", "step_s", "trials", "max_steps", "warmup_s", "cooldown_s", "variants", "nonce")  # fmt: skip
     return {key: str(form.get(key, "")).strip()[:2_000] for key in fields}
 
 
@@ -206,11 +194,15 @@ def _number(values: dict[str, str], key: str, problems: list[str], *, integer: b
 
 def _sweep_document(values: dict[str, str], problems: list[str]) -> dict[str, Any]:
     sweep: dict[str, Any] = {"mode": values.get("mode") or "rate"}
-    for key, integer in (("start", False), ("stop", False), ("step_s", False), ("trials", True),
+    if values.get("arrival"):  # else the API's default (Poisson for a rate sweep)
+        sweep["arrival"] = values["arrival"]
+    if values.get("auto"):
+        sweep["auto"] = True
+    for key, integer in (("start", False), ("stop", False), ("target", False), ("step_s", False), ("trials", True),
                          ("max_steps", True), ("warmup_s", False), ("cooldown_s", False)):  # fmt: skip
         number = _number(values, key, problems, integer=integer)
         if number is not None:
-            sweep[key] = number
+            sweep[key] = number / 100 if key == "target" else number  # the form asks for a percentage
     variants = [v.strip() for v in values.get("variants", "").split(",") if v.strip()]
     if variants:
         sweep["variants"] = variants

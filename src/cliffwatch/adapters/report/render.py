@@ -12,6 +12,7 @@ import html
 import json
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from cliffwatch import __version__
@@ -95,9 +96,19 @@ def render_report(document: Mapping[str, Any], timeseries: Sequence[Mapping[str,
     return render_sweep_report(document) if is_sweep(document) else render_run_report(document, timeseries)
 
 
-def render_sweep_report(document: Mapping[str, Any]) -> str:
-    """The HTML report of one sweep: ``document`` is ``SweepOutcome.to_dict()`` (what ``cliffwatch sweep
-    --json`` writes, or a stored sweep run's ``result``). Raises ``ReportInvalid`` when it is not one."""
+@dataclass(frozen=True, kw_only=True)
+class SweepParts:
+    """A sweep report's content without its page: the markup below the header (verdict, comparison, each
+    variant's facts, figures, rates and steps, parameters) and the data ``CliffwatchCharts.renderSweep``
+    draws into that markup's figures. The report and the dashboard's run page both show exactly these."""
+
+    body: str  # trusted markup: every value from the document escaped
+    data: dict[str, Any]
+
+
+def sweep_parts(document: Mapping[str, Any]) -> SweepParts:
+    """The sections and chart data of a sweep's report. Raises ``ReportInvalid`` when it is not a sweep
+    result (``SweepOutcome.to_dict()``)."""
     check_sweep_document(document)
     scenario = document["scenario"]
     slo = scenario.get("slo") if isinstance(scenario.get("slo"), Mapping) else {}
@@ -107,14 +118,22 @@ def render_sweep_report(document: Mapping[str, Any]) -> str:
     every = frames + ([compared] if compared is not None else [])
     data = {"kind": "sweep", "sweep_id": document.get("sweep_id"), "frames": [f.to_dict() for f in every]}
     body = "".join((
-        sweep_sections.header(document), sweep_sections.headline(document), _marker_note(),
+        sweep_sections.headline(document), _marker_note(),
         sweep_sections.comparison(document, [c.to_dict() for c in compared.charts] if compared else []),
         *(sweep_sections.variant_section(i, v, [c.to_dict() for c in f.charts])
           for i, (v, f) in enumerate(zip(variants, frames, strict=True))),
         sweep_sections.parameters(document),
     ))  # fmt: skip
-    name = str(scenario.get("name", "sweep"))
-    return page(title=f"{name} — cliffwatch sweep {document.get('sweep_id', '')}", body=body, data=data)
+    return SweepParts(body=body, data=data)
+
+
+def render_sweep_report(document: Mapping[str, Any]) -> str:
+    """The HTML report of one sweep: ``document`` is ``SweepOutcome.to_dict()`` (what ``cliffwatch sweep
+    --json`` writes, or a stored sweep run's ``result``). Raises ``ReportInvalid`` when it is not one."""
+    parts = sweep_parts(document)
+    name = str(document["scenario"].get("name", "sweep"))
+    return page(title=f"{name} — cliffwatch sweep {document.get('sweep_id', '')}",
+                body=sweep_sections.header(document) + parts.body, data=parts.data)  # fmt: skip
 
 
 def render_status_report(run: Mapping[str, Any]) -> str:

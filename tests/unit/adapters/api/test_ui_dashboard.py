@@ -6,10 +6,13 @@ Cookies are handled by hand (no cookie jar), so each test sees exactly what the 
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import timedelta
 from http.cookies import SimpleCookie
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,11 +24,16 @@ from api_harness import Api, Parts, TickingClock, build_parts, make_settings, sm
 from cliffwatch.adapters.api import create_app
 from cliffwatch.adapters.dashboard import mount_dashboard
 from cliffwatch.adapters.dashboard.context import DashboardServices
-from cliffwatch.domain.runs import Role
+from cliffwatch.adapters.report.render import sweep_parts
+from cliffwatch.domain.result import RunStatus
+from cliffwatch.domain.runs import Role, RunEnd
+from cliffwatch.domain.sweep_spec import parse_sweep_spec
 from cliffwatch.services.runs import RunRequest
 from cliffwatch.services.sessions import InMemorySessionStore, SessionService
 
 CSRF = re.compile(r'name="csrf" value="([0-9a-f]{64})"')
+DATA = re.compile(r'<script type="application/json" id="dashboard-data">(.*?)</script>', re.DOTALL)
+SWEEP_FIXTURE = Path(__file__).parents[3] / "fixtures" / "reports" / "sweep-retries.json"
 
 
 @dataclass
@@ -235,6 +243,56 @@ async def test_a_pasted_scenario_is_validated(ui: Ui) -> None:
     text = yaml.safe_dump(small_scenario("pasted"))
     _, _, page, _ = await ui.post("/ui/scenarios/validate", {"csrf": csrf, "document": text}, cookie)
     assert "Valid: this document" in page
+
+
+async def test_a_sweeps_page_shows_its_report_sections_and_chart_data(ui: Ui) -> None:
+    """The run page of a sweep shows what its report shows (verdict, variants, rates, every step, the
+    comparison), from the same builders, with the data renderSweep draws; before a result, a note."""
+    document = json.loads(SWEEP_FIXTURE.read_text(encoding="utf-8"))
+    spec = parse_sweep_spec({"start": 4, "stop": 24, "arrival": "constant", "variants": ["none", "immediate:3"]})
+    run, _ = await ui.parts.services.runs.submit(RunRequest(scenario="burst-storm", sweep=spec))
+    cookie, _ = await ui.login(Role.VIEWER)
+    status, _, page, _ = await ui.get(f"/ui/runs/{run.id}", cookie)
+    assert status == 200
+    assert 'id="sweep-note"' in page
+    assert "recorded when it ends" in page
+    clock = ui.parts.clock
+    assert await ui.parts.store.claim_run(owner="t", now=clock(), lease_until=clock() + timedelta(minutes=5))
+    end = RunEnd(status=RunStatus.SUCCEEDED, finished_at=clock(), result=document, usable_rps=document["usable_rps"])
+    assert await ui.parts.store.finish_run(run.id, owner="t", end=end)
+    status, _, page, _ = await ui.get(f"/ui/runs/{run.id}", cookie)
+    assert status == 200
+    expected = sweep_parts(document)
+    assert expected.body in page  # the report's own sections, verbatim
+    for section in ('id="verdict"', 'id="comparison"', 'id="variant-0"', 'id="variant-1"', 'class="numbers steps"',
+                    'data-chart="v0-throughput"', 'data-chart="cmp-goodput"'):  # fmt: skip
+        assert section in page, section
+    found = DATA.search(page)
+    assert found is not None
+    data = json.loads(found.group(1))
+    assert data["charts"] is None
+    assert data["sweep"] == json.loads(json.dumps(expected.data))
+    usable = [m for m in data["sweep"]["frames"][0]["markers"] if m["kind"] == "usable"]
+    assert [m["at"] for m in usable] == [document["variants"][0]["result"]["usable_rps"]]
+
+
+async def test_the_form_sends_every_sweep_parameter(ui: Ui) -> None:
+    cookie, csrf = await ui.login(Role.OPERATOR)
+    form = {"scenario": "burst-storm", "kind": "sweep", "csrf": csrf, "mode": "rate", "arrival": "constant",
+            "start": "2", "stop": "6", "target": "95", "step_s": "1.5", "trials": "1", "max_steps": "4",
+            "warmup_s": "0.5", "cooldown_s": "0", "variants": "none, immediate:2", "nonce": "s" * 20}  # fmt: skip
+    status, headers, _, _ = await ui.post("/ui/new", form, cookie)
+    assert status == 303, headers
+    [queued] = await ui.parts.store.active_runs()
+    assert queued.sweep is not None
+    sent = {"mode": "rate", "arrival": "constant", "start": 2.0, "stop": 6.0, "target": 0.95, "step_s": 1.5,
+            "trials": 1, "max_steps": 4, "warmup_s": 0.5, "cooldown_s": 0.0,
+            "variants": ["none", "immediate:2"]}  # fmt: skip
+    assert {key: queued.sweep.to_dict()[key] for key in sent} == sent
+    # a concurrency sweep with constant arrivals is the API's refusal, shown on the form
+    status, _, page, _ = await ui.post("/ui/new", {**form, "mode": "concurrency", "nonce": "t" * 20}, cookie)
+    assert status == 422
+    assert "sweep.arrival" in page
 
 
 def _request(name: str) -> RunRequest:

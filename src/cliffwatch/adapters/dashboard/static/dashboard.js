@@ -102,12 +102,18 @@
   function runPage() {
     var initial = data(), facts = document.getElementById("run-facts");
     var drawn = drawRun(initial.charts);
-    // Sweep charts are the sweep report's (CliffwatchCharts.renderSweep, when report.js has it).
+    // A sweep's sections and chart data are its report's (report/render.py's sweep_parts), drawn as the report
+    // draws them.
     var sweepRoot = document.getElementById("sweep-charts");
-    if (sweepRoot && initial.sweep && window.CliffwatchCharts && typeof window.CliffwatchCharts.renderSweep === "function") {
-      window.CliffwatchCharts.renderSweep(sweepRoot, initial.sweep);
+    if (sweepRoot && initial.sweep && window.CliffwatchCharts) {
+      drawn = window.CliffwatchCharts.renderSweep(sweepRoot, initial.sweep).length;
     }
     document.body.setAttribute("data-charts-ready", String(drawn));
+    var resized = null;
+    window.addEventListener("resize", function () {
+      clearTimeout(resized);
+      resized = setTimeout(function () { if (window.CliffwatchCharts) window.CliffwatchCharts.fit(); }, 100);
+    });
     if (!facts || facts.getAttribute("data-active") !== "true") return;
     var id = facts.getAttribute("data-run"), updates = 0;
     function tick() {
