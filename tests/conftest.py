@@ -18,6 +18,7 @@ import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -119,8 +120,10 @@ def postgres() -> Iterator[PostgresServer]:
                      "start"])  # fmt: skip
         try:
             server = PostgresServer(host="127.0.0.1", port=port, user="postgres", database="postgres")
-            with asyncio.Runner(loop_factory=asyncio.new_event_loop) as runner:
-                runner.run(server.create_database("cliffwatch"))
+            # In a thread of its own: the fixture may be set up while this thread runs an event loop (Playwright's
+            # sync API keeps one running for a browser test's whole module).
+            with ThreadPoolExecutor(max_workers=1) as pool:
+                pool.submit(asyncio.run, server.create_database("cliffwatch")).result(timeout=60)
             yield PostgresServer(host="127.0.0.1", port=port, user="postgres", database="cliffwatch")
         finally:
             _pg_command([*prefix, pg_ctl, "-D", str(data), "-m", "immediate", "-w", "stop"])

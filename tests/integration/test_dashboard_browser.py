@@ -1,7 +1,12 @@
 """The dashboard in a real headless Chromium (Debian's, driven by Playwright) against a real `cliffwatch
-serve` on loopback with SQLite: every page loads without console errors, charts are drawn, a run triggered
-from the form appears and completes with live charts on the way, the trends page has a point per run, and
-login, logout, CSRF and roles behave as the security model says (docs/dashboard.md).
+serve` on loopback: every page loads without console errors, charts are drawn, a run triggered from the form
+appears and completes with live charts on the way, a sweep triggered from the form completes and its page
+draws the sweep report's charts with usable capacity marked, the trends page has a point per run and a
+capacity point per sweep, and login, logout, CSRF and roles behave as the security model says
+(docs/dashboard.md).
+
+The whole walk runs against SQLite; the login, every page and a run triggered from the form run against
+PostgreSQL too (the production store), which costs about half the SQLite walk's time.
 
 Screenshots go to ``$CLIFFWATCH_TEST_ARTIFACTS`` (default ``tests/artifacts/``). Without /usr/bin/chromium
 these tests fail rather than skip (``apt-get install chromium``; ``.ci/run`` does).
@@ -9,6 +14,8 @@ these tests fail rather than skip (``apt-get install chromium``; ``.ci/run`` doe
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import re
@@ -17,7 +24,9 @@ import subprocess
 import sys
 import time
 import urllib.request
+import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +37,13 @@ from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, s
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
 RUN_CHARTS = ["throughput", "latency-ttft", "latency-e2e", "outcomes", "concurrency"]
+SWEEP_CHARTS = ["v0-throughput", "v0-attainment", "v0-latency-ttft", "v0-latency-e2e"]
+GREEN, VERMILLION = "#009E73", "#D55E00"  # usable capacity and the cliff, as the sweep report draws them
+# A short sweep of the quick target (about 14 req/s): steps of 1 s, constant arrivals, at most 6 steps (~12 s).
+SWEEP_FORM = {"start": "4", "stop": "20", "step_s": "1", "warmup_s": "0.5", "cooldown_s": "0", "trials": "1",
+              "max_steps": "6"}  # fmt: skip
+SWEEP_API = {"start": 4, "stop": 20, "step_s": 1, "warmup_s": 0.5, "cooldown_s": 0, "trials": 1, "max_steps": 6,
+             "arrival": "constant"}  # fmt: skip
 
 pytestmark = pytest.mark.slow
 
@@ -60,6 +76,32 @@ PAINTED_JS = """
   return {id, painted, values};
 })
 """
+# The share of a chart's plot height where a marker's colour is found within two pixels of ``rate``.
+MARKER_JS = """
+([id, rate, hex]) => {
+  const {plot} = window.CliffwatchCharts.charts.find(c => c.id === id), b = plot.bbox;
+  const copy = document.createElement("canvas");
+  copy.width = plot.ctx.canvas.width; copy.height = plot.ctx.canvas.height;
+  const ctx = copy.getContext("2d", {willReadFrequently: true});
+  ctx.drawImage(plot.ctx.canvas, 0, 0);
+  const x = Math.round(plot.valToPos(rate, "x", true)), n = parseInt(hex.slice(1), 16);
+  const img = ctx.getImageData(x - 2, b.top, 5, b.height).data;
+  const near = i => img[i + 3] > 150 && Math.abs(img[i] - (n >> 16)) < 30 &&
+    Math.abs(img[i + 1] - ((n >> 8) & 255)) < 30 && Math.abs(img[i + 2] - (n & 255)) < 30;
+  let rows = 0;
+  for (let row = 0; row < b.height; row++) {
+    let hit = false;
+    for (let col = 0; col < 5; col++) if (near((row * 5 + col) * 4)) hit = true;
+    if (hit) rows++;
+  }
+  return rows / b.height;
+}
+"""
+# The trends page's capacity charts: the points each draws.
+CAPACITY_POINTS_JS = """
+() => window.CliffwatchTrends.filter(p => p.root.parentElement.hasAttribute("data-capacity-plot"))
+  .map(p => p.data[1].filter(v => v != null).length)
+"""
 
 
 def artifacts_dir() -> Path:
@@ -78,6 +120,7 @@ def free_port() -> int:
 class Served:
     base: str
     tokens: dict[str, str]  # role → token
+    database: str  # "sqlite" or "postgresql"
 
     def api(self, method: str, path: str, body: object | None = None, role: str = "admin") -> Any:
         data = None if body is None else json.dumps(body).encode()
@@ -99,19 +142,18 @@ class Served:
             time.sleep(0.3)
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    """`cliffwatch serve` on a free loopback port and a SQLite file, with a token per role, the quick
-    scenario registered, one schedule, and one run already finished (so trends have history)."""
-    where = tmp_path_factory.mktemp("dashboard")
+@contextlib.contextmanager
+def serving(where: Path, database_url: str, roles: tuple[str, ...]) -> Iterator[Served]:
+    """`cliffwatch serve` on a free loopback port and ``database_url``, with a token per role, the quick
+    scenario registered and one schedule."""
     port = free_port()
-    env = {**os.environ, "CLIFFWATCH_DATABASE_URL": f"sqlite+aiosqlite:///{where / 'cw.db'}",
+    env = {**os.environ, "CLIFFWATCH_DATABASE_URL": database_url,
            "CLIFFWATCH_STATE_DIR": str(where / "state"), "CLIFFWATCH_LISTEN_PORT": str(port),
            "CLIFFWATCH_LOG_FORMAT": "json"}  # fmt: skip
     env.pop("CLIFFWATCH_ALLOWED_TARGETS", None)
     env.pop("CLIFFWATCH_UI_COOKIE_SECURE", None)  # the default, Secure, is what is tested
     tokens = {}
-    for role in ("viewer", "operator", "admin"):
+    for role in roles:
         command = [sys.executable, "-m", "cliffwatch", "token", "create", "--role", role, "--name", f"{role}-ui"]
         made = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=60, check=False)
         assert made.returncode == 0, made.stderr
@@ -125,12 +167,11 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
             assert process.poll() is None, (where / "serve.log").read_text()[-3000:]
             assert time.monotonic() < deadline
             time.sleep(0.1)
-        served = Served(base=f"http://127.0.0.1:{port}", tokens=tokens)
+        database = "postgresql" if database_url.startswith("postgresql") else "sqlite"
+        served = Served(base=f"http://127.0.0.1:{port}", tokens=tokens, database=database)
         served.api("PUT", "/api/v1/scenarios/quick-ui", QUICK)
         served.api("POST", "/api/v1/schedules", {"name": "nightly quick", "cron": "0 3 * * *",
                                                  "timezone": "Europe/Berlin", "scenario": "quick-ui"})  # fmt: skip
-        first = served.api("POST", "/api/v1/runs", {"scenario": "quick-ui", "overrides": {"seed": 11}}, "operator")
-        assert served.wait_finished(first["id"])["status"] == "succeeded"
         yield served
     finally:
         process.terminate()
@@ -138,6 +179,41 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
             process.wait(timeout=30)
         finally:
             log.close()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """The SQLite instance, with a token per role and history: one run and one sweep already finished (run
+    side by side), so the run pages have charts and the trends have earlier points."""
+    where = tmp_path_factory.mktemp("dashboard")
+    with serving(where, f"sqlite+aiosqlite:///{where / 'cw.db'}", ("viewer", "operator", "admin")) as served:
+        first = served.api("POST", "/api/v1/runs", {"scenario": "quick-ui", "overrides": {"seed": 11}}, "operator")
+        sweep = served.api("POST", "/api/v1/sweeps", {"scenario": "quick-ui", "sweep": SWEEP_API}, "operator")
+        assert served.wait_finished(first["id"])["status"] == "succeeded"
+        assert served.wait_finished(sweep["id"])["status"] == "succeeded"
+        yield served
+
+
+@pytest.fixture(scope="module")
+def served_pg(postgres: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    """The same on a PostgreSQL database of its own, with one finished run (no sweep: the sweep walk is
+    SQLite's; the store's sweep documents are covered on PostgreSQL by the service API's walk)."""
+    where = tmp_path_factory.mktemp("dashboard-pg")
+    name = f"ui_{uuid.uuid4().hex[:8]}"
+    # In a thread of its own: Playwright's sync API keeps an event loop running in this one.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        url: str = pool.submit(lambda: asyncio.run(postgres.create_database(name))).result(timeout=60)
+    with serving(where, url, ("viewer", "operator", "admin")) as served:
+        first = served.api("POST", "/api/v1/runs", {"scenario": "quick-ui", "overrides": {"seed": 11}}, "operator")
+        assert served.wait_finished(first["id"])["status"] == "succeeded"
+        yield served
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def instance(request: pytest.FixtureRequest) -> Served:
+    """The walks that run on both databases: the SQLite instance, then the PostgreSQL one."""
+    found: Served = request.getfixturevalue("served" if request.param == "sqlite" else "served_pg")
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -158,6 +234,7 @@ class Watched:
     def __init__(self, context: BrowserContext) -> None:
         self.page: Page = context.new_page()
         self.problems: list[str] = []
+        self.suffix = ""  # added to screenshot names (the PostgreSQL walk's)
         self.page.on("console", self._console)
         self.page.on("pageerror", lambda exc: self.problems.append(f"page error: {exc}"))
 
@@ -169,12 +246,13 @@ class Watched:
         assert self.problems == [], self.problems
 
     def shot(self, name: str) -> None:
-        self.page.screenshot(path=str(artifacts_dir() / f"dashboard-{name}.png"), full_page=True)
+        self.page.screenshot(path=str(artifacts_dir() / f"dashboard-{name}{self.suffix}.png"), full_page=True)
 
 
 def log_in(browser: Browser, served: Served, role: str) -> tuple[BrowserContext, Watched]:
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     watched = Watched(context)
+    watched.suffix = "" if served.database == "sqlite" else f"-{served.database}"
     page = watched.page
     page.goto(f"{served.base}/ui/runs")
     assert page.url.startswith(f"{served.base}/ui/login?next=/ui/runs")  # sent to log in first
@@ -186,10 +264,10 @@ def log_in(browser: Browser, served: Served, role: str) -> tuple[BrowserContext,
 
 
 def test_the_session_cookie_is_kept_by_chromium_on_loopback_http_with_its_attributes(
-    browser: Browser, served: Served
+    browser: Browser, instance: Served
 ) -> None:
     """Chromium keeps a Secure cookie from http://127.0.0.1 (a potentially trustworthy origin) and sends it."""
-    context, watched = log_in(browser, served, "viewer")
+    context, watched = log_in(browser, instance, "viewer")
     try:
         [cookie] = [c for c in context.cookies() if c["name"] == "cw_session"]
         assert (cookie["secure"], cookie["httpOnly"], cookie["sameSite"], cookie["path"]) == (True, True, "Strict",
@@ -201,12 +279,16 @@ def test_the_session_cookie_is_kept_by_chromium_on_loopback_http_with_its_attrib
         context.close()
 
 
-def test_every_page_loads_without_console_errors_and_the_run_charts_are_drawn(browser: Browser, served: Served) -> None:
+def test_every_page_loads_without_console_errors_and_the_run_charts_are_drawn(
+    browser: Browser, instance: Served
+) -> None:
+    served = instance
     context, watched = log_in(browser, served, "admin")
     page = watched.page
     try:
         watched.shot("runs")
-        first = page.locator("#runs-table tbody tr").first.get_attribute("data-run")
+        first = served.api("GET", "/api/v1/runs?kind=run&status=succeeded")["runs"][0]["id"]
+        assert page.locator(f"#runs-table tr[data-run='{first}']").count() == 1
         page.goto(f"{served.base}/ui/runs/{first}")
         page.wait_for_selector("body[data-charts-ready='5']")
         drawn = page.evaluate(PAINTED_JS)
@@ -228,7 +310,8 @@ def test_every_page_loads_without_console_errors_and_the_run_charts_are_drawn(br
         context.close()
 
 
-def test_a_run_triggered_from_the_form_appears_updates_live_and_completes(browser: Browser, served: Served) -> None:
+def test_a_run_triggered_from_the_form_appears_updates_live_and_completes(browser: Browser, instance: Served) -> None:
+    served = instance
     context, watched = log_in(browser, served, "operator")
     page = watched.page
     try:
@@ -270,17 +353,75 @@ def test_the_runs_page_shows_a_new_run_and_its_status_live(browser: Browser, ser
         context.close()
 
 
-def test_the_trends_page_shows_a_point_for_each_run(browser: Browser, served: Served) -> None:
+def test_a_sweep_triggered_from_the_form_completes_and_its_page_draws_the_sweep_report(
+    browser: Browser, served: Served
+) -> None:
+    context, watched = log_in(browser, served, "operator")
+    page = watched.page
+    try:
+        page.goto(f"{served.base}/ui/new")
+        page.select_option("select[name=scenario]", "quick-ui")
+        page.check("input[name=kind][value=sweep]")
+        page.select_option("select[name=arrival]", "constant")
+        for name, value in SWEEP_FORM.items():
+            page.fill(f"input[name={name}]", value)
+        page.click("#trigger-form button[type=submit]")
+        page.wait_for_url(re.compile(r".*/ui/runs/[0-9a-f]{12}$"))
+        run_id = page.url.rsplit("/", 1)[1]
+        assert page.locator("#run-status").inner_text() in ("queued", "running")
+        assert "recorded when it ends" in page.locator("#sweep-note").inner_text()
+        page.wait_for_selector("#run-status.succeeded", timeout=90_000)  # the page reloads when it ends
+        page.wait_for_selector(f"body[data-charts-ready='{len(SWEEP_CHARTS)}']")
+        run = served.api("GET", f"/api/v1/runs/{run_id}")
+        assert run["sweep"]["arrival"] == "constant"
+        assert (run["sweep"]["step_s"], run["sweep"]["max_steps"]) == (1, 6)
+        result = run["result"]["variants"][0]["result"]
+        drawn = page.evaluate(PAINTED_JS)
+        assert [c["id"] for c in drawn] == SWEEP_CHARTS
+        assert all(c["painted"] > 5_000 and c["values"] > 0 for c in drawn), drawn
+        for chart in SWEEP_CHARTS:  # every series in the legend, with its own line marker
+            labels = page.evaluate(f"window.CliffwatchCharts.charts.find(c => c.id === '{chart}')"
+                                   ".plot.series.slice(1).map(s => s.label)")  # fmt: skip
+            legend = page.locator(f"#chart-{chart} .u-legend").inner_text()
+            assert all(label in legend for label in labels), (chart, labels, legend)
+            assert page.locator(f"#chart-{chart} .u-legend canvas.line-marker").count() == len(labels)
+        # usable capacity: a solid green line over the plot's height at its rate, and nowhere else
+        assert result["usable_rps"] is not None, result["verdict"]
+        assert page.evaluate(MARKER_JS, ["v0-throughput", result["usable_rps"], GREEN]) > 0.8
+        assert page.evaluate(MARKER_JS, ["v0-throughput", result["usable_rps"] / 2, GREEN]) < 0.2
+        if result["first_bad_rps"] is not None:  # the cliff: dashed vermillion
+            assert page.evaluate(MARKER_JS, ["v0-attainment", result["first_bad_rps"], VERMILLION]) > 0.4
+        # the report's sections: the verdict, the variant's facts, its rates and every step
+        assert f"usable {result['usable_rps']:g} req/s" in page.locator("#verdict").inner_text()
+        assert result["verdict"] in page.locator("#verdict").inner_text()
+        assert page.locator("#variant-0 table.steps tbody tr").count() == len(result["steps"])
+        assert page.locator("#variant-0 table.rates tbody tr").count() == len(result["rates"])
+        watched.shot("sweep")
+        page.locator("#chart-v0-throughput").screenshot(path=str(artifacts_dir() / "dashboard-sweep-markers.png"))
+        page.goto(f"{served.base}/ui/runs?kind=sweep")
+        row = page.locator(f"tr[data-run='{run_id}']")
+        assert row.locator("td.status").inner_text() == "succeeded"
+        assert row.locator("td.score").inner_text() == f"{result['usable_rps']:.1f} usable"
+        watched.clean()
+    finally:
+        context.close()
+
+
+def test_the_trends_page_shows_a_point_for_each_run_and_a_capacity_point_for_each_sweep(
+    browser: Browser, served: Served
+) -> None:
     context, watched = log_in(browser, served, "viewer")
     page = watched.page
     try:
-        finished = list(served.api("GET", "/api/v1/runs?scenario=quick-ui&status=succeeded")["runs"])
-        assert len(finished) >= 2
+        runs = list(served.api("GET", "/api/v1/runs?scenario=quick-ui&status=succeeded&kind=run")["runs"])
+        sweeps = list(served.api("GET", "/api/v1/runs?scenario=quick-ui&status=succeeded&kind=sweep")["runs"])
+        assert (len(runs) >= 2, len(sweeps)) == (True, 2)
         page.goto(f"{served.base}/ui/trends?scenario=quick-ui")
-        page.wait_for_selector("body[data-charts-ready='1']")
+        page.wait_for_selector("body[data-charts-ready='2']")  # the score's chart and the capacity's
         points = page.evaluate("window.CliffwatchTrends[0].data[0].length")
-        assert points == len(finished)
-        assert page.locator("table.trend-points tbody tr").count() == len(finished)
+        assert points == len(runs)
+        assert page.locator("table.trend-points tbody tr").count() == len(runs)
+        assert page.evaluate(CAPACITY_POINTS_JS) == [len(sweeps)]
         watched.shot("trends-quick-ui")
         watched.clean()
     finally:
