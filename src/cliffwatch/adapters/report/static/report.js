@@ -130,22 +130,33 @@
         });
       }],
       draw: [function (u) {
-        var ctx = u.ctx, b = u.bbox, px = uPlot.pxRatio, row = 0;
+        var ctx = u.ctx, b = u.bbox, px = uPlot.pxRatio, row = 0, labels = [];
         ctx.save();
         ctx.font = "600 " + Math.round(11 * px) + "px system-ui, sans-serif";
         ctx.textBaseline = "top";
         markers.forEach(function (m) {
           if (m.kind === "invalid") return;
           var x0 = x(u, m.at), cliff = m.kind === "cliff", right = cliff, w = ctx.measureText(m.label).width;
-          ctx.strokeStyle = m.color; ctx.lineWidth = 2 * px;
-          ctx.setLineDash(cliff ? [6 * px, 4 * px] : []);
-          ctx.beginPath(); ctx.moveTo(x0, b.top); ctx.lineTo(x0, b.top + b.height); ctx.stroke();
-          ctx.fillStyle = m.color;
           // The cliff is named right of its line and usable capacity left of its own, unless that leaves the plot.
           if (right && x0 + 5 * px + w > b.left + b.width) right = false;
           else if (!right && x0 - 5 * px - w < b.left) right = true;
-          ctx.textAlign = right ? "left" : "right";
-          ctx.fillText(m.label, x0 + (right ? 5 : -5) * px, b.top + (4 + 15 * row++) * px);
+          labels.push({ m: m, x0: x0, cliff: cliff, right: right, w: w, at: x0 + (right ? 5 : -5) * px,
+            y: b.top + (4 + 15 * row++) * px });
+        });
+        // Each name on a white ground, so the series under it cannot garble it; the lines over the grounds.
+        ctx.fillStyle = "rgba(255,255,255,0.85)";
+        labels.forEach(function (l) {
+          ctx.fillRect(l.right ? l.at - 2 * px : l.at - l.w - 2 * px, l.y - px, l.w + 4 * px, 14 * px);
+        });
+        labels.forEach(function (l) {
+          ctx.strokeStyle = l.m.color; ctx.lineWidth = 2 * px;
+          ctx.setLineDash(l.cliff ? [6 * px, 4 * px] : []);
+          ctx.beginPath(); ctx.moveTo(l.x0, b.top); ctx.lineTo(l.x0, b.top + b.height); ctx.stroke();
+        });
+        labels.forEach(function (l) {
+          ctx.fillStyle = l.m.color;
+          ctx.textAlign = l.right ? "left" : "right";
+          ctx.fillText(l.m.label, l.at, l.y);
         });
         ctx.restore();
       }],
@@ -225,7 +236,7 @@
     });
   }
 
-  window.CliffwatchCharts = { render: render, renderSweep: renderSweep, charts: made, fit: fit };
+  window.CliffwatchCharts = { render: render, renderSweep: renderSweep, charts: made, fit: fit, legend: markers };
   var source = document.getElementById("report-data");
   if (source) {
     var data = JSON.parse(source.textContent);
