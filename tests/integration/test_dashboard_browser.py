@@ -398,6 +398,11 @@ def test_a_sweep_triggered_from_the_form_completes_and_its_page_draws_the_sweep_
         assert page.locator("#variant-0 table.rates tbody tr").count() == len(result["rates"])
         watched.shot("sweep")
         page.locator("#chart-v0-throughput").screenshot(path=str(artifacts_dir() / "dashboard-sweep-markers.png"))
+        # its self-contained HTML report, as the API serves it (under the report's own policy), for the session
+        page.click("#report-link")
+        page.wait_for_url(f"{served.base}/ui/runs/{run_id}/report")
+        page.wait_for_selector(f"body[data-charts-ready='{len(SWEEP_CHARTS)}']", state="attached")
+        assert f"usable {result['usable_rps']:g} req/s" in page.locator("#verdict").inner_text()
         page.goto(f"{served.base}/ui/runs?kind=sweep")
         row = page.locator(f"tr[data-run='{run_id}']")
         assert row.locator("td.status").inner_text() == "succeeded"
@@ -422,6 +427,10 @@ def test_the_trends_page_shows_a_point_for_each_run_and_a_capacity_point_for_eac
         assert points == len(runs)
         assert page.locator("table.trend-points tbody tr").count() == len(runs)
         assert page.evaluate(CAPACITY_POINTS_JS) == [len(sweeps)]
+        assert page.locator("table.capacity-points tbody tr").count() == len(sweeps)
+        # every line's legend entry drawn with its own dash, as in the reports (not colour alone)
+        assert page.locator("[data-trend='0'] .u-legend canvas.line-marker").count() >= 3
+        assert page.locator("[data-capacity-plot='0'] .u-legend canvas.line-marker").count() == 2
         watched.shot("trends-quick-ui")
         watched.clean()
     finally:

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from cliffwatch.adapters.api.context import services
+from cliffwatch.adapters.api.context import ApiServices, services
 from cliffwatch.adapters.api.requests import Query
 from cliffwatch.adapters.api.views import run_view
 from cliffwatch.adapters.report.assets import script_hashes
 from cliffwatch.adapters.report.render import render_run_report, render_status_report, render_sweep_report
-from cliffwatch.domain.runs import RunKind
+from cliffwatch.domain.runs import Run, RunKind
 
 
 def content_security_policy() -> str:
@@ -38,14 +38,18 @@ def report_headers() -> dict[str, str]:
     }
 
 
+async def report_page(api: ApiServices, run: Run) -> str:
+    """The report of a stored run or sweep (a status page before its result); the dashboard serves it too."""
+    if run.result is None:
+        return render_status_report(run_view(run))
+    if run.kind is RunKind.SWEEP:
+        return render_sweep_report(run.result)
+    return render_run_report(run.result, await api.run_store.timeseries(run.id))
+
+
 async def run_report(request: web.Request) -> web.Response:
     Query(request.query).close()
     api = services(request)
     run = await api.runs.get(request.match_info["run_id"])  # RunNotFound: 404 problem
-    if run.result is None:
-        text = render_status_report(run_view(run))
-    elif run.kind is RunKind.SWEEP:
-        text = render_sweep_report(run.result)
-    else:
-        text = render_run_report(run.result, await api.run_store.timeseries(run.id))
+    text = await report_page(api, run)
     return web.Response(text=text, content_type="text/html", charset="utf-8", headers=report_headers())

@@ -38,6 +38,7 @@ UI_ROUTE_TABLE: tuple[UiRoute, ...] = (
     UiRoute(method="GET", path="/api/runs", handler=runs.runs_json, role=VIEWER, json=True),
     UiRoute(method="GET", path="/runs/{run_id}", handler=runs.run_page, role=VIEWER),
     UiRoute(method="GET", path="/api/runs/{run_id}", handler=runs.run_json, role=VIEWER, json=True),
+    UiRoute(method="GET", path="/runs/{run_id}/report", handler=runs.run_report, role=VIEWER),
     UiRoute(method="POST", path="/runs/{run_id}/abort", handler=runs.abort_run, role=OPERATOR),
     UiRoute(method="GET", path="/new", handler=runs.new_page, role=OPERATOR),
     UiRoute(method="POST", path="/new", handler=runs.new_submit, role=OPERATOR),

@@ -24,7 +24,14 @@ PAGE_HEADERS = {"Cache-Control": "no-store"}
 
 
 def _when(value: Any) -> str:
-    """A stored time as the pages show it: UTC, to the second."""
+    """A stored time (a datetime, or its ISO 8601 text as the API's views give it) as the pages show it: UTC,
+    to the second."""
+    if isinstance(value, str):
+        text = value
+        try:
+            value = datetime.fromisoformat(text)
+        except ValueError:
+            return text
     if not isinstance(value, datetime):
         return "–" if value is None else str(value)
     aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)

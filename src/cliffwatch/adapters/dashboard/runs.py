@@ -14,6 +14,7 @@ from aiohttp import web
 from markupsafe import Markup
 
 from cliffwatch.adapters.api.problems import from_error
+from cliffwatch.adapters.api.reports import report_headers, report_page
 from cliffwatch.adapters.api.views import run_view
 from cliffwatch.adapters.dashboard.charts import chart_data
 from cliffwatch.adapters.dashboard.context import current_user, ui_services
@@ -143,6 +144,19 @@ async def run_page(request: web.Request) -> web.Response:
         chart_ids=[c["id"] for c in specs],
         chart_titles={c["id"]: (c["title"], c["caption"]) for c in specs},
     )
+
+
+async def run_report(request: web.Request) -> web.Response:
+    """The run's self-contained HTML report, as ``GET /api/v1/runs/{id}/report`` serves it (its own
+    Content-Security-Policy: only its two inline scripts run), for a session rather than a bearer token."""
+    services = ui_services(request).api
+    run = await services.runs.get(request.match_info["run_id"])
+    headers = {
+        **report_headers(),
+        "Content-Disposition": f'inline; filename="cliffwatch-{run.kind.value}-{run.id}.html"',
+    }
+    return web.Response(text=await report_page(services, run), content_type="text/html", charset="utf-8",
+                        headers=headers)  # fmt: skip
 
 
 async def run_json(request: web.Request) -> web.Response:

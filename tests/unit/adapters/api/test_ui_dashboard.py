@@ -22,6 +22,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from api_harness import Api, Parts, TickingClock, build_parts, make_settings, small_scenario
 
 from cliffwatch.adapters.api import create_app
+from cliffwatch.adapters.api.reports import report_headers
 from cliffwatch.adapters.dashboard import mount_dashboard
 from cliffwatch.adapters.dashboard.context import DashboardServices
 from cliffwatch.adapters.report.render import sweep_parts
@@ -274,6 +275,27 @@ async def test_a_sweeps_page_shows_its_report_sections_and_chart_data(ui: Ui) ->
     assert data["sweep"] == json.loads(json.dumps(expected.data))
     usable = [m for m in data["sweep"]["frames"][0]["markers"] if m["kind"] == "usable"]
     assert [m["at"] for m in usable] == [document["variants"][0]["result"]["usable_rps"]]
+    # the trends page: a capacity point per variant of the sweep, with its time in UTC and a link to the sweep
+    status, _, page, _ = await ui.get("/ui/trends", cookie)
+    assert status == 200
+    assert page.count(f'<a href="/ui/runs/{run.id}">') == len(document["variants"])
+    assert re.search(r"<td>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC</td><td>13\.5 ", page)
+
+
+async def test_a_runs_html_report_is_served_to_a_session_under_the_reports_own_policy(ui: Ui) -> None:
+    """The report ``GET /api/v1/runs/{id}/report`` serves, for a dashboard session (no bearer token)."""
+    run, _ = await ui.parts.services.runs.submit(_request("burst-storm"))
+    cookie, _ = await ui.login(Role.VIEWER)
+    _, _, page, _ = await ui.get(f"/ui/runs/{run.id}", cookie)
+    assert f'href="/ui/runs/{run.id}/report"' in page
+    status, headers, report, _ = await ui.get(f"/ui/runs/{run.id}/report", cookie)
+    assert status == 200
+    assert headers["Content-Security-Policy"] == report_headers()["Content-Security-Policy"]  # not the pages'
+    assert headers["Content-Disposition"] == f'inline; filename="cliffwatch-run-{run.id}.html"'
+    assert 'id="report-data"' in report
+    assert "no result yet" in report  # queued: the status page
+    assert (await ui.get(f"/ui/runs/{run.id}/report"))[0] == 303  # a session is needed
+    assert (await ui.get("/ui/runs/000000000000/report", cookie))[0] == 404
 
 
 async def test_the_form_sends_every_sweep_parameter(ui: Ui) -> None:

@@ -24,6 +24,12 @@
 
   function cell(text) { var td = document.createElement("td"); td.textContent = text; return td; }
 
+  // An ISO 8601 time in UTC as the server's pages show it: "2026-11-30 11:29:05 UTC".
+  function when(text) {
+    var m = /^(\d{4}-\d{2}-\d{2})T(\d{2}:\d{2}:\d{2})(\.\d+)?(\+00:00|Z)$/.exec(text || "");
+    return m ? m[1] + " " + m[2] + " UTC" : (text || "–");
+  }
+
   function scoreText(run) {
     if (run.score != null) return run.score.toFixed(1) + (run.passed ? " pass" : run.passed === false ? " fail" : "");
     if (run.usable_rps != null) return run.usable_rps.toFixed(1) + " usable";
@@ -57,7 +63,8 @@
             tr.appendChild(first); tr.appendChild(cell(run.scenario)); tr.appendChild(cell(run.kind));
             var st = document.createElement("td"); st.className = "status"; tr.appendChild(st);
             var sc = cell(""); sc.className = "score"; tr.appendChild(sc);
-            tr.appendChild(cell(run.created_at)); tr.appendChild(cell(run.triggered_by));
+            var created = cell(when(run.created_at)); created.className = "when";
+            tr.appendChild(created); tr.appendChild(cell(run.triggered_by));
             var empty = body.querySelector("tr.empty"); if (empty) empty.remove();
             body.insertBefore(tr, body.rows[i] || null);
           }
@@ -135,19 +142,34 @@
 
   function epoch(text) { return Date.parse(text) / 1000; }
 
+  // Times on the x axis in UTC, as the axis says and the tables show (not the browser's zone); a lone point gets
+  // an hour either side rather than uPlot's years. The legend draws each line with its dash, as the reports do.
+  function utc(ts) { return uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"); }
+
+  function timeScale(x) {
+    var lone = x.length > 0 && x[0] === x[x.length - 1];
+    return lone ? { time: true, auto: false, range: [x[0] - 3600, x[0] + 3600] } : { time: true };
+  }
+
   function lineChart(el, x, series, axes) {
     var opts = {
-      width: el.clientWidth || 800, height: 260, scales: { x: { time: true } },
+      width: el.clientWidth || 800, height: 260, tzDate: utc, scales: { x: timeScale(x) },
       axes: [{ label: "time (UTC)" }].concat(axes.map(function (a, i) {
         return { scale: a.scale, label: a.label, side: i === 0 ? 3 : 1, grid: { show: i === 0 }, size: 60 };
       })),
-      series: [{ label: "time" }].concat(series.map(function (s) {
+      series: [{ label: "time (UTC)" }].concat(series.map(function (s) {
         return { label: s.label, scale: s.scale, stroke: s.color, width: s.width || 2, dash: s.dash,
           points: { show: true, size: 6, fill: s.color }, spanGaps: true };
       })),
     };
     axes.forEach(function (a) { opts.scales[a.scale] = { range: a.range }; });
-    return new uPlot(opts, [x].concat(series.map(function (s) { return s.values; })), el);
+    var plot = new uPlot(opts, [x].concat(series.map(function (s) { return s.values; })), el);
+    if (window.CliffwatchCharts && window.CliffwatchCharts.legend) {
+      window.CliffwatchCharts.legend(el, { series: series.map(function (s) {
+        return { color: s.color, dash: s.dash || [], width: s.width || 2, fill: false };
+      }) });
+    }
+    return plot;
   }
 
   /* Trends: per series, the score and its components over time, and the trailing median. */
