@@ -324,6 +324,7 @@ def test_a_run_triggered_from_the_form_appears_updates_live_and_completes(browse
         assert page.locator("#run-status").inner_text() in ("queued", "running")
         # While it runs the page polls and redraws provisional charts from the outcomes so far.
         page.wait_for_selector("body[data-live-updates]", timeout=20_000)
+        page.wait_for_function("document.getElementById('run-started').textContent.endsWith(' UTC')")
         watched.shot("run-live")
         page.wait_for_selector("#run-status.succeeded", timeout=90_000)  # the page reloads when it ends
         page.wait_for_selector("body[data-charts-ready='5']")

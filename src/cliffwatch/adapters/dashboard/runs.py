@@ -80,7 +80,8 @@ def row_view(run: Run) -> dict[str, Any]:
     """What a row of the runs table shows (and the polling view sends)."""
     view = run_view(run)
     return {key: view[key] for key in ("id", "scenario", "status", "kind", "trigger", "triggered_by", "created_at",
-                                        "finished_at", "score", "passed", "usable_rps", "reason")}  # fmt: skip
+                                        "started_at", "finished_at", "score", "passed", "usable_rps",
+                                        "reason")}  # fmt: skip
 
 
 async def runs_page(request: web.Request) -> web.Response:

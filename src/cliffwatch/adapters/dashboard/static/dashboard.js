@@ -127,6 +127,8 @@
       getJSON("/ui/api/runs/" + encodeURIComponent(id)).then(function (answer) {
         var status = document.getElementById("run-status");
         status.className = "pill " + answer.run.status; status.textContent = answer.run.status;
+        var started = document.getElementById("run-started");
+        if (started && answer.run.started_at) started.textContent = when(answer.run.started_at);
         if (!answer.active) { window.location.reload(); return; }
         if (answer.charts) {
           document.body.setAttribute("data-charts-ready", String(drawRun(answer.charts)));
