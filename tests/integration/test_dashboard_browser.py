@@ -407,7 +407,7 @@ def test_a_sweep_triggered_from_the_form_completes_and_its_page_draws_the_sweep_
         page.goto(f"{served.base}/ui/runs?kind=sweep")
         row = page.locator(f"tr[data-run='{run_id}']")
         assert row.locator("td.status").inner_text() == "succeeded"
-        assert row.locator("td.score").inner_text() == f"{result['usable_rps']:.1f} usable"
+        assert row.locator("td.score").inner_text() == f"{result['usable_rps']:.1f} req/s usable"
         watched.clean()
     finally:
         context.close()

@@ -79,9 +79,12 @@ async def _page(request: web.Request) -> tuple[list[Run], str | None, dict[str, 
 def row_view(run: Run) -> dict[str, Any]:
     """What a row of the runs table shows (and the polling view sends)."""
     view = run_view(run)
-    return {key: view[key] for key in ("id", "scenario", "status", "kind", "trigger", "triggered_by", "created_at",
-                                        "started_at", "finished_at", "score", "passed", "usable_rps",
-                                        "reason")}  # fmt: skip
+    row = {key: view[key] for key in ("id", "scenario", "status", "kind", "trigger", "triggered_by", "created_at",
+                                       "started_at", "finished_at", "score", "passed", "usable_rps",
+                                       "reason")}  # fmt: skip
+    # A sweep's usable capacity is a rate, or a number of clients in concurrency mode.
+    row["capacity_unit"] = "clients" if run.sweep is not None and run.sweep.mode.value == "concurrency" else "req/s"
+    return row
 
 
 async def runs_page(request: web.Request) -> web.Response:

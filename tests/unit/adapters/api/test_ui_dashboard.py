@@ -275,6 +275,8 @@ async def test_a_sweeps_page_shows_its_report_sections_and_chart_data(ui: Ui) ->
     assert data["sweep"] == json.loads(json.dumps(expected.data))
     usable = [m for m in data["sweep"]["frames"][0]["markers"] if m["kind"] == "usable"]
     assert [m["at"] for m in usable] == [document["variants"][0]["result"]["usable_rps"]]
+    _, _, listed, _ = await ui.get("/ui/runs?kind=sweep", cookie)
+    assert "13.5 req/s usable" in listed
     # the trends page: a capacity point per variant of the sweep, with its time in UTC and a link to the sweep
     status, _, page, _ = await ui.get("/ui/trends", cookie)
     assert status == 200

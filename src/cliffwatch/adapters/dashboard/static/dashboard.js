@@ -32,7 +32,7 @@
 
   function scoreText(run) {
     if (run.score != null) return run.score.toFixed(1) + (run.passed ? " pass" : run.passed === false ? " fail" : "");
-    if (run.usable_rps != null) return run.usable_rps.toFixed(1) + " usable";
+    if (run.usable_rps != null) return run.usable_rps.toFixed(1) + " " + run.capacity_unit + " usable";
     return "–";
   }
 
