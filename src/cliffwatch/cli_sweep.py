@@ -25,6 +25,7 @@ from cliffwatch.bootstrap_sweep import SweepOutcome, prepare_sweep
 from cliffwatch.config import Settings
 from cliffwatch.domain.result import RunStatus
 from cliffwatch.domain.scenario import Scenario, with_overrides
+from cliffwatch.domain.sweep_plan import short_step_warning
 from cliffwatch.domain.sweep_spec import VARIANT_HELP, SweepSpec, parse_sweep_options
 
 EXIT_DONE, EXIT_ENVIRONMENT, EXIT_INTERRUPTED = 0, 3, 130
@@ -100,6 +101,9 @@ async def _execute(scenario: Scenario, spec: SweepSpec, settings: Settings) -> S
         report = await clean_up_leftover_faults(settings)
         if not report.is_empty():
             progress.note(report.summary())
+        warning = short_step_warning(scenario, spec)
+        if warning is not None:
+            progress.note(f"warning: {warning}")
         unit = "clients" if spec.mode.value == "concurrency" else "req/s"
         observer = SweepConsoleObserver(progress, unit=unit)
         async with prepare_sweep(settings, scenario, spec, observer=progress, sweep_observer=observer) as sweep:

@@ -11,6 +11,7 @@ from rich.text import Text
 
 from cliffwatch.domain.capacity import CapacityResult, SettledRate, StepStats, StepVerdict
 from cliffwatch.domain.ports import ProgressObserver
+from cliffwatch.domain.sweep_plan import short_step_warning
 from cliffwatch.domain.sweep_spec import SweepMode
 from cliffwatch.services.sweep import SweepOutcome, SweepReport
 
@@ -205,6 +206,9 @@ def sweep_report(outcome: SweepOutcome) -> RenderableType:
             f"{outcome.spec.step_s:g}s after {outcome.spec.warmup_s:g}s warm-up[/]"
         )
     ]
+    warning = short_step_warning(outcome.scenario, outcome.spec)
+    if warning is not None:
+        lines.append(Text(f"warning: {warning}", style="yellow"))
     for report in outcome.reports:
         lines.append(step_table(report))
         lines.extend(capacity_lines(report.result))

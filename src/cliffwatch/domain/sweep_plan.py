@@ -26,6 +26,52 @@ from cliffwatch.domain.sweep_spec import SweepArrival, SweepMode, SweepSpec
 
 WARMUP = "warm-up"
 MEASURED = "measured"
+# A step (warm-up + window) this many times the tightest latency bound lets at most ~1/this overload pass:
+# above saturation a queue adds (λ − μ)/μ seconds of wait per second, so in T seconds it breaks a bound of
+# S seconds only when (λ − μ)/μ > S / T (docs/sweep.md, "Step length").
+STEP_SLO_FACTOR = 10
+SHORT_STEP = (
+    "steps of {step} s (warm-up + window) are shorter than {factor} × the {bound} ms {name} SLO ({need} s): a rate "
+    "up to about {overload} % above the target's saturation can still pass, because its queue grows too slowly to "
+    "break the SLO within a step. Make --warmup-seconds + --step-seconds at least {need} s to find the cliff within "
+    'about {floor} % (docs/sweep.md, "Step length")'
+)
+
+
+def tightest_bound(scenario: Scenario) -> tuple[str, float]:
+    """The latency bound a growing queue breaks first: ("TTFT", ms) when the SLO has a tighter TTFT bound
+    than its e2e one, else ("e2e", ms). Queue wait adds to both alike."""
+    slo = scenario.slo
+    if slo.ttft_ms is not None and slo.ttft_ms < slo.e2e_ms:
+        return "TTFT", slo.ttft_ms
+    return "e2e", slo.e2e_ms
+
+
+def short_step_warning(scenario: Scenario, spec: SweepSpec) -> str | None:
+    """A warning when a rate sweep's steps are too short to see a queue that grows slowly, or None.
+
+    Just above saturation a step ends before its backlog has pushed requests past the SLO, so the rate
+    passes (measured on the built-in target: 2-s steps after 1 s of warm-up passed 5–20 % overloads in
+    every trial). Nothing in the step shows that reliably (docs/sweep.md), so the remedy is the step's
+    length: at least ``STEP_SLO_FACTOR`` × the tightest latency bound. Concurrency sweeps cannot build a
+    queue ahead of the target, so they are never warned about.
+    """
+    if spec.mode is not SweepMode.RATE:
+        return None
+    name, bound_ms = tightest_bound(scenario)
+    step_s = spec.warmup_s + spec.step_s
+    need_s = STEP_SLO_FACTOR * bound_ms / 1000
+    if step_s >= need_s:
+        return None
+    return SHORT_STEP.format(
+        step=f"{step_s:g}",
+        factor=STEP_SLO_FACTOR,
+        bound=f"{bound_ms:g}",
+        name=name,
+        need=f"{need_s:g}",
+        overload=f"{100 * bound_ms / 1000 / step_s:.0f}",
+        floor=f"{100 / STEP_SLO_FACTOR:.0f}",
+    )
 
 
 def step_seed(scenario: Scenario, variant: str, rate: float, trial: int) -> int:

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import io
 import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 from rich.console import Console, RenderableType
 
+from cliffwatch import cli_sweep
 from cliffwatch.adapters.sweep_console import (
     SweepConsoleObserver,
     capacity_lines,
@@ -19,6 +23,8 @@ from cliffwatch.adapters.sweep_console import (
     sweep_report,
 )
 from cliffwatch.cli import main
+from cliffwatch.config import Settings
+from cliffwatch.domain.allowlist import DEFAULT_ALLOWLIST, parse_allowlist
 from cliffwatch.domain.capacity import StepStats, StepVerdict, summarize
 from cliffwatch.domain.result import RunStatus
 from cliffwatch.domain.scenario import parse_scenario
@@ -227,6 +233,8 @@ def test_the_whole_report_has_a_headline_each_variant_and_the_comparison() -> No
     assert headline.startswith("console-sweep capacity sweep  succeeded, 95s, target http://127.0.0.1:9")
     assert "poisson arrivals, steps of 10s after 4s warm-up" in headline
     assert whole.index("as-written (retry: no retries)") < whole.index("immediate:3 (retry: up to 3 immediate")
+    # 4 + 10 s steps against a 4-s e2e SLO: a slowly growing queue could pass unseen, and the report says so
+    assert whole.splitlines()[1].startswith("warning: steps of 14 s (warm-up + window) are shorter than 10 × the 4000")
     assert whole.count("usable capacity at 99.0% on time") == 2
     assert whole.count("verdict: ") == 2
     assert "retry variants side by side" in whole
@@ -238,6 +246,7 @@ def test_one_variant_has_no_comparison_and_a_concurrency_sweep_speaks_of_clients
     whole = text(sweep_report(outcome(report("as-written", "no retries", steps, unit="clients"), spec=spec)))
 
     assert "closed-loop clients, steps of 10s" in whole.splitlines()[0]
+    assert "warning" not in whole
     assert "arrivals" not in whole.splitlines()[0]
     assert "side by side" not in whole
     assert "usable capacity at 99.0% on time: 3 clients" in whole
@@ -294,3 +303,51 @@ def test_the_cli_prints_plain_unwrapped_text_when_not_a_tty(
     sentence = done.reports[0].result.verdict
     assert any(sentence[:150] in line for line in out.splitlines())
     assert "retry variants side by side" in out
+
+
+async def test_the_cli_warns_before_a_sweep_whose_steps_are_too_short(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The warning comes first, on the progress stream, before any step is measured."""
+    said: list[str] = []
+    done = outcome()
+
+    class Handle:
+        sweep_id = "s-1"
+        target_url = "http://127.0.0.1:9"
+
+        async def run(self) -> SweepOutcome:
+            said.append("<sweep ran>")
+            return done
+
+        def interrupt(self) -> None:
+            pass
+
+    @asynccontextmanager
+    async def prepare(*args: Any, **kwargs: Any) -> AsyncIterator[Handle]:
+        yield Handle()
+
+    class Progress(CollectingObserver):
+        def __enter__(self) -> Progress:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def note(self, message: str) -> None:
+            said.append(message)
+
+    monkeypatch.setattr(cli_sweep, "prepare_sweep", prepare)
+    monkeypatch.setattr(cli_sweep, "ConsoleProgress", Progress)
+    allowlist, _ = parse_allowlist(DEFAULT_ALLOWLIST)
+    assert allowlist is not None
+    spec = parse_sweep_spec({"start": 1, "stop": 8, "step_s": 2, "warmup_s": 1})
+
+    assert await cli_sweep._execute(SCENARIO, spec, Settings(allowlist=allowlist, state_dir=tmp_path)) is done
+
+    warnings = [i for i, line in enumerate(said) if line.startswith("warning: ")]
+    assert len(warnings) == 1
+    assert said[warnings[0]].startswith(
+        "warning: steps of 3 s (warm-up + window) are shorter than 10 × the 4000 ms e2e SLO (40 s)"
+    )
+    assert warnings[0] < said.index("<sweep ran>")

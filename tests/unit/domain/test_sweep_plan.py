@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import pytest
 
@@ -19,6 +20,7 @@ from cliffwatch.domain.sweep_plan import (
     WARMUP,
     LateBounds,
     measured_index,
+    short_step_warning,
     step_scenario,
     step_seed,
     step_stats,
@@ -180,3 +182,36 @@ async def test_late_bounds_counts_the_measured_windows_late_requests_by_the_boun
     phase = PhaseStats(window=window, offered=3, outcomes=Counter({Outcome.LATE: 2, Outcome.ON_TIME: 1}))
     report = GeneratorReport(lag={}, max_stall_ms=0.0, cpu_busy=0.1, overflow=0, limited=False, reasons=())
     assert step_stats(phase, report, rate=3.0, trial=1, late_by=late.counts).late_by == {"ttft": 2, "e2e": 1}
+
+
+def with_slo(**slo: float) -> Any:
+    return parse_scenario({**SCENARIO_DOCUMENT, "slo": {"timeout_ms": 20_000, **slo}})
+
+
+def test_a_step_shorter_than_ten_times_the_tightest_latency_bound_is_warned_about() -> None:
+    spec = parse_sweep_spec({"start": 1, "stop": 8, "step_s": 2, "warmup_s": 1})
+
+    assert short_step_warning(with_slo(e2e_ms=1000), spec) == (
+        "steps of 3 s (warm-up + window) are shorter than 10 × the 1000 ms e2e SLO (10 s): a rate up to about 33 % "
+        "above the target's saturation can still pass, because its queue grows too slowly to break the SLO within a "
+        "step. Make --warmup-seconds + --step-seconds at least 10 s to find the cliff within about 10 % "
+        '(docs/sweep.md, "Step length")'
+    )
+    # queue wait adds to TTFT as much as to e2e, so a tighter TTFT bound is the one that counts
+    warning = short_step_warning(with_slo(e2e_ms=4000, ttft_ms=500), spec)
+    assert warning is not None
+    assert "10 × the 500 ms TTFT SLO (5 s)" in warning
+
+
+@pytest.mark.parametrize(
+    ("slo", "sweep"),
+    [
+        ({"e2e_ms": 1000}, {"step_s": 6, "warmup_s": 4}),  # exactly 10 × the SLO
+        ({"e2e_ms": 4000, "ttft_ms": 1000}, {}),  # burst-storm's SLO with the default 4 + 10 s
+        ({"e2e_ms": 1000}, {"mode": "concurrency", "step_s": 2, "warmup_s": 0}),  # closed loop: no queue ahead
+    ],
+)
+def test_long_enough_steps_and_concurrency_sweeps_are_not_warned_about(
+    slo: dict[str, float], sweep: dict[str, Any]
+) -> None:
+    assert short_step_warning(with_slo(**slo), parse_sweep_spec({"start": 1, "stop": 8, **sweep})) is None
