@@ -51,6 +51,7 @@ from cliffwatch.services.reconcile import reconcile_faults
 from cliffwatch.services.runs import RunRequest, RunsService
 from cliffwatch.services.schedules import ScheduleService
 from cliffwatch.services.sessions import SessionService
+from cliffwatch.services.sweep import SweepObserver
 from cliffwatch.services.tokens import TokenService
 from cliffwatch.services.trends import TrendsService
 from cliffwatch.services.worker import Worker, WorkerSettings
@@ -110,9 +111,10 @@ async def open_service(settings: Settings) -> AsyncIterator[Service]:
             return prepare_run(settings, scenario, observer=LogProgress(), sink=sink, run_id=run_id, ledger=ledger)
 
         def prepare_a_sweep(
-            scenario: Scenario, spec: SweepSpec, run_id: str
+            scenario: Scenario, spec: SweepSpec, run_id: str, steps: SweepObserver
         ) -> AbstractAsyncContextManager[SweepHandle]:
-            return prepare_sweep(settings, scenario, spec, observer=LogProgress(), sweep_id=run_id)
+            return prepare_sweep(settings, scenario, spec, observer=LogProgress(), sweep_id=run_id,
+                                 sweep_observer=steps)  # fmt: skip
 
         worker = Worker(runs=store, scenarios=store, prepare=prepare, prepare_sweep=prepare_a_sweep, now=utc_now,
                         count_outcomes=metrics.count_outcomes,

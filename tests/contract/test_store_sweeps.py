@@ -99,3 +99,61 @@ async def test_a_sweep_schedule_keeps_its_kind_and_parameters(backend: Backend) 
         ("nightly", RunKind.SWEEP, SPEC),
         ("p", RunKind.RUN, None),
     ]
+
+
+SO_FAR = {**RESULT, "finished_because": "provisional", "ratio": float("nan")}
+PROVISIONAL = {**DOCUMENT, "status": "running", "finished_at": None, "provisional": True, "steps_so_far": 2,
+               "variants": [{"variant": "as-written", "retry": "as written", "result": SO_FAR}]}  # fmt: skip
+
+
+async def test_only_the_owner_of_a_running_sweep_stores_its_provisional_result(backend: Backend) -> None:
+    store = backend.store
+    await store.create_run(make_run("s1", kind=RunKind.SWEEP, sweep=SPEC))
+    assert not await store.save_provisional_result("s1", owner="w", result=PROVISIONAL)  # queued: not yet
+    assert not await store.save_provisional_result("missing", owner="w", result=PROVISIONAL)
+    await _claim(backend, "s1")
+    assert not await store.save_provisional_result("s1", owner="another", result=PROVISIONAL)
+    assert (await store.get_run("s1")).provisional_result is None  # type: ignore[union-attr]
+    assert await store.save_provisional_result("s1", owner="w", result=PROVISIONAL)
+    run = await store.get_run("s1")
+    assert run is not None
+    # kept as a JSON column keeps it (a non-finite number is null), and without touching the final result
+    assert run.provisional_result == {
+        **PROVISIONAL,
+        "variants": [
+            {**PROVISIONAL["variants"][0], "result": {**RESULT, "finished_because": "provisional", "ratio": None}}
+        ],
+    }
+    assert (run.status, run.result, run.usable_rps) == (RunStatus.RUNNING, None, None)
+    later = {**PROVISIONAL, "steps_so_far": 3}
+    assert await store.save_provisional_result("s1", owner="w", result=later)
+    assert (await store.get_run("s1")).provisional_result["steps_so_far"] == 3  # type: ignore[union-attr,index]
+    listed = await store.list_runs(RunQuery(kind=RunKind.SWEEP))
+    assert listed.runs[0].provisional_result == (await store.get_run("s1")).provisional_result  # type: ignore[union-attr]
+    end = RunEnd(status=RunStatus.SUCCEEDED, finished_at=T0 + seconds(90), result=DOCUMENT, usable_rps=7.5)
+    assert await store.finish_run("s1", owner="w", end=end)
+    run = await store.get_run("s1")
+    assert run is not None
+    assert (run.result, run.provisional_result) == (DOCUMENT, None)  # the final document replaces it
+    assert not await store.save_provisional_result("s1", owner="w", result=PROVISIONAL)  # ended: refused
+    assert (await store.get_run("s1")).provisional_result is None  # type: ignore[union-attr]
+
+
+async def test_a_sweep_that_ends_without_a_final_document_keeps_its_provisional_one(backend: Backend) -> None:
+    store = backend.store
+    for index, run_id in enumerate(("failed", "lapsed")):
+        await store.create_run(make_run(run_id, at=T0 + seconds(index), kind=RunKind.SWEEP, sweep=SPEC))
+        await _claim(backend, run_id)
+        assert await store.save_provisional_result(run_id, owner="w", result=DOCUMENT | {"provisional": True})
+    end = RunEnd(status=RunStatus.FAILED, finished_at=T0 + seconds(5), reason="cliffwatch internal error: boom")
+    assert await store.finish_run("failed", owner="w", end=end)
+    await store.create_run(make_run("late", at=T0 + seconds(2), kind=RunKind.SWEEP, sweep=SPEC))
+    now = backend.clock()
+    lapsed = [r.id for r in await store.expire_leases(now + seconds(3_600))]
+    assert lapsed == ["lapsed"]
+    for run_id, status in (("failed", RunStatus.FAILED), ("lapsed", RunStatus.INTERRUPTED)):
+        run = await store.get_run(run_id)
+        assert run is not None
+        assert (run.status, run.result) == (status, None)
+        assert run.provisional_result == DOCUMENT | {"provisional": True}
+    assert await store.finished_sweeps(scenario=None, target_url=None, since=None) == []

@@ -1,9 +1,9 @@
 """The dashboard in a real headless Chromium (Debian's, driven by Playwright) against a real `cliffwatch
 serve` on loopback: every page loads without console errors, charts are drawn, a run triggered from the form
-appears and completes with live charts on the way, a sweep triggered from the form completes and its page
-draws the sweep report's charts with usable capacity marked, the trends page has a point per run and a
-capacity point per sweep, and login, logout, CSRF and roles behave as the security model says
-(docs/dashboard.md).
+appears and completes with live charts on the way, a sweep triggered from the form shows its steps while it
+runs and, when it completes, draws the sweep report's charts with usable capacity marked, the trends page
+has a point per run and a capacity point per sweep, and login, logout, CSRF and roles behave as the
+security model says (docs/dashboard.md).
 
 The whole walk runs against SQLite; the login, every page and a run triggered from the form run against
 PostgreSQL too (the production store), which costs about half the SQLite walk's time.
@@ -97,6 +97,17 @@ MARKER_JS = """
   return rows / b.height;
 }
 """
+# A running sweep's page once it shows a step: the steps, the provisional note and the painted charts (one
+# evaluation, so the reload at the sweep's end cannot come between them); false until then.
+LIVE_SWEEP_JS = """
+(charts) => {
+  const status = document.getElementById("run-status"), note = document.getElementById("provisional-note");
+  const steps = document.querySelectorAll("#variant-0 table.steps tbody tr").length;
+  if (status.textContent !== "running" || !note || steps < 1) return false;
+  if (document.body.getAttribute("data-charts-ready") !== String(charts)) return false;
+  return {steps, note: note.textContent, charts: (PAINTED)()};
+}
+""".replace("PAINTED", PAINTED_JS.strip())
 # The trends page's capacity charts: the points each draws.
 CAPACITY_POINTS_JS = """
 () => window.CliffwatchTrends.filter(p => p.root.parentElement.hasAttribute("data-capacity-plot"))
@@ -370,8 +381,15 @@ def test_a_sweep_triggered_from_the_form_completes_and_its_page_draws_the_sweep_
         page.wait_for_url(re.compile(r".*/ui/runs/[0-9a-f]{12}$"))
         run_id = page.url.rsplit("/", 1)[1]
         assert page.locator("#run-status").inner_text() in ("queued", "running")
-        assert "recorded when it ends" in page.locator("#sweep-note").inner_text()
+        assert "Updating every 2 s while the sweep is in progress" in page.locator("#sweep-note").inner_text()
+        # While it runs, the page draws the steps measured so far (provisional), redrawn after each step.
+        live = page.wait_for_function(LIVE_SWEEP_JS, arg=len(SWEEP_CHARTS), timeout=30_000).json_value()
+        assert live["steps"] >= 1, live
+        assert "Provisional: the sweep is still running" in live["note"], live
+        assert all(c["painted"] > 5_000 and c["values"] > 0 for c in live["charts"]), live
+        watched.shot("sweep-live")
         page.wait_for_selector("#run-status.succeeded", timeout=90_000)  # the page reloads when it ends
+        assert page.locator("#provisional-note").count() == 0
         page.wait_for_selector(f"body[data-charts-ready='{len(SWEEP_CHARTS)}']")
         run = served.api("GET", f"/api/v1/runs/{run_id}")
         assert run["sweep"]["arrival"] == "constant"

@@ -1,6 +1,6 @@
 """A short real sweep through a served `cliffwatch serve` process, on SQLite and PostgreSQL: queued through
-the API, executed by the worker against the built-in target, its document, usable capacity and capacity
-trend read back through the API."""
+the API, executed by the worker against the built-in target, the steps so far shown (provisional) while it
+runs, its document, usable capacity and capacity trend read back through the API."""
 
 from __future__ import annotations
 
@@ -39,12 +39,22 @@ def sweep_through_a_served_instance(database_url: str, tmp_path: Path) -> None:
         assert status == 202, queued
         assert (queued["kind"], queued["status"]) == ("sweep", "queued")
         deadline = time.monotonic() + 90
+        provisional: list[dict[str, Any]] = []  # the documents of the steps so far, seen while it ran
         while (run := call(base, admin, "GET", f"/api/v1/runs/{queued['id']}")[1])["status"] in ("queued", "running"):
             assert time.monotonic() < deadline, run
+            if run["result"] is not None:
+                provisional.append(run["result"])
             time.sleep(0.3)
         assert run["status"] == "succeeded", run["reason"]
+        assert provisional, "no step was shown before the sweep ended"
+        assert all((d["provisional"], d["status"], d["finished_at"]) == (True, "running", None) for d in provisional)
+        counts = [d["steps_so_far"] for d in provisional]
+        assert counts == sorted(counts)
+        assert counts[0] >= 1
         document: dict[str, Any] = run["result"]
         assert (document["kind"], document["status"]) == ("sweep", "succeeded")
+        assert "provisional" not in document
+        assert sum(len(v["result"]["steps"]) for v in document["variants"]) >= counts[-1]
         assert [v["variant"] for v in document["variants"]] == ["as-written", "none"]
         first = document["variants"][0]["result"]
         assert first["steps"], "the sweep measured nothing"

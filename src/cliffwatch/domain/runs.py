@@ -138,6 +138,9 @@ class Run:
     kind: RunKind = RunKind.RUN
     sweep: SweepSpec | None = None  # a sweep's parameters (kind SWEEP only)
     usable_rps: float | None = None  # a finished sweep's usable capacity (of its first variant)
+    # A running sweep's document so far (``SweepOutcome.to_dict()`` of the steps measured, marked provisional),
+    # replaced after every step; a final ``result`` replaces it, a run that ends without one keeps it.
+    provisional_result: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -56,6 +56,11 @@ class RunStore(Protocol):
     async def renew_lease(self, run_id: str, *, owner: str, lease_until: datetime) -> bool:
         """Extends the lease; False when ``owner`` no longer holds the run (it was expired or taken)."""
 
+    async def save_provisional_result(self, run_id: str, *, owner: str, result: Mapping[str, Any]) -> bool:
+        """Replaces a running run's provisional result (a sweep's document so far, ``Run.provisional_result``);
+        False, and nothing stored, when ``owner`` no longer holds the run (as ``renew_lease``). ``finish_run``
+        with a result clears it; a run that ends without one (or whose lease expires) keeps it."""
+
     async def request_abort(self, run_id: str, reason: str) -> Run | None:
         """Asks a queued or running run to stop: a queued one ends at once as aborted; a running one is
         flagged for its worker. Returns the run as it now is (None when there is no such run)."""

@@ -9,7 +9,9 @@ U+FFFD. The choices the ports leave open are made here and in ``adapters/store``
 - ``request_abort``: a queued run's reason is also its ``abort_requested``; a running run keeps the first
   reason asked for; a finished run is returned unchanged;
 - ``finish_run``: an end whose status is not terminal is a ``ValueError``; a "timeseries" key left in the
-  result is dropped (the rows are kept apart, from ``RunEnd.timeseries``); runs with no lease never expire;
+  result is dropped (the rows are kept apart, from ``RunEnd.timeseries``); an end with a result clears the
+  provisional one, an end without keeps it; runs with no lease never expire;
+- ``save_provisional_result``: stored as a result is (JSON-plain, without "timeseries");
 - ``add_outcomes``: ``RunNotFound`` for an unknown run; a request id already stored keeps its first record
   (a flush retried after a commit whose answer was lost must not fail);
 - ``list_runs``: ``since`` inclusive, ``until`` exclusive (on ``created_at``); a cursor not of ours is a
@@ -142,6 +144,7 @@ def stored_run(run: Run) -> Run:
         overrides=Overrides.from_dict(plain_json(run.overrides.to_dict())),
         verdicts=tuple(run.verdicts),
         result=result_document(run.result),
+        provisional_result=result_document(run.provisional_result),
     )
 
 
@@ -258,6 +261,13 @@ class InMemoryStore:
         self._runs[run_id] = replace(run, lease_until=as_utc(lease_until))
         return True
 
+    async def save_provisional_result(self, run_id: str, *, owner: str, result: Mapping[str, Any]) -> bool:
+        run = self._runs.get(run_id)
+        if run is None or run.status is not RunStatus.RUNNING or run.owner != owner:
+            return False
+        self._runs[run_id] = replace(run, provisional_result=result_document(result))
+        return True
+
     async def request_abort(self, run_id: str, reason: str) -> Run | None:
         reason = without_nul(reason)
         run = self._runs.get(run_id)
@@ -288,6 +298,7 @@ class InMemoryStore:
             verdicts=tuple(end.verdicts),
             result=result_document(end.result),
             usable_rps=end.usable_rps,
+            provisional_result=None if end.result is not None else run.provisional_result,
         )
         self._seconds[run_id] = sorted(plain_json(list(end.timeseries)), key=lambda row: row["t"])
         return True

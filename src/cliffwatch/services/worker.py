@@ -2,7 +2,8 @@
 store, and records how each ended. Several instances may share one database: a run is claimed once.
 
 A run of kind sweep goes through ``prepare_sweep`` instead of ``prepare``, under the same lease, abort,
-interrupt and shutdown handling; its end carries the sweep document and the usable capacity.
+interrupt and shutdown handling; its end carries the sweep document and the usable capacity. While it runs,
+the document of the steps so far is stored after every step as the run's provisional result.
 
 A run whose lease this worker loses (an instance that was frozen, say) is stopped here, since another
 instance may already have declared it interrupted. An abort asked for through the API reaches the run
@@ -31,6 +32,8 @@ from cliffwatch.domain.scenario import Scenario, parse_scenario, with_overrides
 from cliffwatch.domain.service_ports import RunStore, ScenarioStore
 from cliffwatch.domain.sweep_spec import SweepSpec
 from cliffwatch.services.runner import RunService
+from cliffwatch.services.sweep import SweepObserver
+from cliffwatch.services.sweep_progress import SweepProgress
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -76,11 +79,15 @@ class SweepOutcomeLike(Protocol):
 class SweepHandleLike(Stoppable, Protocol):
     """A prepared sweep (``bootstrap_sweep.SweepHandle``): run once, stoppable meanwhile."""
 
+    @property
+    def target_url(self) -> str: ...
+
     async def run(self) -> SweepOutcomeLike: ...
 
 
 Prepare = Callable[[Scenario, str, RecordSink], AbstractAsyncContextManager[PreparedRunLike]]
-PrepareSweep = Callable[[Scenario, SweepSpec, str], AbstractAsyncContextManager[SweepHandleLike]]
+# (scenario, spec, run id, the observer told of every step) → a prepared sweep
+PrepareSweep = Callable[[Scenario, SweepSpec, str, SweepObserver], AbstractAsyncContextManager[SweepHandleLike]]
 OutcomeCounter = Callable[[str, Counter[str]], None]
 
 
@@ -225,9 +232,31 @@ class Worker:
             raise CliffwatchError(f"the sweep run {run.id} has no sweep parameters stored")
         if self.prepare_sweep is None:
             raise CliffwatchError("this instance cannot run sweeps (no sweep machinery configured)")
-        async with self.prepare_sweep(scenario, run.sweep, run.id) as handle:
-            outcome = await self._watched(run, handle, handle.run())
+        progress = SweepProgress(sweep_id=run.id, scenario=scenario, spec=run.sweep, target_url=run.target_url,
+                                 started_at=self.now())  # fmt: skip
+        async with self.prepare_sweep(scenario, run.sweep, run.id, progress) as handle:
+            progress.target_url = handle.target_url
+            publisher = asyncio.create_task(self._publish_progress(run, progress))
+            try:
+                outcome = await self._watched(run, handle, handle.run())
+            finally:
+                publisher.cancel()  # before the end is recorded: the final document replaces the provisional
+                await asyncio.gather(publisher, return_exceptions=True)
         return sweep_end(outcome, self.now())
+
+    async def _publish_progress(self, run: Run, progress: SweepProgress) -> None:
+        """Stores the sweep's document so far after each step (coalesced: a slow store gets the latest)."""
+        while True:
+            await progress.changed.wait()
+            progress.changed.clear()
+            document = progress.document(self.now())
+            try:
+                held = await self.runs.save_provisional_result(run.id, owner=self.settings.owner, result=document)
+            except CliffwatchError as exc:  # the next step tries again; the final document does not depend on it
+                log.warning("could not store a sweep's progress", run_id=run.id, error=str(exc))
+                continue
+            if not held:
+                return  # the lease watcher stops the sweep
 
     async def _watched(self, run: Run, stoppable: Stoppable, work: Awaitable[T]) -> T:
         """Awaits ``work`` while keeping the run's lease and watching for an abort asked through the store."""

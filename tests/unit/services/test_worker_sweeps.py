@@ -1,6 +1,7 @@
 """Sweeps in the worker, over the in-memory store and a sweep twin: a sweep run goes through
 ``prepare_sweep`` and ends with its document and usable capacity; abort, lease loss and shutdown stop it
-as they stop a run; a sweep that cannot start is recorded as failed."""
+as they stop a run; a sweep that cannot start is recorded as failed; a real sweep service's steps are
+stored as a provisional document while it runs."""
 
 from __future__ import annotations
 
@@ -13,12 +14,17 @@ from typing import Any
 
 import pytest
 
+from cliffwatch.adapters.clock import MonotonicClock
+from cliffwatch.bootstrap_sweep import SweepHandle
 from cliffwatch.domain.errors import TargetUnreachable
 from cliffwatch.domain.result import RunStatus
 from cliffwatch.domain.runs import Run, RunKind, ScenarioSource, Trigger
 from cliffwatch.domain.scenario import Scenario, content_hash
 from cliffwatch.domain.sweep_spec import SweepSpec
+from cliffwatch.services.memory import CollectingObserver
 from cliffwatch.services.memory_store import InMemoryStore
+from cliffwatch.services.memory_sweep import model_runners
+from cliffwatch.services.sweep import SweepObserver, SweepService
 from cliffwatch.services.worker import Worker, WorkerSettings
 
 DOCUMENT: dict[str, Any] = {
@@ -48,6 +54,8 @@ class Outcome:
 
 class TwinSweep:
     """Finishes after ``duration_s`` with a usable capacity, or earlier when stopped (as the real one does)."""
+
+    target_url = "http://127.0.0.1:9"
 
     def __init__(self, duration_s: float) -> None:
         self.duration_s = duration_s
@@ -110,7 +118,9 @@ def rig(*, lease_s: float = 30.0, sweeps: bool = True) -> Rig:
         yield  # pragma: no cover
 
     @asynccontextmanager
-    async def prepare_sweep(scenario: Scenario, spec: SweepSpec, run_id: str) -> AsyncIterator[TwinSweep]:
+    async def prepare_sweep(
+        scenario: Scenario, spec: SweepSpec, run_id: str, steps: SweepObserver
+    ) -> AsyncIterator[TwinSweep]:
         made = holder["rig"]
         if made.failing:
             raise TargetUnreachable("http://127.0.0.1:9", "connection refused")
@@ -206,3 +216,62 @@ async def test_a_sweep_that_cannot_start_is_recorded_as_failed_with_the_reason(w
                 "no parameters": "has no sweep parameters"}  # fmt: skip
     assert expected[why] in run.reason
     assert made.prepared == []
+
+
+async def test_a_running_sweep_stores_its_steps_so_far_after_every_step_until_its_end_replaces_them() -> None:
+    """A real SweepService (model steps of 50 ms against 4.5 req/s) under the worker: the store holds the
+    document of the steps so far while it runs, and the final document alone once it ends."""
+    store = InMemoryStore()
+    saved: list[int] = []
+    save = store.save_provisional_result
+
+    async def recording(run_id: str, *, owner: str, result: Any) -> bool:
+        saved.append(result["steps_so_far"])
+        return await save(run_id, owner=owner, result=result)
+
+    store.save_provisional_result = recording  # type: ignore[method-assign]
+
+    @asynccontextmanager
+    async def prepare_sweep(
+        scenario: Scenario, spec: SweepSpec, run_id: str, steps: SweepObserver
+    ) -> AsyncIterator[SweepHandle]:
+        runner_for, _ = model_runners({"as-written": 4.5}, step_delay_s=0.05)
+        service = SweepService(scenario=scenario, spec=spec, runner_for=runner_for, observer=CollectingObserver(),
+                               sweep_observer=steps)  # fmt: skip
+        yield SweepHandle(sweep_id=run_id, scenario=scenario, spec=spec, service=service, clock=MonotonicClock(),
+                          target_url="http://127.0.0.1:9")  # fmt: skip
+
+    @asynccontextmanager
+    async def prepare(scenario: Scenario, run_id: str, sink: object) -> AsyncIterator[Any]:
+        raise AssertionError("not a run")
+        yield  # pragma: no cover
+
+    worker = Worker(runs=store, scenarios=store, prepare=prepare, prepare_sweep=prepare_sweep, now=now,
+                    settings=WorkerSettings(owner="w1", max_concurrent_runs=1, lease_s=30))  # fmt: skip
+    made = Rig(store=store, worker=worker)
+    await made.queue("s1")
+    async with working(made):
+        async with asyncio.timeout(10):
+            while True:
+                run = await store.get_run("s1")
+                assert run is not None
+                if run.provisional_result is not None and run.provisional_result["steps_so_far"] >= 2:
+                    break
+                await asyncio.sleep(0.01)
+        assert run.status is RunStatus.RUNNING
+        assert run.result is None
+        shown = run.provisional_result
+        assert (shown["kind"], shown["status"], shown["provisional"], shown["sweep_id"]) == ("sweep", "running",
+                                                                                             True, "s1")  # fmt: skip
+        assert shown["target"]["url"] == "http://127.0.0.1:9"  # the prepared sweep's, not the run's request
+        [variant] = shown["variants"]
+        assert len(variant["result"]["steps"]) == shown["steps_so_far"]
+        run = await made.wait_for("s1", RunStatus.SUCCEEDED, RunStatus.FAILED)
+    assert run.status is RunStatus.SUCCEEDED, run.reason
+    assert run.provisional_result is None
+    assert run.result is not None
+    assert "provisional" not in run.result
+    final_steps = len(run.result["variants"][0]["result"]["steps"])
+    assert saved == sorted(set(saved))  # one document per step (or fewer, coalesced), never an older one later
+    assert 2 <= saved[-1] <= final_steps
+    assert run.usable_rps == 4.5

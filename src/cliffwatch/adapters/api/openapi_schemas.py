@@ -269,10 +269,18 @@ CAPACITY_SERIES = obj(
         "summary": {"type": "string"},
     }
 )
-# A sweep's result document as it is stored (docs/sweep.md); open, so new fields of the format pass.
+# A sweep's result document as it is stored (docs/sweep.md); open, so new fields of the format pass. While the
+# sweep runs it is the document of the steps so far, marked provisional (finished_at null until it ends).
 SWEEP_RESULT = obj(
     {"format": {"type": "integer"}, "kind": {"const": "sweep"}, "status": {"type": "string"},
-     "variants": {"type": "array", "items": ANY_OBJECT}},
+     "finished_at": nullable(DATE_TIME),
+     "variants": {"type": "array", "items": ANY_OBJECT},
+     "provisional": {"type": "boolean",
+                     "description": "true while the sweep runs (or when it ended before its final document): "
+                                    "the steps measured so far, summarised; absent from a final document"},
+     "updated_at": {**DATE_TIME, "description": "when a provisional document was made"},
+     "steps_so_far": {"type": "integer", "minimum": 0, "description": "the steps a provisional document holds"}},
+    required=("format", "kind", "status", "variants"),
     closed=False,
 )  # fmt: skip
 TOKEN_PROPERTIES: dict[str, Schema] = {
@@ -307,7 +315,7 @@ SCHEMAS: dict[str, Schema] = {
             **RUN_PROPERTIES,
             "result": {
                 "anyOf": [RESULT, SWEEP_RESULT, {"type": "null"}],
-                "description": "a run's result, or a sweep's document",
+                "description": "a run's result, or a sweep's document (while it runs: the steps so far, provisional)",
             },
         }
     ),

@@ -1,7 +1,8 @@
 """``GET /api/v1/runs/{run_id}/report``: a run's or a sweep's self-contained HTML report.
 
 The same page ``cliffwatch report`` writes, made from the stored result (and, for a run, its time series); a
-run with no result yet (queued, running) gets a page saying where it stands. The page carries its scripts
+running sweep's is made from the steps so far (its provisional document, flagged as such on the page); a run
+with no result yet (queued, running) gets a page saying where it stands. The page carries its scripts
 and data inline and needs nothing else, so its Content-Security-Policy allows exactly its two inline
 scripts (uPlot and report.js, by their SHA-256) and inline styles, and nothing from anywhere: no requests,
 no frames, no forms. Documents stored by this service are escaped as any other (``adapters/report``); the
@@ -14,7 +15,7 @@ from aiohttp import web
 
 from cliffwatch.adapters.api.context import ApiServices, services
 from cliffwatch.adapters.api.requests import Query
-from cliffwatch.adapters.api.views import run_view
+from cliffwatch.adapters.api.views import run_view, shown_result
 from cliffwatch.adapters.report.assets import script_hashes
 from cliffwatch.adapters.report.render import render_run_report, render_status_report, render_sweep_report
 from cliffwatch.domain.runs import Run, RunKind
@@ -40,11 +41,12 @@ def report_headers() -> dict[str, str]:
 
 async def report_page(api: ApiServices, run: Run) -> str:
     """The report of a stored run or sweep (a status page before its result); the dashboard serves it too."""
-    if run.result is None:
+    document = shown_result(run)  # a running sweep's: the steps so far, marked provisional
+    if document is None:
         return render_status_report(run_view(run))
     if run.kind is RunKind.SWEEP:
-        return render_sweep_report(run.result)
-    return render_run_report(run.result, await api.run_store.timeseries(run.id))
+        return render_sweep_report(document)
+    return render_run_report(document, await api.run_store.timeseries(run.id))
 
 
 async def run_report(request: web.Request) -> web.Response:

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from cliffwatch.domain.result import RunStatus
 from cliffwatch.domain.runs import ApiToken, Overrides, Run, RunKind, ScenarioVersion, Schedule, StoredOutcome
 
 API_PREFIX = "/api/v1"
@@ -69,15 +70,28 @@ def run_detail(run: Run) -> dict[str, Any]:
     """A run with what its result says: the phases, the score with its components, the verdicts explained.
 
     ``result`` is null until the run ends with one; the time series has its own endpoint. A sweep's result is
-    its whole sweep document (docs/sweep.md): every step, every settled rate, the verdict per variant.
+    its whole sweep document (docs/sweep.md): every step, every settled rate, the verdict per variant; while
+    the sweep runs, the document of the steps so far, marked ``"provisional": true`` (``shown_result``).
     """
     view = run_view(run)
-    result = run.result
-    if result is None:
-        view["result"] = None
+    if run.kind is RunKind.SWEEP:
+        shown = shown_result(run)
+        view["result"] = None if shown is None else dict(shown)
     else:
-        view["result"] = dict(result) if run.kind is RunKind.SWEEP else _result_view(result)
+        view["result"] = None if run.result is None else _result_view(run.result)
     return view
+
+
+def shown_result(run: Run) -> Mapping[str, Any] | None:
+    """The document to show of a run: its result once it ended with one; for a sweep without one (running,
+    or ended before its final document was written: its lease expired, say), the provisional document of the
+    steps measured, with the run's own status and reason once it is no longer running."""
+    if run.result is not None or run.kind is not RunKind.SWEEP or run.provisional_result is None:
+        return run.result
+    document = dict(run.provisional_result)
+    if run.status is not RunStatus.RUNNING:
+        document["status"], document["reason"] = run.status.value, run.reason
+    return document
 
 
 def _result_view(result: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """The runs pages: the filtered list (with a JSON view the page polls for live status), a run's detail (its
-charts, updating while it runs), aborting a run, and the form that triggers a run or a sweep."""
+charts, updating while it runs; a sweep's report sections and charts, updating after every step), aborting a
+run, and the form that triggers a run or a sweep."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from markupsafe import Markup
 
 from cliffwatch.adapters.api.problems import from_error
 from cliffwatch.adapters.api.reports import report_headers, report_page
-from cliffwatch.adapters.api.views import run_view
+from cliffwatch.adapters.api.views import run_view, shown_result
 from cliffwatch.adapters.dashboard.charts import chart_data
 from cliffwatch.adapters.dashboard.context import current_user, ui_services
 from cliffwatch.adapters.dashboard.render import render
@@ -120,14 +121,24 @@ def _result_sections(run: Run) -> Markup:
 
 def sweep_report(run: Run) -> SweepParts | None:
     """A sweep's report content (the same sections and chart data as ``cliffwatch report`` and the report
-    endpoint, from the same builders), or None before it has a result or when the result is not one."""
-    if run.kind is not RunKind.SWEEP or run.result is None:
+    endpoint, from the same builders), or None before it has a result or when the result is not one. While
+    the sweep runs, the content of its provisional document: the steps measured so far."""
+    document = shown_result(run) if run.kind is RunKind.SWEEP else None
+    if document is None:
         return None
     try:
-        return sweep_parts(run.result)
+        return sweep_parts(document)
     except ReportInvalid:
         log.warning("stored sweep result cannot be shown", run_id=run.id)
         return None
+
+
+def sweep_version(run: Run) -> str | None:
+    """Tells one state of a sweep's shown document from the next (the page redraws when it changes)."""
+    document = shown_result(run) if run.kind is RunKind.SWEEP else None
+    if document is None:
+        return None
+    return f"{document.get('status')}:{document.get('updated_at') or document.get('finished_at')}"
 
 
 async def run_page(request: web.Request) -> web.Response:
@@ -145,6 +156,7 @@ async def run_page(request: web.Request) -> web.Response:
         result_sections=_result_sections(run),
         sweep_sections=Markup(sweep.body) if sweep is not None else None,
         sweep_charts=sweep.data if sweep is not None else None,
+        sweep_version=sweep_version(run) or "",
         chart_ids=[c["id"] for c in specs],
         chart_titles={c["id"]: (c["title"], c["caption"]) for c in specs},
     )
@@ -167,8 +179,11 @@ async def run_json(request: web.Request) -> web.Response:
     services = ui_services(request).api
     run = await services.runs.get(request.match_info["run_id"])
     data = await chart_data(services.run_store, run, await _scenario_document(request, run))
-    return web.json_response({"run": row_view(run), "active": run.status in ACTIVE, "charts": data},
-                             headers={"Cache-Control": "no-store"})  # fmt: skip
+    answer: dict[str, Any] = {"run": row_view(run), "active": run.status in ACTIVE, "charts": data}
+    sweep = sweep_report(run)
+    if sweep is not None:  # a running sweep's sections so far (escaped markup, as the page shows them) and charts
+        answer["sweep"] = {"version": sweep_version(run), "body": sweep.body, "data": sweep.data}
+    return web.json_response(answer, headers={"Cache-Control": "no-store"})
 
 
 async def abort_run(request: web.Request) -> web.Response:

@@ -78,12 +78,31 @@ def headline(doc: Mapping[str, Any]) -> str:
             f"{esc(variant.get('variant', DASH))}: attainment CI {interval(result.get('usable_interval'))}"
             f"{estimate}</span></h2><p>{esc(result.get('verdict', ''))}</p>"
         )
-    if doc.get("status") not in (None, "succeeded"):
+    if doc.get("provisional") is True:
+        lines.append(provisional_note(doc))
+    elif doc.get("status") not in (None, "succeeded"):
         reason = doc.get("reason") or "no reason recorded"
         lines.append(f'<p class="warn">The sweep {esc(doc.get("status"))}: {esc(reason)}. What it measured before '
                      "is below.</p>")  # fmt: skip
     lines.append("</section>")
     return "".join(lines)
+
+
+def provisional_note(doc: Mapping[str, Any]) -> str:
+    """What a provisional document (a running sweep's steps so far) is, and what it is not yet."""
+    steps = sum(len(as_list(as_map(as_map(v).get("result")).get("steps"))) for v in as_list(doc.get("variants")))
+    status = str(doc.get("status") or "running")
+    if status == "running":
+        return (
+            f'<p class="warn provisional" id="provisional-note">Provisional: the sweep is still running. '
+            f"{steps} step(s) measured so far; the capacity, verdict, charts and tables below are those of these "
+            "steps and change as the search goes on.</p>"
+        )
+    reason = doc.get("reason") or "no reason recorded"
+    return (
+        f'<p class="warn provisional" id="provisional-note">The sweep {esc(status)}: {esc(reason)}. Below are the '
+        f"{steps} step(s) recorded while it ran; its final summary was never written.</p>"
+    )
 
 
 def figures(charts: Sequence[Mapping[str, Any]]) -> str:

@@ -64,6 +64,7 @@ def run_row(run: Run) -> dict[str, Any]:
         "kind": run.kind.value,
         "sweep": sweep_value(run.sweep),
         "usable_rps": run.usable_rps,
+        "provisional_result": result_document(run.provisional_result),
     }
 
 
@@ -88,6 +89,8 @@ def end_values(end: RunEnd) -> dict[str, Any]:
         "verdicts": list(end.verdicts),
         "result": result_document(end.result),
         "usable_rps": end.usable_rps,
+        # a final result replaces the provisional one; an end without one keeps what was measured
+        **({"provisional_result": None} if end.result is not None else {}),
     }
 
 
@@ -121,6 +124,7 @@ def run_of(row: RowMapping) -> Run:
         kind=RunKind(row["kind"]),
         sweep=sweep_of(row["sweep"]),
         usable_rps=row["usable_rps"],
+        provisional_result=row["provisional_result"],
     )
 
 

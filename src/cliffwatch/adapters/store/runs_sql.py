@@ -1,5 +1,5 @@
 """The runs half of ``RunStore`` in SQL: creating (idempotently), listing by keyset, claiming under a lease,
-aborting, finishing and expiring runs.
+keeping a running sweep's provisional result, aborting, finishing and expiring runs.
 
 Every change is one transaction whose guard is in its ``WHERE`` clause (``status = 'running' AND owner =
 …``), so two instances racing on a run cannot both win. The claim takes the oldest queued run with
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import ColumnElement, and_, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -21,7 +22,7 @@ from cliffwatch.adapters.store.rows import end_values, phase_rows, run_of, run_r
 from cliffwatch.adapters.store.tables import run_phases, run_seconds, runs
 from cliffwatch.domain.result import RunStatus
 from cliffwatch.domain.runs import Run, RunEnd, RunKind, RunPage, RunQuery
-from cliffwatch.services.memory_store import check_limit, decode_cursor, encode_cursor, lease_reason
+from cliffwatch.services.memory_store import check_limit, decode_cursor, encode_cursor, lease_reason, result_document
 
 QUEUED, RUNNING = RunStatus.QUEUED.value, RunStatus.RUNNING.value
 TERMINAL = tuple(s.value for s in RunStatus if s.terminal)
@@ -97,6 +98,11 @@ class SqlRuns:
         renew = update(runs).where(*_held(run_id, owner)).values(lease_until=lease_until)
         async with self._db.write() as conn:
             return (await conn.execute(renew)).rowcount == 1
+
+    async def save_provisional_result(self, run_id: str, *, owner: str, result: Mapping[str, Any]) -> bool:
+        save = update(runs).where(*_held(run_id, owner)).values(provisional_result=result_document(result))
+        async with self._db.write() as conn:
+            return (await conn.execute(save)).rowcount == 1
 
     async def request_abort(self, run_id: str, reason: str) -> Run | None:
         async with self._db.write() as conn:

@@ -132,6 +132,7 @@ runs = sa.Table(
     sa.Column("kind", sa.Text, nullable=False, server_default="run"),  # RunKind
     sa.Column("sweep", _json()),  # SweepSpec.to_dict() of a sweep
     sa.Column("usable_rps", sa.Double),  # a finished sweep's usable capacity
+    sa.Column("provisional_result", _json()),  # a running sweep's document so far (migration 0004)
     # NULLs are distinct in a unique constraint on both backends: runs without a schedule never collide.
     # Its leading column also serves the runs of one schedule.
     sa.UniqueConstraint("schedule_id", "fire_time"),

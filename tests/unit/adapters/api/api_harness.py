@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -25,6 +25,7 @@ from cliffwatch.adapters.scenario_files import BUNDLED_DIR
 from cliffwatch.adapters.target_access import AllowlistPolicy
 from cliffwatch.config import Settings
 from cliffwatch.domain.allowlist import DEFAULT_ALLOWLIST, parse_allowlist
+from cliffwatch.domain.capacity import StepVerdict
 from cliffwatch.domain.generator_health import GeneratorLimits, judge_generator
 from cliffwatch.domain.histogram import Histogram
 from cliffwatch.domain.metrics import RunAggregator
@@ -34,10 +35,13 @@ from cliffwatch.domain.result import RunResult, RunStatus
 from cliffwatch.domain.runs import Role, Run, Schedule
 from cliffwatch.domain.scenario import parse_scenario
 from cliffwatch.domain.scoring import score_run
+from cliffwatch.domain.sweep_spec import SweepSpec
 from cliffwatch.services.catalog import ScenarioCatalog
 from cliffwatch.services.memory_store import InMemoryStore
+from cliffwatch.services.memory_sweep import ModelStepRunner
 from cliffwatch.services.runs import RunsService
 from cliffwatch.services.schedules import ScheduleService
+from cliffwatch.services.sweep_progress import SweepProgress
 from cliffwatch.services.tokens import TokenService
 from cliffwatch.services.trends import TrendsService
 from cliffwatch.services.worker import run_end
@@ -223,6 +227,19 @@ def _on_time(request_id: int, phase: int, scheduled_ns: int) -> RequestRecord:
     )  # fmt: skip
     return RequestRecord(id=request_id, phase=phase, scheduled_ns=scheduled_ns, prompt_tokens=10, max_tokens=10,
                          attempts=(attempt,), outcome=Outcome.ON_TIME)  # fmt: skip
+
+
+def provisional_sweep(run_id: str, spec: SweepSpec, rates: Sequence[float], *, capacity: float = 6.0,
+                      scenario: str = "burst-storm") -> dict[str, Any]:  # fmt: skip
+    """The provisional document a worker stores after measuring ``rates`` (one trial each, the first variant)
+    of a bundled scenario against a target of ``capacity`` req/s (``ModelStepRunner``)."""
+    parsed = parse_scenario(bundled_documents()[f"{scenario}.yaml"])
+    progress = SweepProgress(sweep_id=run_id, scenario=parsed, spec=spec, target_url="http://127.0.0.1:1",
+                             started_at=START)  # fmt: skip
+    model = ModelStepRunner(capacity=capacity, step_s=spec.step_s)
+    for rate in rates:
+        progress.step_finished(spec.variants[0], model.step(rate, 1), StepVerdict.UNSURE)
+    return progress.document(START + timedelta(seconds=10 * len(rates)))
 
 
 def make_settings(**changes: Any) -> Settings:

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from api_harness import Api, small_scenario
+from api_harness import Api, provisional_sweep, small_scenario
 
 from cliffwatch.adapters.cron import ApschedulerCron
 from cliffwatch.domain.result import RunStatus
@@ -141,6 +141,10 @@ async def _finish_sweep(api: Api, run_id: str, usable: float | None, first_bad: 
     claimed = await api.store.claim_run(owner="t", now=api.clock(), lease_until=api.clock() + timedelta(minutes=5))
     assert claimed is not None
     assert claimed.id == run_id
+    await _finish_sweep_claimed(api, run_id, usable, first_bad)
+
+
+async def _finish_sweep_claimed(api: Api, run_id: str, usable: float | None, first_bad: float | None) -> None:
     end = RunEnd(status=RunStatus.SUCCEEDED, finished_at=api.clock(), result=_document(usable, first_bad),
                  usable_rps=usable)  # fmt: skip
     assert await api.store.finish_run(run_id, owner="t", end=end)
@@ -201,3 +205,47 @@ async def test_a_sweep_schedule_keeps_its_parameters_and_its_fires_queue_sweeps(
     assert fired.status is FireStatus.QUEUED, fired.reason
     assert fired.run is not None
     assert (fired.run.kind, fired.run.trigger, fired.run.sweep) == (RunKind.SWEEP, Trigger.SCHEDULE, SPEC)
+
+
+async def test_a_running_sweep_shows_its_steps_so_far_as_a_provisional_document_until_its_end(api: Api) -> None:
+    sweep = await _sweep(api)
+    assert (await api.call("GET", f"/api/v1/runs/{sweep['id']}")).body["result"] is None  # queued: nothing yet
+    claimed = await api.store.claim_run(owner="t", now=api.clock(), lease_until=api.clock() + timedelta(minutes=5))
+    assert claimed is not None
+    provisional = provisional_sweep(sweep["id"], SPEC, [2.0, 4.0, 8.0])
+    assert await api.store.save_provisional_result(sweep["id"], owner="t", result=provisional)
+    run = (await api.call("GET", f"/api/v1/runs/{sweep['id']}", role=Role.VIEWER)).body  # checked against OpenAPI
+    assert (run["status"], run["usable_rps"]) == ("running", None)
+    shown = run["result"]
+    assert (shown["provisional"], shown["status"], shown["finished_at"], shown["steps_so_far"]) == (
+        True, "running", None, 3)  # fmt: skip
+    [variant] = shown["variants"]
+    assert [s["rate"] for s in variant["result"]["steps"]] == [2.0, 4.0, 8.0]
+    assert variant["result"]["first_bad_rps"] == 8.0  # the model's capacity is 6 req/s
+    listed = (await api.call("GET", "/api/v1/runs?kind=sweep", role=Role.VIEWER)).body["runs"]
+    assert "result" not in listed[0]  # lists stay light
+    report = await api.call("GET", f"/api/v1/runs/{sweep['id']}/report", role=Role.VIEWER)
+    assert "Provisional: the sweep is still running. 3 step(s) measured so far" in report.body
+    assert 'data-chart="v0-throughput"' in report.body
+    await _finish_sweep_claimed(api, sweep["id"], 4.0, 8.0)
+    run = (await api.call("GET", f"/api/v1/runs/{sweep['id']}", role=Role.VIEWER)).body
+    assert run["result"] == _document(4.0, 8.0)  # the final document replaces the provisional one
+    stored = await api.store.get_run(sweep["id"])
+    assert stored is not None
+    assert stored.provisional_result is None
+
+
+async def test_a_sweep_whose_lease_expired_shows_the_steps_it_had_with_its_own_status(api: Api) -> None:
+    sweep = await _sweep(api)
+    now = api.clock()
+    assert await api.store.claim_run(owner="t", now=now, lease_until=now + timedelta(seconds=1))
+    provisional = provisional_sweep(sweep["id"], SPEC, [2.0, 4.0])
+    assert await api.store.save_provisional_result(sweep["id"], owner="t", result=provisional)
+    [expired] = await api.store.expire_leases(now + timedelta(minutes=1))
+    run = (await api.call("GET", f"/api/v1/runs/{sweep['id']}", role=Role.VIEWER)).body
+    assert (run["status"], run["result"]["status"], run["result"]["provisional"]) == ("interrupted", "interrupted",
+                                                                                      True)  # fmt: skip
+    assert run["result"]["reason"] == expired.reason
+    assert len(run["result"]["variants"][0]["result"]["steps"]) == 2
+    report = await api.call("GET", f"/api/v1/runs/{sweep['id']}/report", role=Role.VIEWER)
+    assert "Below are the 2 step(s) recorded while it ran; its final summary was never written." in report.body

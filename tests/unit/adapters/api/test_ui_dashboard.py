@@ -19,7 +19,7 @@ import pytest
 import yaml
 from aiohttp import DummyCookieJar
 from aiohttp.test_utils import TestClient, TestServer
-from api_harness import Api, Parts, TickingClock, build_parts, make_settings, small_scenario
+from api_harness import Api, Parts, TickingClock, build_parts, make_settings, provisional_sweep, small_scenario
 
 from cliffwatch.adapters.api import create_app
 from cliffwatch.adapters.api.reports import report_headers
@@ -256,7 +256,7 @@ async def test_a_sweeps_page_shows_its_report_sections_and_chart_data(ui: Ui) ->
     status, _, page, _ = await ui.get(f"/ui/runs/{run.id}", cookie)
     assert status == 200
     assert 'id="sweep-note"' in page
-    assert "recorded when it ends" in page
+    assert "appear here after its first step" in page
     clock = ui.parts.clock
     assert await ui.parts.store.claim_run(owner="t", now=clock(), lease_until=clock() + timedelta(minutes=5))
     end = RunEnd(status=RunStatus.SUCCEEDED, finished_at=clock(), result=document, usable_rps=document["usable_rps"])
@@ -282,6 +282,43 @@ async def test_a_sweeps_page_shows_its_report_sections_and_chart_data(ui: Ui) ->
     assert status == 200
     assert page.count(f'<a href="/ui/runs/{run.id}">') == len(document["variants"])
     assert re.search(r"<td>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC</td><td>13\.5 ", page)
+
+
+async def test_a_running_sweeps_page_and_its_polling_view_show_the_steps_so_far(ui: Ui) -> None:
+    """While a sweep runs, its page shows the report's sections of its provisional document (the steps so far),
+    and the view the page polls sends them again, with a version that changes at every step."""
+    spec = parse_sweep_spec({"start": 2, "stop": 12, "arrival": "constant"})
+    run, _ = await ui.parts.services.runs.submit(RunRequest(scenario="burst-storm", sweep=spec))
+    clock = ui.parts.clock
+    assert await ui.parts.store.claim_run(owner="t", now=clock(), lease_until=clock() + timedelta(minutes=5))
+    cookie, _ = await ui.login(Role.VIEWER)
+    _, _, page, _ = await ui.get(f"/ui/runs/{run.id}", cookie)
+    assert "appear here after its first step" in page
+    status, _, body, _ = await ui.get(f"/ui/api/runs/{run.id}", cookie)
+    assert (status, "sweep" in json.loads(body)) == (200, False)
+
+    first = provisional_sweep(run.id, spec, [2.0, 4.0])
+    assert await ui.parts.store.save_provisional_result(run.id, owner="t", result=first)
+    _, _, page, _ = await ui.get(f"/ui/runs/{run.id}", cookie)
+    expected = sweep_parts(first)
+    assert expected.body in page
+    assert "Provisional: the sweep is still running. 2 step(s) measured so far" in page
+    assert "Updating every 2 s while the sweep is in progress" in page
+    found = DATA.search(page)
+    assert found is not None
+    assert json.loads(found.group(1))["sweep"] == json.loads(json.dumps(expected.data))
+    _, _, body, _ = await ui.get(f"/ui/api/runs/{run.id}", cookie)
+    polled = json.loads(body)
+    assert (polled["active"], polled["sweep"]["body"]) == (True, expected.body)
+    assert polled["sweep"]["data"] == json.loads(json.dumps(expected.data))
+    assert f'data-version="{polled["sweep"]["version"]}"' in page
+
+    later = provisional_sweep(run.id, spec, [2.0, 4.0, 8.0])
+    assert await ui.parts.store.save_provisional_result(run.id, owner="t", result=later)
+    _, _, body, _ = await ui.get(f"/ui/api/runs/{run.id}", cookie)
+    again = json.loads(body)["sweep"]
+    assert again["version"] != polled["sweep"]["version"]
+    assert again["body"].count("<tr>") > polled["sweep"]["body"].count("<tr>")  # one more step
 
 
 async def test_a_runs_html_report_is_served_to_a_session_under_the_reports_own_policy(ui: Ui) -> None:

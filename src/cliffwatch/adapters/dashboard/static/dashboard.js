@@ -104,17 +104,26 @@
     return window.CliffwatchCharts.render(root, charts).length;
   }
 
-  /* A run: its charts, redrawn every POLL_MS while it is in progress; the page reloads once when it ends
-   * (the verdict and score sections are the server's). */
+  // A sweep's sections and chart data are its report's (report/render.py's sweep_parts), drawn as the report
+  // draws them. ``body`` (from the polling view) is the server's markup, every value in it escaped there, as
+  // the page itself shows it; it replaces the sections of the previous step.
+  function drawSweep(root, sweepData, body) {
+    if (!root || !sweepData || !window.CliffwatchCharts) return 0;
+    if (body != null) { clearCharts(); root.innerHTML = body; }
+    var drawn = window.CliffwatchCharts.renderSweep(root, sweepData).length;
+    document.body.setAttribute("data-sweep-steps", String(root.querySelectorAll("table.steps tbody tr").length));
+    return drawn;
+  }
+
+  /* A run: its charts, redrawn every POLL_MS while it is in progress; a sweep: its sections and charts, redrawn
+   * when a step has been measured since. The page reloads once when it ends (the final sections are the
+   * server's). */
   function runPage() {
     var initial = data(), facts = document.getElementById("run-facts");
     var drawn = drawRun(initial.charts);
-    // A sweep's sections and chart data are its report's (report/render.py's sweep_parts), drawn as the report
-    // draws them.
     var sweepRoot = document.getElementById("sweep-charts");
-    if (sweepRoot && initial.sweep && window.CliffwatchCharts) {
-      drawn = window.CliffwatchCharts.renderSweep(sweepRoot, initial.sweep).length;
-    }
+    var sweepVersion = sweepRoot ? sweepRoot.getAttribute("data-version") : null;
+    if (initial.sweep) drawn = drawSweep(sweepRoot, initial.sweep, null);
     document.body.setAttribute("data-charts-ready", String(drawn));
     var resized = null;
     window.addEventListener("resize", function () {
@@ -130,6 +139,13 @@
         var started = document.getElementById("run-started");
         if (started && answer.run.started_at) started.textContent = when(answer.run.started_at);
         if (!answer.active) { window.location.reload(); return; }
+        if (answer.sweep && sweepRoot && answer.sweep.version !== sweepVersion) {
+          sweepVersion = answer.sweep.version;
+          sweepRoot.setAttribute("data-version", sweepVersion);
+          document.body.setAttribute("data-charts-ready", String(drawSweep(sweepRoot, answer.sweep.data, answer.sweep.body)));
+          var sweepNote = document.getElementById("sweep-note");
+          if (sweepNote) sweepNote.textContent = "Updating every 2 s while the sweep is in progress (provisional: the steps measured so far); the final result replaces them when it ends.";
+        }
         if (answer.charts) {
           document.body.setAttribute("data-charts-ready", String(drawRun(answer.charts)));
           var note = document.getElementById("charts-note");
