@@ -1,9 +1,9 @@
 """The dashboard in a real headless Chromium (Debian's, driven by Playwright) against a real `cliffwatch
 serve` on loopback: every page loads without console errors, charts are drawn, a run triggered from the form
 appears and completes with live charts on the way, a sweep triggered from the form shows its steps while it
-runs and, when it completes, draws the sweep report's charts with usable capacity marked, the trends page
-has a point per run and a capacity point per sweep, and login, logout, CSRF and roles behave as the
-security model says (docs/dashboard.md).
+runs and, when it completes, draws the sweep report's charts with usable capacity marked, the runs list
+notices a run started elsewhere, the trends page has a point per run and a capacity point per sweep, and
+login, logout, CSRF and roles behave as the security model says (docs/dashboard.md).
 
 The whole walk runs against SQLite; the login, every page and a run triggered from the form run against
 PostgreSQL too (the production store), which costs about half the SQLite walk's time.
@@ -61,6 +61,14 @@ QUICK = {
         {"name": "calm", "role": "recovery", "duration_s": 2, "arrival": {"process": "poisson", "rate": 6}},
     ],
 }  # fmt: skip
+# About three seconds, well within the target's capacity: the runs the runs list test makes.
+SHORT_PHASES = [{**phase, "duration_s": 1, "arrival": {"process": "poisson", "rate": 6}} for phase in QUICK["phases"]]
+
+
+def short_scenario(name: str) -> dict[str, Any]:
+    return {**QUICK, "name": name, "description": f"a short run for the dashboard's browser test ({name})",
+            "phases": SHORT_PHASES}  # fmt: skip
+
 
 # Non-blank pixels of each run chart's canvas (read from a copy, so the page's own stays untouched).
 PAINTED_JS = """
@@ -142,6 +150,11 @@ class Served:
         with urllib.request.urlopen(request, timeout=15) as response:
             raw = response.read()
         return json.loads(raw) if raw else None
+
+    def scenario(self, document: dict[str, Any]) -> str:
+        """Registers ``document`` (again: idempotent); its name."""
+        self.api("PUT", f"/api/v1/scenarios/{document['name']}", document)
+        return str(document["name"])
 
     def wait_finished(self, run_id: str, timeout_s: float = 90) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s
@@ -350,16 +363,27 @@ def test_a_run_triggered_from_the_form_appears_updates_live_and_completes(browse
         context.close()
 
 
-def test_the_runs_page_shows_a_new_run_and_its_status_live(browser: Browser, served: Served) -> None:
+def test_the_runs_page_notices_a_run_started_elsewhere_and_follows_its_status(browser: Browser,
+                                                                             served: Served) -> None:  # fmt: skip
+    """Loaded with nothing in progress (a scenario of its own, filtered), the page still polls: a run queued
+    through the API appears and ends there, without a reload."""
+    name = served.scenario(short_scenario("live-ui"))
     context, watched = log_in(browser, served, "viewer")
     page = watched.page
     try:
-        queued = served.api("POST", "/api/v1/runs", {"scenario": "quick-ui", "overrides": {"seed": 31}}, "operator")
-        page.goto(f"{served.base}/ui/runs")
-        row = page.locator(f"tr[data-run='{queued['id']}'] td.status")
-        assert row.inner_text() in ("queued", "running")
-        row.locator(".pill.succeeded").wait_for(timeout=90_000)  # no reload: the table polls
-        assert page.url == f"{served.base}/ui/runs"
+        page.goto(f"{served.base}/ui/runs?scenario={name}")
+        assert page.locator("#runs-table").get_attribute("data-live") == "false"
+        assert page.locator("#runs-table tr.empty").count() == 1
+        page.evaluate("window.loadedOnce = true")  # gone if the page reloaded
+        queued = served.api("POST", "/api/v1/runs", {"scenario": name, "overrides": {"seed": 31}}, "operator")
+        row = page.locator(f"tr[data-run='{queued['id']}']")
+        row.wait_for(timeout=15_000)  # within the idle interval (5 s)
+        assert page.locator("#runs-table tr.empty").count() == 0
+        row.locator("td.status .pill.succeeded").wait_for(timeout=60_000)
+        assert row.locator("td.score").inner_text() != "–"
+        assert page.evaluate("window.loadedOnce") is True
+        assert page.url == f"{served.base}/ui/runs?scenario={name}"
+        watched.shot("runs-live")
         watched.clean()
     finally:
         context.close()

@@ -4,6 +4,7 @@
 (function () {
   "use strict";
   var POLL_MS = 2000;
+  var IDLE_POLL_MS = 5000;  // the runs list with nothing in progress: only to notice runs started elsewhere
   var ACTIVE = { queued: true, running: true };
   var OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"];
   var DASHES = [[], [8, 4], [2, 3], [10, 3, 2, 3], [14, 5]];
@@ -42,41 +43,81 @@
     return span;
   }
 
-  /* Runs: the table's rows follow the server's list (same filters) while any run is queued or running. */
+  /* Runs: the table's rows follow the server's list (same filters) while the page is open and shown: every
+   * POLL_MS while a listed run is queued or running, every IDLE_POLL_MS otherwise, so a run started elsewhere
+   * (another tab, the API, a schedule) appears without a reload. Nothing is asked while the page is hidden; it
+   * catches up as soon as it is shown again. An older page (a cursor) only follows its own active runs: a new
+   * run is never listed there. */
   function pollRuns() {
     var table = document.getElementById("runs-table");
-    if (!table || table.getAttribute("data-live") !== "true") return;
+    if (!table) return;
     var body = table.tBodies[0];
-    function tick() {
-      getJSON("/ui/api/runs" + window.location.search).then(function (answer) {
-        var rows = {};
-        Array.prototype.forEach.call(body.rows, function (tr) { rows[tr.getAttribute("data-run")] = tr; });
-        var anyActive = false;
-        answer.runs.forEach(function (run, i) {
-          anyActive = anyActive || !!ACTIVE[run.status];
-          var tr = rows[run.id];
-          if (!tr) {
-            tr = document.createElement("tr");
-            tr.setAttribute("data-run", run.id);
-            var link = document.createElement("a"); link.href = "/ui/runs/" + encodeURIComponent(run.id); link.textContent = run.id;
-            var first = document.createElement("td"); first.appendChild(link);
-            tr.appendChild(first); tr.appendChild(cell(run.scenario)); tr.appendChild(cell(run.kind));
-            var st = document.createElement("td"); st.className = "status"; tr.appendChild(st);
-            var sc = cell(""); sc.className = "score"; tr.appendChild(sc);
-            var created = cell(when(run.created_at)); created.className = "when";
-            tr.appendChild(created); tr.appendChild(cell(run.triggered_by));
-            var empty = body.querySelector("tr.empty"); if (empty) empty.remove();
-            body.insertBefore(tr, body.rows[i] || null);
-          }
-          tr.className = "status-" + run.status;
-          var status = tr.querySelector("td.status"); status.replaceChildren(pill(run.status));
-          tr.querySelector("td.score").textContent = scoreText(run);
-        });
-        table.setAttribute("data-polled", String(Number(table.getAttribute("data-polled") || 0) + 1));
-        if (anyActive) setTimeout(tick, POLL_MS); else table.setAttribute("data-live", "false");
-      }).catch(function () { setTimeout(tick, POLL_MS * 2); });
+    var firstPage = !/[?&]cursor=/.test(window.location.search);
+    var active = table.getAttribute("data-live") === "true";
+    var timer = null, asking = false;
+
+    function row(run) {
+      var tr = document.createElement("tr");
+      tr.setAttribute("data-run", run.id);
+      var link = document.createElement("a"); link.href = "/ui/runs/" + encodeURIComponent(run.id); link.textContent = run.id;
+      var first = document.createElement("td"); first.appendChild(link);
+      tr.appendChild(first); tr.appendChild(cell(run.scenario)); tr.appendChild(cell(run.kind));
+      var st = document.createElement("td"); st.className = "status"; tr.appendChild(st);
+      var sc = cell(""); sc.className = "score"; tr.appendChild(sc);
+      var created = cell(when(run.created_at)); created.className = "when";
+      tr.appendChild(created); tr.appendChild(cell(run.triggered_by));
+      return tr;
     }
-    setTimeout(tick, POLL_MS);
+
+    function show(runs) {
+      var rows = {};
+      Array.prototype.forEach.call(body.rows, function (tr) {
+        var id = tr.getAttribute("data-run");
+        if (id) rows[id] = tr;
+      });
+      var listed = {};
+      runs.forEach(function (run, i) {
+        listed[run.id] = true;
+        var tr = rows[run.id] || row(run);
+        if (body.rows[i] !== tr) body.insertBefore(tr, body.rows[i] || null);
+        tr.className = "status-" + run.status;
+        tr.querySelector("td.status").replaceChildren(pill(run.status));
+        tr.querySelector("td.score").textContent = scoreText(run);
+      });
+      // Runs the server no longer lists here (pushed to an older page, or out of a status filter) leave.
+      Object.keys(rows).forEach(function (id) { if (!listed[id]) rows[id].remove(); });
+      var empty = body.querySelector("tr.empty");
+      if (runs.length && empty) empty.remove();
+      if (!runs.length && !empty) {
+        var tr = document.createElement("tr"); tr.className = "empty";
+        var td = cell("No runs match."); td.colSpan = 7; tr.appendChild(td); body.appendChild(tr);
+      }
+    }
+
+    function schedule(ms) {
+      clearTimeout(timer); timer = null;
+      if (document.hidden || (!firstPage && !active)) return;
+      timer = setTimeout(tick, ms != null ? ms : (active ? POLL_MS : IDLE_POLL_MS));
+    }
+
+    function tick() {
+      timer = null;
+      if (asking) return;
+      asking = true;
+      getJSON("/ui/api/runs" + window.location.search).then(function (answer) {
+        asking = false;
+        show(answer.runs);
+        active = answer.runs.some(function (run) { return !!ACTIVE[run.status]; });
+        table.setAttribute("data-live", String(active));
+        table.setAttribute("data-polled", String(Number(table.getAttribute("data-polled") || 0) + 1));
+        schedule();
+      }).catch(function () { asking = false; schedule(POLL_MS * 2); });
+    }
+
+    document.addEventListener("visibilitychange", function () {
+      if (document.hidden) { clearTimeout(timer); timer = null; } else if (timer === null && (firstPage || active)) tick();
+    });
+    schedule();
   }
 
   function clearCharts() {
