@@ -5,6 +5,9 @@ runs and, when it completes, draws the sweep report's charts with usable capacit
 notices a run started elsewhere, the trends page has a point per run and a capacity point per sweep, and
 login, logout, CSRF and roles behave as the security model says (docs/dashboard.md).
 
+Each test makes the runs it looks at (through its fixtures, or the form), so any one of them passes alone;
+the runs list and trends tests use scenarios of their own, so runs of other tests never count there.
+
 The whole walk runs against SQLite; the login, every page and a run triggered from the form run against
 PostgreSQL too (the production store), which costs about half the SQLite walk's time.
 
@@ -42,8 +45,6 @@ GREEN, VERMILLION = "#009E73", "#D55E00"  # usable capacity and the cliff, as th
 # A short sweep of the quick target (about 14 req/s): steps of 1 s, constant arrivals, at most 6 steps (~12 s).
 SWEEP_FORM = {"start": "4", "stop": "20", "step_s": "1", "warmup_s": "0.5", "cooldown_s": "0", "trials": "1",
               "max_steps": "6"}  # fmt: skip
-SWEEP_API = {"start": 4, "stop": 20, "step_s": 1, "warmup_s": 0.5, "cooldown_s": 0, "trials": 1, "max_steps": 6,
-             "arrival": "constant"}  # fmt: skip
 
 pytestmark = pytest.mark.slow
 
@@ -61,8 +62,11 @@ QUICK = {
         {"name": "calm", "role": "recovery", "duration_s": 2, "arrival": {"process": "poisson", "rate": 6}},
     ],
 }  # fmt: skip
-# About three seconds, well within the target's capacity: the runs the runs list test makes.
+# About three seconds, well within the target's capacity: the runs and sweeps the trends and runs list tests make.
 SHORT_PHASES = [{**phase, "duration_s": 1, "arrival": {"process": "poisson", "rate": 6}} for phase in QUICK["phases"]]
+# Two steps of one second, both far below the target's capacity: a usable rate, in a few seconds.
+TINY_SWEEP = {"start": 4, "stop": 8, "step_s": 1, "warmup_s": 0, "cooldown_s": 0, "trials": 1, "max_steps": 2,
+              "arrival": "constant"}  # fmt: skip
 
 
 def short_scenario(name: str) -> dict[str, Any]:
@@ -205,17 +209,48 @@ def serving(where: Path, database_url: str, roles: tuple[str, ...]) -> Iterator[
             log.close()
 
 
+@dataclass(frozen=True, kw_only=True)
+class History:
+    scenario: str
+    runs: list[str]  # scored runs, oldest first
+    sweeps: list[str]  # short sweeps, oldest first
+
+
+def queue_history(served: Served) -> History:
+    """A scenario of its own with two runs and two short sweeps, queued (the instance runs two at a time)."""
+    name = served.scenario(short_scenario("trend-ui"))
+    runs = [served.api("POST", "/api/v1/runs", {"scenario": name, "overrides": {"seed": seed}}, "operator")["id"]
+            for seed in (1, 2)]  # fmt: skip
+    sweeps = [served.api("POST", "/api/v1/sweeps", {"scenario": name, "sweep": TINY_SWEEP}, "operator")["id"]
+              for _ in range(2)]  # fmt: skip
+    return History(scenario=name, runs=runs, sweeps=sweeps)
+
+
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
-    """The SQLite instance, with a token per role and history: one run and one sweep already finished (run
-    side by side), so the run pages have charts and the trends have earlier points."""
+def served_with_history(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, History]]:
+    """The SQLite instance, with a token per role and one run already finished, so a run page has charts; and
+    the trends' history, queued at once so that it runs while other tests do (``trend_history`` waits for it)."""
     where = tmp_path_factory.mktemp("dashboard")
     with serving(where, f"sqlite+aiosqlite:///{where / 'cw.db'}", ("viewer", "operator", "admin")) as served:
         first = served.api("POST", "/api/v1/runs", {"scenario": "quick-ui", "overrides": {"seed": 11}}, "operator")
-        sweep = served.api("POST", "/api/v1/sweeps", {"scenario": "quick-ui", "sweep": SWEEP_API}, "operator")
+        history = queue_history(served)
         assert served.wait_finished(first["id"])["status"] == "succeeded"
-        assert served.wait_finished(sweep["id"])["status"] == "succeeded"
-        yield served
+        yield served, history
+
+
+@pytest.fixture(scope="module")
+def served(served_with_history: tuple[Served, History]) -> Served:
+    return served_with_history[0]
+
+
+@pytest.fixture(scope="module")
+def trend_history(served_with_history: tuple[Served, History]) -> History:
+    """A scenario of its own with two scored runs and two short sweeps, all finished: what its trends are made
+    of, whatever else the instance has run."""
+    served, history = served_with_history
+    for run_id in history.runs + history.sweeps:
+        assert served.wait_finished(run_id)["status"] == "succeeded"
+    return history
 
 
 @pytest.fixture(scope="module")
@@ -311,7 +346,8 @@ def test_every_page_loads_without_console_errors_and_the_run_charts_are_drawn(
     page = watched.page
     try:
         watched.shot("runs")
-        first = served.api("GET", "/api/v1/runs?kind=run&status=succeeded")["runs"][0]["id"]
+        # the instance's first run (its fixture's): the oldest of its scenario's, newest first
+        first = served.api("GET", "/api/v1/runs?scenario=quick-ui&kind=run&status=succeeded")["runs"][-1]["id"]
         assert page.locator(f"#runs-table tr[data-run='{first}']").count() == 1
         page.goto(f"{served.base}/ui/runs/{first}")
         page.wait_for_selector("body[data-charts-ready='5']")
@@ -456,15 +492,13 @@ def test_a_sweep_triggered_from_the_form_completes_and_its_page_draws_the_sweep_
 
 
 def test_the_trends_page_shows_a_point_for_each_run_and_a_capacity_point_for_each_sweep(
-    browser: Browser, served: Served
+    browser: Browser, served: Served, trend_history: History
 ) -> None:
     context, watched = log_in(browser, served, "viewer")
     page = watched.page
     try:
-        runs = list(served.api("GET", "/api/v1/runs?scenario=quick-ui&status=succeeded&kind=run")["runs"])
-        sweeps = list(served.api("GET", "/api/v1/runs?scenario=quick-ui&status=succeeded&kind=sweep")["runs"])
-        assert (len(runs) >= 2, len(sweeps)) == (True, 2)
-        page.goto(f"{served.base}/ui/trends?scenario=quick-ui")
+        runs, sweeps = trend_history.runs, trend_history.sweeps
+        page.goto(f"{served.base}/ui/trends?scenario={trend_history.scenario}")
         page.wait_for_selector("body[data-charts-ready='2']")  # the score's chart and the capacity's
         points = page.evaluate("window.CliffwatchTrends[0].data[0].length")
         assert points == len(runs)
@@ -474,7 +508,9 @@ def test_the_trends_page_shows_a_point_for_each_run_and_a_capacity_point_for_eac
         # every line's legend entry drawn with its own dash, as in the reports (not colour alone)
         assert page.locator("[data-trend='0'] .u-legend canvas.line-marker").count() >= 3
         assert page.locator("[data-capacity-plot='0'] .u-legend canvas.line-marker").count() == 2
-        watched.shot("trends-quick-ui")
+        for run_id in runs + sweeps:  # each point's row links its run
+            assert page.locator(f"table a[href='/ui/runs/{run_id}']").count() == 1, run_id
+        watched.shot("trends-scenario")
         watched.clean()
     finally:
         context.close()
