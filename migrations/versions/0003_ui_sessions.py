@@ -31,7 +31,7 @@ def upgrade() -> None:
         sa.Column("expires_at", sa.DateTime(timezone=True), nullable=False),
         sa.ForeignKeyConstraint(
             ["token_id"], ["api_tokens.id"], name="fk_ui_sessions_token_id_api_tokens", ondelete="CASCADE"
-        ),  # fmt: skip
+        ),
         sa.PrimaryKeyConstraint("id_hash", name="pk_ui_sessions"),
     )
     op.create_index("ix_ui_sessions_expires_at", "ui_sessions", ["expires_at"])
