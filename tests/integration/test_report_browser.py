@@ -9,23 +9,20 @@ Screenshots (and a PDF print) go to ``$CLIFFWATCH_TEST_ARTIFACTS`` (default ``te
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import browser_kit
 import pytest
 import yaml
-from playwright.sync_api import Browser, ConsoleMessage, Page, Request, sync_playwright
+from browser_kit import A4_CONTENT_PX, REPO, artifacts_dir, chromium, open_report
+from playwright.sync_api import Browser, Page
 
-REPO = Path(__file__).resolve().parents[2]
-CHROMIUM = Path("/usr/bin/chromium")
 FIXTURE = REPO / "tests" / "fixtures" / "reports" / "slow-backend.json"
 CHART_IDS = ["throughput", "latency-ttft", "latency-e2e", "outcomes", "concurrency"]
-A4_CONTENT_PX = 680  # 210 mm less two 15 mm margins, at 96 CSS px per inch
 
 # A short run on a small, fast built-in target (about six seconds), pushed past its capacity in the middle.
 QUICK = {
@@ -46,18 +43,7 @@ QUICK = {
 }
 
 # Counts, per chart, the opaque pixels of each series' colour inside the plot area (where only bands, the
-# grid and the series are drawn), and all the non-blank pixels of the canvas.
-# The canvas is copied to one made for reading back, so the page's own stays as the report drew it (and
-# Chromium does not warn about repeated readbacks).
-READABLE_JS = """
-function readable(canvas) {
-  const copy = document.createElement("canvas");
-  copy.width = canvas.width; copy.height = canvas.height;
-  const ctx = copy.getContext("2d", {willReadFrequently: true});
-  ctx.drawImage(canvas, 0, 0);
-  return ctx;
-}
-"""
+# grid and the series are drawn), and all the non-blank pixels of the canvas (read back from a copy).
 PIXELS_JS = """
 () => window.CliffwatchCharts.charts.map(({id, plot}) => {
   const ctx = readable(plot.ctx.canvas), b = plot.bbox;
@@ -84,31 +70,14 @@ PIXELS_JS = """
 """
 
 
-def artifacts_dir() -> Path:
-    path = Path(os.environ.get("CLIFFWATCH_TEST_ARTIFACTS") or REPO / "tests" / "artifacts")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
 def cliffwatch(*args: str, state_dir: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "CLIFFWATCH_LOG_FORMAT": "json", "CLIFFWATCH_STATE_DIR": state_dir}
-    env.pop("CLIFFWATCH_ALLOWED_TARGETS", None)
-    return subprocess.run(
-        [sys.executable, "-m", "cliffwatch", *args],
-        capture_output=True, text=True, timeout=120, cwd=REPO, env=env, check=False,
-    )  # fmt: skip
+    return browser_kit.cliffwatch(*args, state_dir=state_dir, timeout=120)
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    if not CHROMIUM.is_file():
-        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (apt-get install -y chromium)")
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
-        try:
-            yield launched
-        finally:
-            launched.close()
+    with chromium() as launched:
+        yield launched
 
 
 @pytest.fixture(scope="module")
@@ -132,37 +101,6 @@ def fault_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     reported = cliffwatch("report", str(FIXTURE), "-o", str(output), state_dir=tempfile.mkdtemp())
     assert reported.returncode == 0, reported.stdout + reported.stderr
     return output
-
-
-class Watched:
-    """A page that records every console error or warning, page error and request off the file system."""
-
-    def __init__(self, page: Page) -> None:
-        self.page = page
-        self.problems: list[str] = []
-        page.on("console", self._console)
-        page.on("pageerror", lambda exc: self.problems.append(f"page error: {exc}"))
-        page.on("request", self._request)
-
-    def _console(self, message: ConsoleMessage) -> None:
-        if message.type in ("error", "warning"):
-            self.problems.append(f"console {message.type}: {message.text}")
-
-    def _request(self, request: Request) -> None:
-        if not request.url.startswith(("file://", "data:")):
-            self.problems.append(f"network request: {request.url}")
-
-    def open(self, report: Path) -> None:
-        self.page.goto(report.as_uri())
-        self.page.wait_for_selector("body[data-charts-ready]", state="attached", timeout=10_000)
-        self.page.add_script_tag(content=READABLE_JS)
-
-
-def open_report(browser: Browser, report: Path, *, width: int = 1366) -> Watched:
-    page = browser.new_page(viewport={"width": width, "height": 900})
-    watched = Watched(page)
-    watched.open(report)
-    return watched
 
 
 def chart_pixels(page: Page) -> list[dict[str, Any]]:

@@ -10,26 +10,23 @@ Screenshots go to ``$CLIFFWATCH_TEST_ARTIFACTS`` (default ``tests/artifacts/``).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import browser_kit
 import pytest
 import yaml
-from playwright.sync_api import Browser, ConsoleMessage, Page, Request, Route, sync_playwright
+from browser_kit import A4_CONTENT_PX, REPO, Watched, artifacts_dir, chromium
+from playwright.sync_api import Browser, Route
 
 from cliffwatch.adapters.api.reports import report_headers
 from cliffwatch.adapters.report.render import render_sweep_report
 
-REPO = Path(__file__).resolve().parents[2]
-CHROMIUM = Path("/usr/bin/chromium")
 FIXTURE = REPO / "tests" / "fixtures" / "reports" / "sweep-retries.json"
 VARIANT_CHARTS = ("throughput", "attainment", "latency-ttft", "latency-e2e")
-A4_CONTENT_PX = 680
 GREEN, VERMILLION = "#009E73", "#D55E00"
 
 # The small, sharp built-in target of the fixture (about 13 req/s), swept quickly: about 20 s.
@@ -48,20 +45,14 @@ SMALL = {
 QUICK = ("--from", "4", "--to", "24", "--arrival", "constant", "--step-seconds", "1.5", "--warmup-seconds", "1",
          "--cooldown-seconds", "0.2", "--trials", "1")  # fmt: skip
 
-READABLE_JS = """
-function readable(canvas) {
-  const copy = document.createElement("canvas");
-  copy.width = canvas.width; copy.height = canvas.height;
-  const ctx = copy.getContext("2d", {willReadFrequently: true});
-  ctx.drawImage(canvas, 0, 0);
-  return ctx;
-}
-function near(img, i, hex, tolerance) {
+# Whether a pixel is near a colour; with readable (a canvas' copy to read back), the page's helpers.
+NEAR_JS = """function near(img, i, hex, tolerance) {
   const n = parseInt(hex.slice(1), 16);
   return img[i + 3] > 150 && Math.abs(img[i] - (n >> 16)) < tolerance &&
     Math.abs(img[i + 1] - ((n >> 8) & 255)) < tolerance && Math.abs(img[i + 2] - (n & 255)) < tolerance;
 }
 """
+READABLE_JS = browser_kit.READABLE_JS + NEAR_JS
 # Per chart: the canvas' non-blank pixels, and the opaque pixels of each series' colour in the plot area.
 PIXELS_JS = """
 () => window.CliffwatchCharts.charts.map(({id, plot}) => {
@@ -96,32 +87,14 @@ MARKER_JS = """
 """
 
 
-def artifacts_dir() -> Path:
-    path = Path(os.environ.get("CLIFFWATCH_TEST_ARTIFACTS") or REPO / "tests" / "artifacts")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
 def cliffwatch(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "CLIFFWATCH_LOG_FORMAT": "json",
-           "CLIFFWATCH_STATE_DIR": tempfile.mkdtemp(prefix="cliffwatch-sweep-report-")}  # fmt: skip
-    env.pop("CLIFFWATCH_ALLOWED_TARGETS", None)
-    return subprocess.run(
-        [sys.executable, "-m", "cliffwatch", *args],
-        capture_output=True, text=True, timeout=180, cwd=REPO, env=env, check=False,
-    )  # fmt: skip
+    return browser_kit.cliffwatch(*args, state_dir=tempfile.mkdtemp(prefix="cliffwatch-sweep-report-"), timeout=180)
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    if not CHROMIUM.is_file():
-        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (apt-get install -y chromium)")
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
-        try:
-            yield launched
-        finally:
-            launched.close()
+    with chromium() as launched:
+        yield launched
 
 
 @pytest.fixture(scope="module")
@@ -148,35 +121,8 @@ def fixture_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[
     return output, document
 
 
-class Watched:
-    """A page that records console errors and warnings, page errors and every request it makes."""
-
-    def __init__(self, page: Page, *, allowed: str = "file://") -> None:
-        self.page = page
-        self.allowed = allowed
-        self.problems: list[str] = []
-        page.on("console", self._console)
-        page.on("pageerror", lambda exc: self.problems.append(f"page error: {exc}"))
-        page.on("request", self._request)
-
-    def _console(self, message: ConsoleMessage) -> None:
-        if message.type in ("error", "warning"):
-            self.problems.append(f"console {message.type}: {message.text}")
-
-    def _request(self, request: Request) -> None:
-        if request.url != self.allowed and not request.url.startswith(("file://", "data:")):
-            self.problems.append(f"network request: {request.url}")
-
-    def open(self, url: str) -> None:
-        self.page.goto(url)
-        self.page.wait_for_selector("body[data-charts-ready]", state="attached", timeout=10_000)
-        self.page.add_script_tag(content=READABLE_JS)
-
-
 def open_report(browser: Browser, report: Path) -> Watched:
-    watched = Watched(browser.new_page(viewport={"width": 1366, "height": 900}))
-    watched.open(report.as_uri())
-    return watched
+    return browser_kit.open_report(browser, report, script=READABLE_JS)
 
 
 def expected_charts(document: dict[str, Any]) -> list[str]:
@@ -247,7 +193,7 @@ def served(browser: Browser, body: str) -> Watched:
 
     page = browser.new_page(viewport={"width": 1366, "height": 900})
     page.route(url, serve)
-    watched = Watched(page, allowed=url)
+    watched = Watched(page, allowed=url, script=READABLE_JS)
     watched.page.goto(url)
     return watched
 
