@@ -9,14 +9,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from worker_kit import WorkerRig, now, working
+
 from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.domain.errors import TargetUnreachable
 from cliffwatch.domain.outcomes import NS_PER_MS, Attempt, Outcome, RequestRecord, classify
 from cliffwatch.domain.plan import PlannedRequest
 from cliffwatch.domain.ports import RecordSink
 from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.runs import Run, ScenarioSource, Trigger
-from cliffwatch.domain.scenario import Scenario, content_hash, parse_scenario
+from cliffwatch.domain.runs import Run
+from cliffwatch.domain.scenario import Scenario, parse_scenario
 from cliffwatch.services.memory import CollectingObserver, RecordingFaultInjector, ScriptedGenerator
 from cliffwatch.services.memory_store import InMemoryStore
 from cliffwatch.services.runner import RunService
@@ -41,10 +43,6 @@ LONG: dict[str, Any] = {
 }
 
 
-def now() -> datetime:
-    return datetime.now(UTC)
-
-
 def answer(request: PlannedRequest, scenario: Scenario) -> tuple[float, RequestRecord]:
     attempt = Attempt(number=1, sent_ns=request.scheduled_ns, end_ns=request.scheduled_ns + 10 * NS_PER_MS,
                       first_token_ns=request.scheduled_ns + 5 * NS_PER_MS, output_tokens=4)  # fmt: skip
@@ -61,30 +59,12 @@ class Prepared:
 
 
 @dataclass
-class Rig:
-    store: InMemoryStore
-    worker: Worker
+class Rig(WorkerRig):
     prepared: list[str]
     failing: bool = False
 
     async def queue(self, document: dict[str, Any] | None = None, *, run_id: str) -> Run:
-        document = document or DOCUMENT
-        version = await self.store.save_scenario(name=document["name"], document=document,
-                                                 content_hash=content_hash(document), source=ScenarioSource.REGISTERED,
-                                                 at=now())  # fmt: skip
-        run = Run(id=run_id, scenario_name=version.name, scenario_hash=version.content_hash, status=RunStatus.QUEUED,
-                  trigger=Trigger.API, triggered_by="test", created_at=now(), target_url="http://127.0.0.1:9",
-                  seed=4, threshold=70.0)  # fmt: skip
-        created, _ = await self.store.create_run(run)
-        return created
-
-    async def wait_for(self, run_id: str, *statuses: RunStatus, within_s: float = 10.0) -> Run:
-        async with asyncio.timeout(within_s):
-            while True:
-                run = await self.store.get_run(run_id)
-                if run is not None and run.status in statuses:
-                    return run
-                await asyncio.sleep(0.02)
+        return await self.queue_run(document or DOCUMENT, run_id=run_id)
 
 
 def rig(*, max_runs: int = 2, lease_s: float = 30.0, latency_s: float = 0.01) -> Rig:
@@ -108,17 +88,6 @@ def rig(*, max_runs: int = 2, lease_s: float = 30.0, latency_s: float = 0.01) ->
     made = Rig(store=store, worker=worker, prepared=prepared)
     holder["rig"] = made
     return made
-
-
-@asynccontextmanager
-async def working(made: Rig) -> AsyncIterator[Rig]:
-    task = asyncio.create_task(made.worker.run_forever())
-    try:
-        yield made
-    finally:
-        await made.worker.shutdown(5)
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
 
 
 async def test_a_queued_run_is_executed_and_its_end_outcomes_and_time_series_are_stored() -> None:
@@ -204,10 +173,7 @@ async def test_a_worker_that_loses_its_lease_stops_the_run() -> None:
         await made.wait_for("r1", RunStatus.RUNNING)
         expired = await made.store.expire_leases(datetime(2999, 1, 1, tzinfo=UTC))
         assert [r.id for r in expired] == ["r1"]
-        for _ in range(100):
-            if not made.worker.active:
-                break
-            await asyncio.sleep(0.05)
+        await made.wait_idle()
         assert made.worker.active == 0
     run = await made.store.get_run("r1")
     assert run is not None

@@ -13,13 +13,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from worker_kit import WorkerRig, now, working
 
 from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.bootstrap_sweep import SweepHandle
 from cliffwatch.domain.errors import TargetUnreachable
 from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.runs import Run, RunKind, ScenarioSource, Trigger
-from cliffwatch.domain.scenario import Scenario, content_hash
+from cliffwatch.domain.runs import Run, RunKind
+from cliffwatch.domain.scenario import Scenario
 from cliffwatch.domain.sweep_spec import SweepSpec
 from cliffwatch.services.memory import CollectingObserver
 from cliffwatch.services.memory_store import InMemoryStore
@@ -35,10 +36,6 @@ DOCUMENT: dict[str, Any] = {
     "phases": [{"name": "calm", "role": "baseline", "duration_s": 1, "arrival": {"process": "constant", "rate": 5}}],
 }
 SPEC = SweepSpec(start=1.0, stop=8.0, step_s=1.0, warmup_s=0.0, cooldown_s=0.0)
-
-
-def now() -> datetime:
-    return datetime.now(UTC)
 
 
 @dataclass(frozen=True)
@@ -80,31 +77,14 @@ class TwinSweep:
 
 
 @dataclass
-class Rig:
-    store: InMemoryStore
-    worker: Worker
+class Rig(WorkerRig):
     prepared: list[tuple[str, SweepSpec]] = field(default_factory=list)
     runs_prepared: list[str] = field(default_factory=list)
     duration_s: float = 0.05
     failing: bool = False
 
     async def queue(self, run_id: str, *, kind: RunKind = RunKind.SWEEP, sweep: SweepSpec | None = SPEC) -> Run:
-        version = await self.store.save_scenario(name=DOCUMENT["name"], document=DOCUMENT,
-                                                 content_hash=content_hash(DOCUMENT),
-                                                 source=ScenarioSource.REGISTERED, at=now())  # fmt: skip
-        run = Run(id=run_id, scenario_name=version.name, scenario_hash=version.content_hash, status=RunStatus.QUEUED,
-                  trigger=Trigger.API, triggered_by="test", created_at=now(), target_url="http://127.0.0.1:9",
-                  seed=4, threshold=70.0, kind=kind, sweep=sweep)  # fmt: skip
-        created, _ = await self.store.create_run(run)
-        return created
-
-    async def wait_for(self, run_id: str, *statuses: RunStatus, within_s: float = 10.0) -> Run:
-        async with asyncio.timeout(within_s):
-            while True:
-                run = await self.store.get_run(run_id)
-                if run is not None and run.status in statuses:
-                    return run
-                await asyncio.sleep(0.02)
+        return await self.queue_run(DOCUMENT, run_id=run_id, kind=kind, sweep=sweep)
 
 
 def rig(*, lease_s: float = 30.0, sweeps: bool = True) -> Rig:
@@ -134,17 +114,6 @@ def rig(*, lease_s: float = 30.0, sweeps: bool = True) -> Rig:
     made = Rig(store=store, worker=worker)
     holder["rig"] = made
     return made
-
-
-@asynccontextmanager
-async def working(made: Rig) -> AsyncIterator[Rig]:
-    task = asyncio.create_task(made.worker.run_forever())
-    try:
-        yield made
-    finally:
-        await made.worker.shutdown(5)
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
 
 
 async def test_a_sweep_run_goes_through_prepare_sweep_and_keeps_its_document_and_capacity() -> None:
@@ -194,10 +163,7 @@ async def test_a_worker_that_loses_the_lease_of_a_sweep_stops_it() -> None:
     async with working(made):
         await made.wait_for("s1", RunStatus.RUNNING)
         assert [r.id for r in await made.store.expire_leases(datetime(2999, 1, 1, tzinfo=UTC))] == ["s1"]
-        for _ in range(100):
-            if not made.worker.active:
-                break
-            await asyncio.sleep(0.05)
+        await made.wait_idle()
         assert made.worker.active == 0
     run = await made.store.get_run("s1")
     assert run is not None
