@@ -7,6 +7,7 @@ them all to the real store, worker and schedule driver. A small run executes for
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -16,6 +17,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,7 +63,10 @@ def call(base: str, token: str | None, method: str, path: str, body: object | No
     return response.status, (json.loads(raw) if raw and "json" in kind else raw.decode())
 
 
-def walk_every_endpoint(database_url: str, tmp_path: Path) -> None:
+@contextlib.contextmanager
+def served_instance(database_url: str, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """A `cliffwatch serve` process on ``database_url`` and a free port, listening: its base URL and an admin
+    token; stopped at the end of the block."""
     port = free_port()
     env = {**os.environ, "CLIFFWATCH_DATABASE_URL": database_url, "CLIFFWATCH_STATE_DIR": str(tmp_path / "state"),
            "CLIFFWATCH_LISTEN_PORT": str(port), "CLIFFWATCH_LOG_FORMAT": "json"}  # fmt: skip
@@ -73,6 +78,14 @@ def walk_every_endpoint(database_url: str, tmp_path: Path) -> None:
     try:
         assert process.stdout is not None
         assert "listening on" in process.stdout.readline()
+        yield base, admin
+    finally:
+        process.terminate()
+        process.communicate(timeout=30)
+
+
+def walk_every_endpoint(database_url: str, tmp_path: Path) -> None:
+    with served_instance(database_url, tmp_path) as (base, admin):
         assert call(base, None, "GET", "/healthz")[0] == 200
         assert call(base, None, "GET", "/readyz")[0] == 200
         assert call(base, None, "GET", "/api/v1/runs")[0] == 401
@@ -126,9 +139,6 @@ def walk_every_endpoint(database_url: str, tmp_path: Path) -> None:
         assert call(base, operator, "GET", "/api/v1/openapi.json")[1]["openapi"].startswith("3.1")
         assert call(base, admin, "DELETE", f"/api/v1/tokens/{created['id']}")[0] == 204
         assert call(base, operator, "GET", "/api/v1/runs")[0] == 401  # revoked
-    finally:
-        process.terminate()
-        process.communicate(timeout=30)
 
 
 def test_every_endpoint_of_a_served_instance_on_sqlite(tmp_path: Path) -> None:

@@ -5,16 +5,13 @@ runs, its document, usable capacity and capacity trend read back through the API
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_service_api import REPO, SMALL, call, free_port
+from test_service_api import SMALL, call, served_instance
 
 pytestmark = pytest.mark.slow
 
@@ -23,17 +20,7 @@ SWEEP = {"start": 4, "stop": 40, "coarse_steps": 2, "max_steps": 4, "trials": 1,
 
 
 def sweep_through_a_served_instance(database_url: str, tmp_path: Path) -> None:
-    port = free_port()
-    env = {**os.environ, "CLIFFWATCH_DATABASE_URL": database_url, "CLIFFWATCH_STATE_DIR": str(tmp_path / "state"),
-           "CLIFFWATCH_LISTEN_PORT": str(port), "CLIFFWATCH_LOG_FORMAT": "json"}  # fmt: skip
-    admin = subprocess.run([sys.executable, "-m", "cliffwatch", "token", "create", "--role", "admin"], cwd=REPO,
-                           env=env, capture_output=True, text=True, check=True, timeout=60).stdout.strip()  # fmt: skip
-    process = subprocess.Popen([sys.executable, "-m", "cliffwatch", "serve"], cwd=REPO, env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-    base = f"http://127.0.0.1:{port}"
-    try:
-        assert process.stdout is not None
-        assert "listening on" in process.stdout.readline()
+    with served_instance(database_url, tmp_path) as (base, admin):
         assert call(base, admin, "PUT", "/api/v1/scenarios/small", SMALL)[0] in (200, 201)
         status, queued = call(base, admin, "POST", "/api/v1/sweeps", {"scenario": "small", "sweep": SWEEP})
         assert status == 202, queued
@@ -65,9 +52,6 @@ def sweep_through_a_served_instance(database_url: str, tmp_path: Path) -> None:
         series = call(base, admin, "GET", "/api/v1/trends/capacity?scenario=small")[1]["series"]
         assert sorted(s["variant"] for s in series) == ["as-written", "none"]
         assert all(len(s["points"]) == 1 for s in series)
-    finally:
-        process.terminate()
-        process.communicate(timeout=30)
 
 
 def test_a_real_sweep_through_a_served_instance_on_sqlite(tmp_path: Path) -> None:
