@@ -8,27 +8,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from test_cli import QUICK  # a short run on a small, fast built-in target, standing in for the demo's scenarios
 
 import cliffwatch.cli as cli
 from cliffwatch.adapters.scenario_files import load_scenario
-
-# A short run on a small, fast built-in target (about six seconds), standing in for the demo's scenarios.
-QUICK = {
-    "name": "quick",
-    "description": "a short healthy run",
-    "seed": 3,
-    "target": {
-        "url": "builtin",
-        "builtin": {"max_batch": 8, "decode_base_ms": 5, "decode_per_seq_ms": 0.5},
-        "request": {"model": "sim-llm", "prompt_tokens": 16, "max_tokens": 8},
-    },
-    "slo": {"ttft_ms": 500, "e2e_ms": 1000, "timeout_ms": 3000},
-    "phases": [
-        {"name": "base", "role": "baseline", "duration_s": 2, "arrival": {"process": "poisson", "rate": 5}},
-        {"name": "push", "role": "stress", "duration_s": 2, "arrival": {"process": "poisson", "rate": 10}},
-        {"name": "calm", "role": "recovery", "duration_s": 2, "arrival": {"process": "poisson", "rate": 5}},
-    ],
-}
 
 
 @pytest.mark.slow
