@@ -169,30 +169,29 @@ class SqlRuns:
         return {status.value: found.get(status.value, 0) for status in RunStatus}
 
     async def finished_runs(self, *, scenario: str | None, target_url: str | None, since: datetime | None) -> list[Run]:
-        conditions: list[ColumnElement[bool]] = [
-            runs.c.status.in_(TERMINAL),
-            runs.c.score.is_not(None),
-            runs.c.finished_at.is_not(None),
-        ]
-        if scenario is not None:
-            conditions.append(runs.c.scenario_name == scenario)
-        if target_url is not None:
-            conditions.append(runs.c.target_url == target_url)
-        if since is not None:
-            conditions.append(runs.c.finished_at >= since)
-        statement = select(runs).where(*conditions).order_by(runs.c.finished_at, runs.c.id)
-        async with self._db.read() as conn:
-            return [run_of(row) for row in (await conn.execute(statement)).mappings()]
+        scored = (runs.c.status.in_(TERMINAL), runs.c.score.is_not(None))
+        return await self._finished(scored, scenario=scenario, target_url=target_url, since=since)
 
     async def finished_sweeps(
         self, *, scenario: str | None, target_url: str | None, since: datetime | None
     ) -> list[Run]:
-        conditions: list[ColumnElement[bool]] = [
+        swept = (
             runs.c.kind == RunKind.SWEEP.value,
             runs.c.status == RunStatus.SUCCEEDED.value,
             runs.c.result.is_not(None),
-            runs.c.finished_at.is_not(None),
-        ]
+        )
+        return await self._finished(swept, scenario=scenario, target_url=target_url, since=since)
+
+    async def _finished(
+        self,
+        which: tuple[ColumnElement[bool], ...],
+        *,
+        scenario: str | None,
+        target_url: str | None,
+        since: datetime | None,
+    ) -> list[Run]:
+        """The runs that meet ``which`` and have finished, oldest first, narrowed by scenario, target and time."""
+        conditions: list[ColumnElement[bool]] = [*which, runs.c.finished_at.is_not(None)]
         if scenario is not None:
             conditions.append(runs.c.scenario_name == scenario)
         if target_url is not None:
