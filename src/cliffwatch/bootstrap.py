@@ -46,6 +46,19 @@ def new_run_id() -> str:
     return uuid.uuid4().hex[:12]
 
 
+async def start_target(
+    stack: AsyncExitStack, settings: Settings, scenario: Scenario, observer: ProgressObserver
+) -> str:
+    """The URL of the scenario's target: the built-in one started on ``stack`` (stopped when it closes), or a
+    real one once the allowlist lets it be loaded (``TargetNotAllowed`` otherwise)."""
+    if scenario.target.is_builtin:
+        assert scenario.target.builtin is not None
+        observer.note("starting the built-in simulated target")
+        return await stack.enter_async_context(BuiltinTarget(scenario.target.builtin))
+    await ensure_allowed(scenario.target.url, settings.allowlist)
+    return scenario.target.url
+
+
 @asynccontextmanager
 async def prepare_run(
     settings: Settings,
@@ -61,13 +74,7 @@ async def prepare_run(
     run_id = run_id or new_run_id()
     clock = MonotonicClock()
     async with AsyncExitStack() as stack:
-        if scenario.target.is_builtin:
-            assert scenario.target.builtin is not None
-            observer.note("starting the built-in simulated target")
-            url = await stack.enter_async_context(BuiltinTarget(scenario.target.builtin))
-        else:
-            url = scenario.target.url
-            await ensure_allowed(url, settings.allowlist)
+        url = await start_target(stack, settings, scenario, observer)
         for proxy in scenario.proxies:
             if proxy.upstream is not None:  # the load reaches the upstream through the proxy
                 await ensure_allowed(f"http://{proxy.upstream}", settings.allowlist)

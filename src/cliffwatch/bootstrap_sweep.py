@@ -10,12 +10,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 
-from cliffwatch.adapters.builtin_target import BuiltinTarget
 from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
 from cliffwatch.adapters.sweep_steps import HttpStepRunner
-from cliffwatch.adapters.target_access import ensure_allowed
-from cliffwatch.bootstrap import new_run_id
+from cliffwatch.bootstrap import new_run_id, start_target
 from cliffwatch.config import Settings
 from cliffwatch.domain.errors import CliffwatchError
 from cliffwatch.domain.ports import Clock, ProgressObserver
@@ -99,13 +97,7 @@ async def prepare_sweep(
     sweep_id = sweep_id or new_run_id()
     clock = MonotonicClock()
     async with AsyncExitStack() as stack:
-        if scenario.target.is_builtin:
-            assert scenario.target.builtin is not None
-            observer.note("starting the built-in simulated target")
-            url = await stack.enter_async_context(BuiltinTarget(scenario.target.builtin))
-        else:
-            url = scenario.target.url
-            await ensure_allowed(url, settings.allowlist)
+        url = await start_target(stack, settings, scenario, observer)
         # One HTTP client for every step: in concurrency mode its pool must hold the highest level's connections.
         executor = await stack.enter_async_context(HttpExecutor(sweep_client_scenario(scenario, spec), url))
         await executor.preflight()
