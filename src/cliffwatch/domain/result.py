@@ -117,7 +117,8 @@ class RunResult:
         }
 
 
-def _scenario_dict(scenario: Scenario) -> dict[str, Any]:
+def scenario_summary(scenario: Scenario) -> dict[str, Any]:
+    """What a result document says of its scenario: name, description, content hash, seed and SLO."""
     return {
         "name": scenario.name,
         "description": scenario.description,
@@ -129,6 +130,12 @@ def _scenario_dict(scenario: Scenario) -> dict[str, Any]:
             "e2e_ms": scenario.slo.e2e_ms,
             "timeout_ms": scenario.slo.timeout_ms,
         },
+    }
+
+
+def _scenario_dict(scenario: Scenario) -> dict[str, Any]:
+    return {
+        **scenario_summary(scenario),
         "threshold": scenario.score.threshold,
         "phases": [
             {

@@ -19,7 +19,7 @@ import structlog
 from cliffwatch import __version__
 from cliffwatch.domain.capacity import CapacityResult, CapacitySearch, SearchConfig, StepStats, StepVerdict, summarize
 from cliffwatch.domain.ports import ProgressObserver
-from cliffwatch.domain.result import RunStatus
+from cliffwatch.domain.result import RunStatus, scenario_summary
 from cliffwatch.domain.retry import RetryPolicy
 from cliffwatch.domain.scenario import Scenario
 from cliffwatch.domain.sweep_spec import SweepMode, SweepSpec, variant_policy
@@ -217,7 +217,6 @@ class SweepOutcome:
     def to_dict(self) -> dict[str, Any]:
         """The sweep result document (docs/sweep.md): what ``cliffwatch sweep --json`` writes and the
         service stores."""
-        scenario = self.scenario
         return {
             "format": SWEEP_FORMAT,
             "kind": "sweep",
@@ -229,19 +228,8 @@ class SweepOutcome:
             "finished_at": self.finished_at.isoformat(),
             "duration_s": round(self.duration_s, 3),
             "usable_rps": self.usable_rps,
-            "scenario": {
-                "name": scenario.name,
-                "description": scenario.description,
-                "content_hash": scenario.content_hash,
-                "seed": scenario.seed,
-                "slo": {
-                    "ttft_ms": scenario.slo.ttft_ms,
-                    "tpot_ms": scenario.slo.tpot_ms,
-                    "e2e_ms": scenario.slo.e2e_ms,
-                    "timeout_ms": scenario.slo.timeout_ms,
-                },
-            },
-            "target": {"url": self.target_url, "api": scenario.target.api.value},
+            "scenario": scenario_summary(self.scenario),
+            "target": {"url": self.target_url, "api": self.scenario.target.api.value},
             "spec": self.spec.to_dict(),
             "variants": [report.to_dict() for report in self.reports],
         }
