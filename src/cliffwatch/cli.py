@@ -29,6 +29,7 @@ from cliffwatch.adapters.store.migrate import upgrade
 from cliffwatch.bootstrap import clean_up_leftover_faults, prepare_run, toxiproxy_unavailable
 from cliffwatch.bootstrap_service import open_store, serve, utc_now
 from cliffwatch.cli_report import add_parser as add_report_parser
+from cliffwatch.cli_signals import stopping_on_signals
 from cliffwatch.cli_sweep import add_parser as add_sweep_parser
 from cliffwatch.config import Settings, SettingsInvalid, describe_settings
 from cliffwatch.domain.errors import (
@@ -183,31 +184,13 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _execute(scenario: Scenario, settings: Settings) -> RunResult:
-    loop = asyncio.get_running_loop()
     with ConsoleProgress() as progress:
         await _clean_up(settings, progress.note)
         async with prepare_run(settings, scenario, observer=progress) as prepared:
-            main_task = asyncio.current_task()
-            presses = 0
-
-            def on_signal() -> None:
-                nonlocal presses
-                presses += 1
-                if presses == 1:
-                    progress.note("interrupted: stopping the run (again to abandon it)")
-                    prepared.service.interrupt()
-                elif main_task is not None:
-                    main_task.cancel()
-
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, on_signal)
-            try:
+            with stopping_on_signals("run", prepared.service.interrupt, progress.note):
                 via = "" if prepared.load_url == prepared.target_url else f" through {prepared.load_url}"
                 progress.note(f"run {prepared.run_id}: {scenario.name} against {prepared.target_url}{via}")
                 return await prepared.service.execute(scenario, run_id=prepared.run_id, target_url=prepared.target_url)
-            finally:
-                for sig in (signal.SIGINT, signal.SIGTERM):
-                    loop.remove_signal_handler(sig)
 
 
 def _validate(args: argparse.Namespace, settings: Settings) -> int:

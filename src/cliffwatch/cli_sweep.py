@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import signal
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from cliffwatch.adapters.scenario_files import load_scenario
 from cliffwatch.adapters.sweep_console import SweepConsoleObserver, sweep_report
 from cliffwatch.bootstrap import clean_up_leftover_faults
 from cliffwatch.bootstrap_sweep import SweepOutcome, prepare_sweep
+from cliffwatch.cli_signals import stopping_on_signals
 from cliffwatch.config import Settings
 from cliffwatch.domain.result import RunStatus
 from cliffwatch.domain.scenario import Scenario, with_overrides
@@ -96,7 +96,6 @@ def run_sweep(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _execute(scenario: Scenario, spec: SweepSpec, settings: Settings) -> SweepOutcome:
-    loop = asyncio.get_running_loop()
     with ConsoleProgress() as progress:
         report = await clean_up_leftover_faults(settings)
         if not report.is_empty():
@@ -107,26 +106,9 @@ async def _execute(scenario: Scenario, spec: SweepSpec, settings: Settings) -> S
         unit = "clients" if spec.mode.value == "concurrency" else "req/s"
         observer = SweepConsoleObserver(progress, unit=unit)
         async with prepare_sweep(settings, scenario, spec, observer=progress, sweep_observer=observer) as sweep:
-            main_task = asyncio.current_task()
-            presses = 0
-
-            def on_signal() -> None:
-                nonlocal presses
-                presses += 1
-                if presses == 1:
-                    progress.note("interrupted: stopping the sweep (again to abandon it)")
-                    sweep.interrupt()
-                elif main_task is not None:
-                    main_task.cancel()
-
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, on_signal)
-            try:
+            with stopping_on_signals("sweep", sweep.interrupt, progress.note):
                 progress.note(
                     f"sweep {sweep.sweep_id}: {scenario.name} against {sweep.target_url}, at most "
                     f"{spec.max_duration_s() / 60:.0f} min"
                 )
                 return await sweep.run()
-            finally:
-                for sig in (signal.SIGINT, signal.SIGTERM):
-                    loop.remove_signal_handler(sig)
