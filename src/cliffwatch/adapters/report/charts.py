@@ -9,7 +9,7 @@ line within a chart also has its own dash pattern, so a chart still reads in gre
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -178,19 +178,42 @@ def _throughput(rows: Sequence[Mapping[str, Any]]) -> Chart:
 
 
 def _latency(rows: Sequence[Mapping[str, Any]], key: str, title: str, slo_ms: float | None) -> Chart:
+    return latency_chart(
+        f"latency-{key}",
+        key=key,
+        title=title,
+        caption=f"{title} of the requests offered each second, measured from their scheduled send time "
+        "(log scale). Seconds with no completion have no point.",
+        slo_ms=slo_ms,
+        percentile=lambda name: _column(rows, f"{key}_{name}_ms"),
+        count=len(rows),
+    )
+
+
+def latency_chart(
+    chart_id: str,
+    *,
+    key: str,
+    title: str,
+    caption: str,
+    slo_ms: float | None,
+    percentile: Callable[[str], Sequence[float | None]],
+    count: int,
+) -> Chart:
+    """A latency chart of ``count`` points on a log scale: ``key``'s percentiles (``percentile("p50")`` gives
+    the p50's values, and so on) and the SLO, when there is one, as a line at ``slo_ms``."""
     series = [
         Series(label=f"{key.upper()} {name}", unit="ms", scale="ms", color=color, dash=dash, points=True,
-               values=_column(rows, f"{key}_{name}_ms"))
+               values=percentile(name))
         for name, color, dash in PERCENTILES
     ]  # fmt: skip
     if slo_ms is not None:
         series.append(Series(label=f"SLO {slo_ms:g} ms", unit="ms", scale="ms", color=BLACK, dash=SLO_DASH,
-                             width=1.5, values=[slo_ms] * len(rows)))  # fmt: skip
+                             width=1.5, values=[slo_ms] * count))  # fmt: skip
     return Chart(
-        id=f"latency-{key}",
+        id=chart_id,
         title=f"{title} percentiles against the SLO",
-        caption=f"{title} of the requests offered each second, measured from their scheduled send time "
-        "(log scale). Seconds with no completion have no point.",
+        caption=caption,
         axes=(Axis(scale="ms", label=f"{key.upper()} (ms, log scale)", log=True),),
         series=tuple(series),
     )

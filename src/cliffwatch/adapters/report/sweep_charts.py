@@ -33,6 +33,7 @@ from cliffwatch.adapters.report.charts import (
     Axis,
     Chart,
     Series,
+    latency_chart,
 )
 
 # A colour and a dash per variant in the comparison charts (Okabe–Ito again, black kept for reference lines).
@@ -248,21 +249,15 @@ def _attainment(prefix: str, points: Sequence[RatePoint], target: float | None) 
 
 
 def _latency(prefix: str, points: Sequence[RatePoint], key: str, title: str, slo_ms: float | None) -> Chart:
-    series = [
-        Series(label=f"{key.upper()} {name}", unit="ms", scale="ms", color=color, dash=dash, points=True,
-               values=[p.latency_ms.get(f"{key}_{name}") for p in points])
-        for name, color, dash in PERCENTILES
-    ]  # fmt: skip
-    if slo_ms is not None:
-        series.append(Series(label=f"SLO {slo_ms:g} ms", unit="ms", scale="ms", color=BLACK, dash=SLO_DASH,
-                             width=1.5, values=[slo_ms] * len(points)))  # fmt: skip
-    return Chart(
-        id=f"{prefix}-latency-{key}",
-        title=f"{title} percentiles against the SLO",
+    return latency_chart(
+        f"{prefix}-latency-{key}",
+        key=key,
+        title=title,
         caption=f"{title} percentiles of the measured window at each rate, from each request's scheduled send "
         "time; the worst trial's where a rate was measured more than once (log scale).",
-        axes=(Axis(scale="ms", label=f"{key.upper()} (ms, log scale)", log=True),),
-        series=tuple(series),
+        slo_ms=slo_ms,
+        percentile=lambda name: [p.latency_ms.get(f"{key}_{name}") for p in points],
+        count=len(points),
     )
 
 
