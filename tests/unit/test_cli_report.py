@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from cliffwatch.cli import main
 from cliffwatch.config import Settings
 from cliffwatch.domain.result import RunStatus
 from cliffwatch.domain.runs import Run, RunEnd, Trigger
+from report_kit import report_data
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "reports" / "slow-backend.json"
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -27,13 +27,6 @@ def database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setenv("CLIFFWATCH_DATABASE_URL", url)
     monkeypatch.setenv("CLIFFWATCH_STATE_DIR", str(tmp_path / "state"))
     return url
-
-
-def embedded(page: str) -> dict[str, Any]:
-    match = re.search(r'id="report-data">(.*?)</script>', page, re.DOTALL)
-    assert match is not None
-    data: dict[str, Any] = json.loads(match.group(1))
-    return data
 
 
 async def store_finished_run(document: dict[str, Any]) -> None:
@@ -57,7 +50,7 @@ def test_a_result_file_becomes_an_html_report(tmp_path: Path, capsys: pytest.Cap
     assert main(["report", str(FIXTURE), "-o", str(output)]) == 0
     assert f"report written to {output}" in capsys.readouterr().out
     document = json.loads(FIXTURE.read_text(encoding="utf-8"))
-    assert len(embedded(output.read_text(encoding="utf-8"))["x"]) == len(document["timeseries"])
+    assert len(report_data(output.read_text(encoding="utf-8"))["x"]) == len(document["timeseries"])
 
 
 def test_a_stored_run_is_reported_with_the_time_series_kept_apart_from_its_result(
@@ -68,7 +61,7 @@ def test_a_stored_run_is_reported_with_the_time_series_kept_apart_from_its_resul
     asyncio.run(store_finished_run(document))
     output = tmp_path / "stored.html"
     assert main(["report", document["run_id"], "-o", str(output)]) == 0
-    data = embedded(output.read_text(encoding="utf-8"))
+    data = report_data(output.read_text(encoding="utf-8"))
     assert len(data["x"]) == count
     assert data["run_id"] == document["run_id"]
 

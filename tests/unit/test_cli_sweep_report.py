@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -18,23 +17,17 @@ from cliffwatch.config import Settings
 from cliffwatch.domain.result import RunStatus
 from cliffwatch.domain.runs import Run, RunEnd, RunKind, Trigger
 from cliffwatch.domain.sweep_spec import SweepSpec
+from report_kit import report_data
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "reports" / "sweep-retries.json"
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
-
-
-def embedded(page: str) -> dict[str, Any]:
-    match = re.search(r'id="report-data">(.*?)</script>', page, re.DOTALL)
-    assert match is not None
-    data: dict[str, Any] = json.loads(match.group(1))
-    return data
 
 
 def test_a_sweep_file_becomes_a_sweep_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     output = tmp_path / "sweep.html"
     assert main(["report", str(FIXTURE), "-o", str(output)]) == 0
     assert f"report written to {output}" in capsys.readouterr().out
-    data = embedded(output.read_text(encoding="utf-8"))
+    data = report_data(output.read_text(encoding="utf-8"))
     assert data["kind"] == "sweep"
     assert [f["id"] for f in data["frames"]] == ["v0", "v1", "cmp"]
 
@@ -77,6 +70,6 @@ def test_a_stored_sweep_becomes_a_sweep_report(
     output = tmp_path / "stored.html"
     assert main(["report", "sweep-1", "-o", str(output)]) == 0
     assert f"report written to {output}" in capsys.readouterr().out
-    data = embedded(output.read_text(encoding="utf-8"))
+    data = report_data(output.read_text(encoding="utf-8"))
     assert data["kind"] == "sweep"
     assert data["sweep_id"] == document["sweep_id"]

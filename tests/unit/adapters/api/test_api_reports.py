@@ -4,7 +4,6 @@ result, a 404 problem for an unknown id, viewers allowed, and headers that keep 
 from __future__ import annotations
 
 import json
-import re
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -14,17 +13,11 @@ from api_harness import Api
 from cliffwatch.adapters.report.assets import script_hashes
 from cliffwatch.domain.result import RunStatus
 from cliffwatch.domain.runs import Role, RunEnd
+from report_kit import report_data
 
 SWEEP_FIXTURE = Path(__file__).parents[3] / "fixtures" / "reports" / "sweep-retries.json"
 SWEEP = {"start": 4, "stop": 24, "step_s": 3, "warmup_s": 2, "cooldown_s": 0.5, "trials": 2,
          "arrival": "constant", "variants": ["none", "immediate:3"]}  # fmt: skip
-
-
-def embedded(page: str) -> dict[str, Any]:
-    match = re.search(r'<script type="application/json" id="report-data">(.*?)</script>', page, re.DOTALL)
-    assert match is not None
-    data: dict[str, Any] = json.loads(match.group(1))
-    return data
 
 
 def assert_locked_down(headers: Any) -> None:
@@ -45,7 +38,7 @@ async def test_a_finished_runs_report_has_its_charts_over_time(api: Api) -> None
     reply = await api.call("GET", f"/api/v1/runs/{run['id']}/report", role=Role.VIEWER)
     assert reply.status == 200
     assert_locked_down(reply.headers)
-    data = embedded(reply.body)
+    data = report_data(reply.body)
     assert data["kind"] == "run"
     assert data["run_id"] == run["id"]
     rows = await api.store.timeseries(run["id"])
@@ -67,7 +60,7 @@ async def test_a_finished_sweeps_report_has_its_charts_against_the_rate(api: Api
     reply = await api.call("GET", f"/api/v1/runs/{sweep_id}/report", role=Role.VIEWER)
     assert reply.status == 200
     assert_locked_down(reply.headers)
-    data = embedded(reply.body)
+    data = report_data(reply.body)
     assert data["kind"] == "sweep"
     assert [f["id"] for f in data["frames"]] == ["v0", "v1", "cmp"]
     usable = {m["at"] for m in data["frames"][0]["markers"] if m["kind"] == "usable"}
@@ -80,7 +73,7 @@ async def test_a_run_without_a_result_yet_gets_a_page_saying_where_it_stands(api
     assert reply.status == 200
     assert_locked_down(reply.headers)
     assert "This run is queued" in reply.body
-    assert embedded(reply.body)["charts"] == []
+    assert report_data(reply.body)["charts"] == []
     await api.store.claim_run(owner="t", now=api.clock(), lease_until=api.clock() + timedelta(minutes=5))
     running = await api.call("GET", f"/api/v1/runs/{queued['id']}/report", role=Role.VIEWER)
     assert "This run is running" in running.body

@@ -13,6 +13,7 @@ import pytest
 
 from cliffwatch.adapters.report.assets import UPLOT_VERSION, load_assets, read_asset
 from cliffwatch.adapters.report.render import ReportInvalid, render_run_report, script_json
+from report_kit import report_data
 
 FIXTURE = Path(__file__).parents[3] / "fixtures" / "reports" / "slow-backend.json"
 CHART_IDS = ("throughput", "latency-ttft", "latency-e2e", "outcomes", "concurrency")
@@ -22,13 +23,6 @@ CHART_IDS = ("throughput", "latency-ttft", "latency-e2e", "outcomes", "concurren
 def document() -> dict[str, Any]:
     loaded: dict[str, Any] = json.loads(FIXTURE.read_text(encoding="utf-8"))
     return loaded
-
-
-def embedded_data(page: str) -> dict[str, Any]:
-    match = re.search(r'<script type="application/json" id="report-data">(.*?)</script>', page, re.DOTALL)
-    assert match is not None
-    data: dict[str, Any] = json.loads(match.group(1))
-    return data
 
 
 def test_the_page_references_nothing_outside_itself(document: dict[str, Any]) -> None:
@@ -54,7 +48,7 @@ def test_hostile_strings_cannot_close_the_data_script_or_inject_markup(document:
     assert "<script>alert" not in page
     assert "<img" not in page
     assert "<!-- <img" not in page
-    data = embedded_data(page)
+    data = report_data(page)
     assert any(band["label"] == hostile for band in data["bands"])
 
 
@@ -68,7 +62,7 @@ def test_script_json_escapes_what_ends_a_script_and_round_trips() -> None:
 
 
 def test_every_chart_carries_its_data_and_units(document: dict[str, Any]) -> None:
-    data = embedded_data(render_run_report(document))
+    data = report_data(render_run_report(document))
     rows = document["timeseries"]
     assert data["x"] == [row["t"] + 0.5 for row in rows]
     charts = {chart["id"]: chart for chart in data["charts"]}
@@ -90,7 +84,7 @@ def test_every_chart_carries_its_data_and_units(document: dict[str, Any]) -> Non
 
 
 def test_outcomes_stack_in_order_and_the_legend_shows_each_own_count(document: dict[str, Any]) -> None:
-    data = embedded_data(render_run_report(document))
+    data = report_data(render_run_report(document))
     outcomes = next(c for c in data["charts"] if c["id"] == "outcomes")
     labels = [s["label"] for s in outcomes["series"]]
     assert labels == ["on time", "late", "shed (429/503)", "timeout", "error", "not sent"]
@@ -100,7 +94,7 @@ def test_outcomes_stack_in_order_and_the_legend_shows_each_own_count(document: d
 
 
 def test_phase_and_fault_bands_come_from_actual_times(document: dict[str, Any]) -> None:
-    data = embedded_data(render_run_report(document))
+    data = report_data(render_run_report(document))
     phases = [b for b in data["bands"] if b["kind"] == "phase"]
     assert [(b["label"], b["start"]) for b in phases] == [(p["name"], p["actual_start_s"]) for p in document["phases"]]
     on = next(e for e in document["faults"] if e["action"] == "on")
@@ -113,7 +107,7 @@ def test_a_fault_never_removed_runs_to_the_end_of_the_run(document: dict[str, An
     for event in document["faults"]:
         if event["action"] == "off":
             event["ok"] = False
-    data = embedded_data(render_run_report(document))
+    data = report_data(render_run_report(document))
     [fault] = [b for b in data["bands"] if b["kind"] == "fault"]
     assert fault["end"] == document["duration_s"]
     assert fault["detail"] == "not removed"
@@ -134,7 +128,7 @@ def test_the_text_shows_verdict_score_version_components_and_evidence(document: 
 
 def test_a_separate_time_series_replaces_the_documents_own(document: dict[str, Any]) -> None:
     rows = document.pop("timeseries")
-    data = embedded_data(render_run_report(document, rows[:5]))
+    data = report_data(render_run_report(document, rows[:5]))
     assert len(data["x"]) == 5
 
 
@@ -142,7 +136,7 @@ def test_a_result_without_a_time_series_still_renders_and_says_so(document: dict
     del document["timeseries"]
     page = render_run_report(document)
     assert "no per-second time series" in page
-    assert embedded_data(page)["x"] == []
+    assert report_data(page)["x"] == []
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ from cliffwatch.adapters.report.render import (
     render_sweep_report,
 )
 from cliffwatch.adapters.report.sweep_charts import rate_points
+from report_kit import report_data
 
 FIXTURE = Path(__file__).parents[3] / "fixtures" / "reports" / "sweep-retries.json"
 VARIANT_CHARTS = ("throughput", "attainment", "latency-ttft", "latency-e2e")
@@ -30,15 +31,8 @@ def document() -> dict[str, Any]:
     return loaded
 
 
-def embedded_data(page: str) -> dict[str, Any]:
-    match = re.search(r'<script type="application/json" id="report-data">(.*?)</script>', page, re.DOTALL)
-    assert match is not None
-    data: dict[str, Any] = json.loads(match.group(1))
-    return data
-
-
 def frames(page: str) -> dict[str, dict[str, Any]]:
-    return {frame["id"]: frame for frame in embedded_data(page)["frames"]}
+    return {frame["id"]: frame for frame in report_data(page)["frames"]}
 
 
 def chart(frame: dict[str, Any], suffix: str) -> dict[str, Any]:
@@ -167,7 +161,7 @@ def test_hostile_strings_cannot_close_the_data_script_or_inject_markup(document:
     assert len(re.findall(r"<script\b", page, re.IGNORECASE)) == 3
     assert "<script>alert" not in page
     assert "<img" not in page
-    data = embedded_data(page)
+    data = report_data(page)
     assert any(s["label"] == hostile for c in data["frames"][-1]["charts"] for s in c["series"])
 
 
@@ -183,7 +177,7 @@ def test_a_failed_sweep_without_variants_still_has_a_report(document: dict[str, 
     page = render_sweep_report(document)
     assert "no retry variant finished its search" in page
     assert "The sweep failed: the built-in target stopped" in page
-    assert embedded_data(page)["frames"] == []
+    assert report_data(page)["frames"] == []
 
 
 def test_concurrency_sweeps_are_plotted_against_clients(document: dict[str, Any]) -> None:
@@ -196,7 +190,7 @@ def test_concurrency_sweeps_are_plotted_against_clients(document: dict[str, Any]
 
 
 def test_the_document_kind_chooses_the_report(document: dict[str, Any]) -> None:
-    assert embedded_data(render_report(document))["kind"] == "sweep"
+    assert report_data(render_report(document))["kind"] == "sweep"
     check_report_document(document)
     del document["variants"]
     with pytest.raises(ReportInvalid, match="not a cliffwatch sweep result: missing variants"):
