@@ -35,10 +35,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page, sync_playwright
+from browser_kit import REPO, artifacts_dir, chromium
+from playwright.sync_api import Browser, BrowserContext, ConsoleMessage, Page
 
-REPO = Path(__file__).resolve().parents[2]
-CHROMIUM = Path("/usr/bin/chromium")
 RUN_CHARTS = ["throughput", "latency-ttft", "latency-e2e", "outcomes", "concurrency"]
 SWEEP_CHARTS = ["v0-throughput", "v0-attainment", "v0-latency-ttft", "v0-latency-e2e"]
 GREEN, VERMILLION = "#009E73", "#D55E00"  # usable capacity and the cliff, as the sweep report draws them
@@ -125,12 +124,6 @@ CAPACITY_POINTS_JS = """
 () => window.CliffwatchTrends.filter(p => p.root.parentElement.hasAttribute("data-capacity-plot"))
   .map(p => p.data[1].filter(v => v != null).length)
 """
-
-
-def artifacts_dir() -> Path:
-    path = Path(os.environ.get("CLIFFWATCH_TEST_ARTIFACTS") or REPO / "tests" / "artifacts")
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def free_port() -> int:
@@ -277,14 +270,8 @@ def instance(request: pytest.FixtureRequest) -> Served:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    if not CHROMIUM.is_file():
-        pytest.fail(f"{CHROMIUM} is missing: install Debian's chromium (apt-get install -y chromium)")
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox"])
-        try:
-            yield launched
-        finally:
-            launched.close()
+    with chromium() as launched:
+        yield launched
 
 
 class Watched:
