@@ -23,8 +23,24 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import structlog
 
 from cliffwatch.adapters.toxiproxy_server import ManagedToxiproxy, find_toxiproxy_server
+
+
+@pytest.fixture(autouse=True)
+def _fresh_structlog(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Tests that call the CLI in-process configure logging as the CLI does, which caches each module's logger
+    on first use; a cached logger keeps that configuration for the rest of the session, so a later test's
+    ``capture_logs`` would see nothing. Here nothing is cached, and every test starts from structlog's defaults."""
+    configure = structlog.configure
+
+    def uncached(**settings: object) -> None:
+        configure(**{**settings, "cache_logger_on_first_use": False})  # type: ignore[arg-type]
+
+    monkeypatch.setattr(structlog, "configure", uncached)
+    yield
+    structlog.reset_defaults()
 
 
 @dataclass(frozen=True, kw_only=True)
