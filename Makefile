@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 TOXIPROXY_VERSION := 2.12.0
 TOXIPROXY_BIN := .tools/bin/toxiproxy-server
 
-.PHONY: demo test lint typecheck check clean toxiproxy
+.PHONY: demo test lint typecheck check clean toxiproxy system-deps
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "cliffwatch needs Python >= 3.11")'
@@ -40,7 +40,11 @@ toxiproxy:
 demo: $(STAMP) toxiproxy
 	$(BIN)/cliffwatch demo --reports-dir demo-out
 
-test: $(STAMP) toxiproxy
+# PostgreSQL, HAProxy and Chromium: the tests start them for real; installed with apt-get when missing.
+system-deps:
+	bash tests/install-system-deps.sh
+
+test: $(STAMP) toxiproxy system-deps
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)

@@ -1,7 +1,7 @@
 """What the report tests in a real headless Chromium share: the browser, a watched page, the command line.
 
 Chromium is Debian's (``/usr/bin/chromium``), driven by Playwright; without it the tests fail rather than
-skip (``.ci/run`` installs it). Screenshots go to ``$CLIFFWATCH_TEST_ARTIFACTS`` (default ``tests/artifacts/``).
+skip (``make test`` installs it). Screenshots go to ``$CLIFFWATCH_TEST_ARTIFACTS`` (default ``tests/artifacts/``).
 """
 
 from __future__ import annotations

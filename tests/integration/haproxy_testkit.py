@@ -27,7 +27,7 @@ START_TIMEOUT_S = 10.0
 
 
 def haproxy_binary() -> str:
-    """The HAProxy binary: /usr/sbin/haproxy (Debian's ``haproxy`` package, which .ci/run installs) or PATH's."""
+    """The HAProxy binary: /usr/sbin/haproxy (Debian's ``haproxy`` package, which ``make test`` installs) or PATH's."""
     if Path(HAPROXY).is_file():
         return HAPROXY
     found = shutil.which("haproxy")

@@ -12,7 +12,7 @@ The whole walk runs against SQLite; the login, every page and a run triggered fr
 PostgreSQL too (the production store), which costs about half the SQLite walk's time.
 
 Screenshots go to ``$CLIFFWATCH_TEST_ARTIFACTS`` (default ``tests/artifacts/``). Without /usr/bin/chromium
-these tests fail rather than skip (``apt-get install chromium``; ``.ci/run`` does).
+these tests fail rather than skip (``apt-get install chromium``; ``make test`` does).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ network requests, every chart draws its series with a legend, and the charts fit
 
 Screenshots (and a PDF print) go to ``$CLIFFWATCH_TEST_ARTIFACTS`` (default ``tests/artifacts/``). Without
 ``/usr/bin/chromium`` these tests fail rather than skip: install it with ``apt-get install chromium``
-(``.ci/run`` does).
+(``make test`` does).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ network requests, every chart draws its series with a legend, usable capacity an
 lines at their rates, and the page works under the API's Content-Security-Policy.
 
 Screenshots go to ``$CLIFFWATCH_TEST_ARTIFACTS`` (default ``tests/artifacts/``). Without
-``/usr/bin/chromium`` these tests fail rather than skip (``.ci/run`` installs it).
+``/usr/bin/chromium`` these tests fail rather than skip (``make test`` installs it).
 """
 
 from __future__ import annotations
