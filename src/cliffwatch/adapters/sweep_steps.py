@@ -13,7 +13,7 @@ import contextlib
 
 from cliffwatch.adapters.loadgen.closed_loop import ClosedLoopGenerator
 from cliffwatch.adapters.loadgen.engine import AttemptExecutor, OpenLoopGenerator
-from cliffwatch.domain.capacity_steps import StepStats
+from cliffwatch.domain.capacity_stats import StepStats
 from cliffwatch.domain.ports import Clock, LoadGenerator, Progress, ProgressObserver
 from cliffwatch.domain.retry import RetryPolicy
 from cliffwatch.domain.scenario import Scenario

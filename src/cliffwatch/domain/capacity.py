@@ -1,8 +1,9 @@
 """Capacity sweeps, the pure part: measured steps and their verdicts, the search over rates, and the result.
 
-One import for callers; the parts live in ``capacity_steps`` (a step, Wilson intervals, pooling and
-settling a rate), ``capacity_search`` (which rate to measure next) and ``capacity_result`` (usable capacity,
-peaks and the decision rule's verdict). docs/sweep.md explains the statistics and the search.
+One import for callers; the parts live in ``capacity_stats`` (a step and Wilson intervals),
+``capacity_steps`` (judging, pooling and settling a rate), ``capacity_search`` (which rate to measure next)
+and ``capacity_result`` (usable capacity, peaks and the decision rule's verdict). docs/sweep.md explains the
+statistics and the search.
 """
 
 from __future__ import annotations

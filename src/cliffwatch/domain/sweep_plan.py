@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from cliffwatch.domain.arrivals import Arrival, Constant, Poisson
-from cliffwatch.domain.capacity_steps import PERCENTILES, StepStats
+from cliffwatch.domain.capacity_stats import PERCENTILES, StepStats
 from cliffwatch.domain.generator_health import GeneratorReport
 from cliffwatch.domain.metrics import PhaseStats
 from cliffwatch.domain.outcomes import Outcome, RequestRecord, Slo, missed_bounds

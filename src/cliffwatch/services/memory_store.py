@@ -1,9 +1,11 @@
 """In-memory twins of the service's stores: ``InMemoryStore`` (every store port), its fault ledger and its
-leader lock. Service and API tests use them; the contract suite holds the SQL store to them.
+leader lock (those two in ``memory_ledger``). Service and API tests use them; the contract suite holds the
+SQL store to them.
 
 They keep what a database keeps: JSON values as a JSON column returns them (lists for tuples, non-finite
 numbers as null), times as aware UTC datetimes (naive ones are refused), NUL characters in free text as
-U+FFFD. The choices the ports leave open are made here and in ``adapters/store`` alike:
+U+FFFD (``store_values``, shared with the SQL store). The choices the ports leave open are made here and in
+``adapters/store`` alike:
 
 - ``create_run``: a run id already taken by a different request raises ``ValueError``;
 - ``request_abort``: a queued run's reason is also its ``abort_requested``; a running run keeps the first
@@ -27,20 +29,15 @@ U+FFFD. The choices the ports leave open are made here and in ``adapters/store``
 
 from __future__ import annotations
 
-import base64
-import binascii
 import bisect
-import json
-import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 from cliffwatch.domain.errors import RunNotFound
 from cliffwatch.domain.outcomes import RequestRecord
-from cliffwatch.domain.ports import LedgerEntry
 from cliffwatch.domain.result import RunStatus
 from cliffwatch.domain.runs import (
     ApiToken,
@@ -55,113 +52,43 @@ from cliffwatch.domain.runs import (
     Schedule,
     StoredOutcome,
 )
+from cliffwatch.services.memory_ledger import InMemoryLeaderLock, InMemoryStoreFaultLedger, LedgerState
+from cliffwatch.services.store_values import (
+    EMERGENCY_STOP,
+    as_utc,
+    check_limit,
+    decode_cursor,
+    encode_cursor,
+    json_text,
+    lease_reason,
+    opt_text,
+    opt_utc,
+    plain_json,
+    result_document,
+    stored_outcome,
+    stored_run,
+    utc_now,
+    without_nul,
+)
 
-EMERGENCY_STOP = "emergency_stop"  # the control key
-
-
-def utc_now() -> datetime:
-    return datetime.now(UTC)
-
-
-def as_utc(value: datetime) -> datetime:
-    """``value`` in UTC; raises ``ValueError`` for a naive datetime, whose instant nobody knows."""
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise ValueError(f"naive datetime {value.isoformat()}: the stores keep aware times only")
-    return value.astimezone(UTC)
-
-
-def _opt_utc(value: datetime | None) -> datetime | None:
-    return None if value is None else as_utc(value)
-
-
-def _opt_text(text: str | None) -> str | None:
-    return None if text is None else without_nul(text)
-
-
-def json_text(value: Any) -> str:
-    """``value`` as the JSON text a store keeps. Non-finite numbers, which PostgreSQL's JSON refuses, become
-    null; other values JSON lacks (dates a YAML document may hold) become strings, as the content hash has them."""
-    try:
-        return json.dumps(value, allow_nan=False, separators=(",", ":"), default=str)
-    except ValueError:  # only walk the value when it holds a NaN or an infinity
-        return json.dumps(_finite(value), allow_nan=False, separators=(",", ":"), default=str)
-
-
-def without_nul(text: str) -> str:
-    """``text`` as a store keeps it: PostgreSQL refuses NUL characters in text, so they become U+FFFD."""
-    return text.replace("\x00", "\ufffd") if "\x00" in text else text
-
-
-def plain_json(value: Any) -> Any:
-    """``value`` as a JSON column gives it back."""
-    return json.loads(json_text(value))
-
-
-def _finite(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, Mapping):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_finite(v) for v in value]
-    return value
-
-
-def encode_cursor(created_at: datetime, run_id: str) -> str:
-    """The opaque cursor of ``list_runs``: the (created_at, id) of the last run of a page."""
-    raw = json.dumps([as_utc(created_at).isoformat(), run_id]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str) -> tuple[datetime, str]:
-    """The (created_at, id) a cursor holds; raises ``ValueError`` when it is not one of ours."""
-    try:
-        raw = base64.urlsafe_b64decode((cursor + "=" * (-len(cursor) % 4)).encode())
-        created, run_id = json.loads(raw)
-        if not isinstance(created, str) or not isinstance(run_id, str):
-            raise ValueError("not a pair of strings")
-        return as_utc(datetime.fromisoformat(created)), run_id
-    except (ValueError, TypeError, binascii.Error, UnicodeDecodeError) as exc:
-        raise ValueError(f"invalid cursor {cursor!r}") from exc
-
-
-def check_limit(limit: int) -> None:
-    if limit < 1:  # an empty page would end a keyset walk that has not ended
-        raise ValueError(f"a page holds at least one item, got limit {limit}")
-
-
-def stored_run(run: Run) -> Run:
-    """``run`` as a store gives it back: times in UTC, JSON values plain, no time series in the result."""
-    return replace(
-        run,
-        created_at=as_utc(run.created_at),
-        fire_time=_opt_utc(run.fire_time),
-        lease_until=_opt_utc(run.lease_until),
-        started_at=_opt_utc(run.started_at),
-        finished_at=_opt_utc(run.finished_at),
-        abort_requested=_opt_text(run.abort_requested),
-        reason=_opt_text(run.reason),
-        overrides=Overrides.from_dict(plain_json(run.overrides.to_dict())),
-        verdicts=tuple(run.verdicts),
-        result=result_document(run.result),
-        provisional_result=result_document(run.provisional_result),
-    )
-
-
-def result_document(result: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    if result is None:
-        return None
-    return plain_json({k: v for k, v in result.items() if k != "timeseries"})  # type: ignore[no-any-return]
-
-
-def lease_reason(owner: str | None, lease_until: datetime | None) -> str:
-    until = "?" if lease_until is None else as_utc(lease_until).isoformat(timespec="seconds")
-    return f"the instance {owner} stopped renewing its lease (last until {until})"
-
-
-def stored_outcome(run_id: str, record: RequestRecord) -> StoredOutcome:
-    outcome = StoredOutcome.of(run_id, record)
-    return replace(outcome, error=_opt_text(outcome.error), attempt_log=tuple(plain_json(list(outcome.attempt_log))))
+__all__ = [  # the value helpers are re-exported for callers that imported them from here
+    "EMERGENCY_STOP",
+    "InMemoryLeaderLock",
+    "InMemoryStore",
+    "InMemoryStoreFaultLedger",
+    "as_utc",
+    "check_limit",
+    "decode_cursor",
+    "encode_cursor",
+    "json_text",
+    "lease_reason",
+    "plain_json",
+    "result_document",
+    "stored_outcome",
+    "stored_run",
+    "utc_now",
+    "without_nul",
+]
 
 
 class InMemoryStore:
@@ -180,7 +107,7 @@ class InMemoryStore:
         self._tokens: dict[str, ApiToken] = {}
         self._control: dict[str, str] = {}
         self._leader: InMemoryLeaderLock | None = None
-        self._ledger = _LedgerState()
+        self._ledger = LedgerState()
 
     # ScenarioStore
 
@@ -231,7 +158,7 @@ class InMemoryStore:
     async def list_runs(self, query: RunQuery) -> RunPage:
         check_limit(query.limit)
         after = None if query.cursor is None else decode_cursor(query.cursor)
-        since, until = _opt_utc(query.since), _opt_utc(query.until)
+        since, until = opt_utc(query.since), opt_utc(query.until)
         found = [r for r in self._runs.values()
                  if (query.scenario is None or r.scenario_name == query.scenario)
                  and (query.status is None or r.status is query.status)
@@ -291,7 +218,7 @@ class InMemoryStore:
             run,
             status=end.status,
             finished_at=as_utc(end.finished_at),
-            reason=_opt_text(end.reason),
+            reason=opt_text(end.reason),
             score=end.score,
             score_version=end.score_version,
             passed=end.passed,
@@ -342,7 +269,7 @@ class InMemoryStore:
         return list(self._seconds.get(run_id, []))
 
     async def finished_runs(self, *, scenario: str | None, target_url: str | None, since: datetime | None) -> list[Run]:
-        since = _opt_utc(since)
+        since = opt_utc(since)
         found = [r for r in self._runs.values()
                  if r.status.terminal and r.score is not None and r.finished_at is not None
                  and (scenario is None or r.scenario_name == scenario)
@@ -353,7 +280,7 @@ class InMemoryStore:
     async def finished_sweeps(
         self, *, scenario: str | None, target_url: str | None, since: datetime | None
     ) -> list[Run]:
-        since = _opt_utc(since)
+        since = opt_utc(since)
         found = [r for r in self._runs.values()
                  if r.kind is RunKind.SWEEP and r.status is RunStatus.SUCCEEDED and r.result is not None
                  and r.finished_at is not None
@@ -368,7 +295,7 @@ class InMemoryStore:
         schedule = replace(
             schedule,
             created_at=as_utc(schedule.created_at),
-            last_fire_time=_opt_utc(schedule.last_fire_time),
+            last_fire_time=opt_utc(schedule.last_fire_time),
             overrides=Overrides.from_dict(plain_json(schedule.overrides.to_dict())),
         )
         self._schedules[schedule.id] = schedule
@@ -395,7 +322,7 @@ class InMemoryStore:
         if token.id in self._tokens or any(t.token_hash == token.token_hash for t in self._tokens.values()):
             raise ValueError(f"token {token.id!r} (or its hash) is already stored")
         self._tokens[token.id] = replace(token, created_at=as_utc(token.created_at),
-                                         revoked_at=_opt_utc(token.revoked_at))  # fmt: skip
+                                         revoked_at=opt_utc(token.revoked_at))  # fmt: skip
 
     async def token_by_hash(self, token_hash: str) -> ApiToken | None:
         return next((t for t in self._tokens.values() if t.token_hash == token_hash), None)
@@ -429,89 +356,3 @@ class InMemoryStore:
 
     def fault_ledger(self, *, now: Callable[[], datetime] | None = None) -> InMemoryStoreFaultLedger:
         return InMemoryStoreFaultLedger(self, now=now or self.now)
-
-
-class InMemoryLeaderLock:
-    """``LeaderLock`` among the instances sharing one ``InMemoryStore``."""
-
-    def __init__(self, store: InMemoryStore) -> None:
-        self._store = store
-
-    async def try_acquire(self) -> bool:
-        if self._store._leader is None:
-            self._store._leader = self
-        return self._store._leader is self
-
-    async def release(self) -> None:
-        if self._store._leader is self:
-            self._store._leader = None
-
-
-@dataclass(kw_only=True)
-class _LedgerRow:
-    entry: LedgerEntry
-    removed: bool = False
-
-
-@dataclass(kw_only=True)
-class _LedgerState:
-    """What the database's ledger tables hold: shared by every ledger of one store."""
-
-    finished: dict[str, bool] = field(default_factory=dict)  # by run id, from run_started on
-    rows: list[_LedgerRow] = field(default_factory=list)  # oldest first
-    dead: set[str] = field(default_factory=set)
-
-
-class InMemoryStoreFaultLedger:
-    """The ``FaultLedger`` twin of ``SqlFaultLedger``: a run the store knows is running while its status is
-    running and its lease has not ended (``run_started`` and ``run_finished`` are only bookkeeping for it);
-    any other run (a CLI run) from ``run_started`` to ``run_finished``, unless a test puts it in ``dead``
-    (its process died). Every ledger of one store shares its entries, as they would share a database."""
-
-    def __init__(self, store: InMemoryStore, *, now: Callable[[], datetime]) -> None:
-        self._store = store
-        self._now = now
-        self._state = store._ledger
-
-    @property
-    def dead(self) -> set[str]:
-        return self._state.dead
-
-    async def run_started(self, run_id: str) -> None:
-        self._state.finished[run_id] = False
-
-    async def run_finished(self, run_id: str) -> None:
-        self._state.finished[run_id] = True
-
-    async def planned(self, entry: LedgerEntry) -> None:
-        row = self._outstanding_row(entry)
-        if row is None:
-            self._state.rows.append(_LedgerRow(entry=entry))
-        else:
-            row.entry = entry  # planned again while outstanding: keeps its place, takes the latest details
-
-    async def removed(self, entry: LedgerEntry) -> None:
-        row = self._outstanding_row(entry)
-        if row is not None:
-            row.removed = True
-
-    async def outstanding(self) -> list[LedgerEntry]:
-        return [row.entry for row in self._state.rows if not row.removed]
-
-    async def is_running(self, run_id: str) -> bool:
-        run = self._store._runs.get(run_id)
-        if run is not None:
-            return run.status is RunStatus.RUNNING and run.lease_until is not None and run.lease_until >= self._now()
-        return self._state.finished.get(run_id) is False and run_id not in self._state.dead
-
-    async def compact(self) -> None:
-        state = self._state
-        known = {*state.finished, *(row.entry.run_id for row in state.rows)}
-        settled = {run_id for run_id in known if not await self.is_running(run_id)}
-        state.rows = [row for row in state.rows if not (row.removed and row.entry.run_id in settled)]
-        outstanding = {row.entry.run_id for row in state.rows if not row.removed}
-        state.finished = {r: v for r, v in state.finished.items() if r not in settled or r in outstanding}
-
-    def _outstanding_row(self, entry: LedgerEntry) -> _LedgerRow | None:
-        key = (entry.run_id, entry.key)
-        return next((r for r in self._state.rows if not r.removed and (r.entry.run_id, r.entry.key) == key), None)

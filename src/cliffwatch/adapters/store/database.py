@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from cliffwatch.adapters.store.engine import WRITE_OPTION
 from cliffwatch.domain.errors import StoreUnavailable
-from cliffwatch.services.memory_store import utc_now
+from cliffwatch.services.store_values import utc_now
 
 Insert = postgresql.Insert | sqlite.Insert
 

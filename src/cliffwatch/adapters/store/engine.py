@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
 from cliffwatch.domain.errors import StoreUnavailable
-from cliffwatch.services.memory_store import json_text
+from cliffwatch.services.store_values import json_text
 
 SQLITE_MIN_VERSION = (3, 35, 0)
 SQLITE_BUSY_TIMEOUT_MS = 5_000

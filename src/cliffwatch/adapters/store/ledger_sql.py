@@ -25,7 +25,7 @@ from cliffwatch.adapters.store.database import Database
 from cliffwatch.adapters.store.tables import fault_ledger, ledger_runs, runs
 from cliffwatch.domain.ports import LedgerEntry
 from cliffwatch.domain.result import RunStatus
-from cliffwatch.services.memory_store import utc_now
+from cliffwatch.services.store_values import utc_now
 
 
 class SqlFaultLedger:

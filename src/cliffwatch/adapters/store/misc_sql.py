@@ -17,7 +17,7 @@ from cliffwatch.adapters.store.database import Database
 from cliffwatch.adapters.store.rows import scenario_of, schedule_of, schedule_row, token_of, token_row
 from cliffwatch.adapters.store.tables import api_tokens, control, scenario_latest, scenario_versions, schedules
 from cliffwatch.domain.runs import ApiToken, ScenarioSource, ScenarioVersion, Schedule
-from cliffwatch.services.memory_store import EMERGENCY_STOP, plain_json
+from cliffwatch.services.store_values import EMERGENCY_STOP, plain_json
 
 
 class SqlCatalog:

@@ -19,7 +19,7 @@ from cliffwatch.adapters.store.tables import request_outcomes, run_seconds, runs
 from cliffwatch.domain.errors import RunNotFound
 from cliffwatch.domain.outcomes import RequestRecord
 from cliffwatch.domain.runs import StoredOutcome
-from cliffwatch.services.memory_store import check_limit
+from cliffwatch.services.store_values import check_limit
 
 
 class SqlOutcomes:

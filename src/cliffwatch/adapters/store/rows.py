@@ -31,7 +31,7 @@ from cliffwatch.domain.runs import (
     Trigger,
 )
 from cliffwatch.domain.sweep_spec import SweepSpec, parse_sweep_spec
-from cliffwatch.services.memory_store import result_document
+from cliffwatch.services.store_values import result_document
 
 
 def run_row(run: Run) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from cliffwatch.adapters.store.rows import end_values, phase_rows, run_of, run_r
 from cliffwatch.adapters.store.tables import run_phases, run_seconds, runs
 from cliffwatch.domain.result import RunStatus
 from cliffwatch.domain.runs import Run, RunEnd, RunKind, RunPage, RunQuery
-from cliffwatch.services.memory_store import check_limit, decode_cursor, encode_cursor, lease_reason, result_document
+from cliffwatch.services.store_values import check_limit, decode_cursor, encode_cursor, lease_reason, result_document
 
 QUEUED, RUNNING = RunStatus.QUEUED.value, RunStatus.RUNNING.value
 TERMINAL = tuple(s.value for s in RunStatus if s.terminal)

@@ -16,7 +16,7 @@ from cliffwatch.adapters.store.database import Database
 from cliffwatch.adapters.store.tables import api_tokens, ui_sessions
 from cliffwatch.domain.runs import ApiToken, Role
 from cliffwatch.domain.sessions import UiSession
-from cliffwatch.services.memory_store import utc_now
+from cliffwatch.services.store_values import utc_now
 
 
 class SqlSessionStore:

@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 
 from cliffwatch.domain.outcomes import OUTCOMES
-from cliffwatch.services.memory_store import without_nul
+from cliffwatch.services.store_values import without_nul
 
 metadata = sa.MetaData(
     naming_convention={
