@@ -491,6 +491,15 @@ def test_the_trends_page_shows_a_point_for_each_run_and_a_capacity_point_for_eac
         assert points == len(runs)
         assert page.locator("table.trend-points tbody tr").count() == len(runs)
         assert page.evaluate(CAPACITY_POINTS_JS) == [len(sweeps)]
+        # times in UTC on a 24-hour clock: the axis' ticks ("14:40", not "2:40pm") and the legend's value
+        ticks = page.evaluate("window.CliffwatchTrends.flatMap(p => p.axes[0]._values.filter(v => v))")
+        assert ticks
+        assert not any(re.search(r"am|pm", t, re.IGNORECASE) for t in ticks), ticks
+        assert any(re.search(r"\b\d{2}:\d{2}\b", t) for t in ticks), ticks
+        shown, utc = page.evaluate("(p => [p.series[0].value(p, p.data[0][0], 0, 0), "
+                                   "new Date(p.data[0][0] * 1000).toISOString().slice(0, 16).replace('T', ' ')])"
+                                   "(window.CliffwatchTrends[0])")  # fmt: skip
+        assert shown == utc, (shown, utc)
         assert page.locator("table.capacity-points tbody tr").count() == len(sweeps)
         # every line's legend entry drawn with its own dash, as in the reports (not colour alone)
         assert page.locator("[data-trend='0'] .u-legend canvas.line-marker").count() >= 3

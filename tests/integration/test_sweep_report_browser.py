@@ -152,6 +152,9 @@ def test_a_sweep_report_loads_cleanly_and_draws_every_chart_with_its_legend(
             assert page.locator(f"#chart-{chart['id']} .u-legend canvas.line-marker").count() == len(chart["labels"])
         for chart in (c for c in charts if c["id"].endswith("-throughput")):
             assert all(count >= 20 for count in chart["counts"]), chart  # sent, goodput, completions, tokens
+        # the sweep's warnings (steps too short for the SLO, say) under the headline, as the document has them
+        shown = page.locator("#verdict .sweep-warning").all_inner_texts()
+        assert shown == [f"Warning: {w}" for w in document.get("warnings", [])]
         page.screenshot(path=str(artifacts_dir() / f"sweep-report-{which}.png"), full_page=True)
         assert watched.problems == []
     finally:

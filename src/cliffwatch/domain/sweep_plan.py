@@ -74,6 +74,14 @@ def short_step_warning(scenario: Scenario, spec: SweepSpec) -> str | None:
     )
 
 
+def sweep_warnings(scenario: Scenario, spec: SweepSpec) -> tuple[str, ...]:
+    """What the sweep of ``scenario`` with ``spec`` should be warned about before it runs, in the order
+    shown (empty: nothing). The CLI prints them, the sweep document carries them (``"warnings"``), the API
+    returns them when it queues the sweep and the report shows them under its headline."""
+    warning = short_step_warning(scenario, spec)
+    return () if warning is None else (warning,)
+
+
 def step_seed(scenario: Scenario, variant: str, rate: float, trial: int) -> int:
     """A seed for one step, derived from the scenario's: repeating a sweep repeats its plans exactly, and
     each trial at a rate draws fresh arrivals (a repeat with the same arrivals would prove little)."""

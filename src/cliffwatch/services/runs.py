@@ -24,12 +24,14 @@ from cliffwatch.domain.runs import (
     RunKind,
     RunPage,
     RunQuery,
+    ScenarioVersion,
     Trigger,
     cap_violations,
     sweep_cap_violations,
 )
 from cliffwatch.domain.scenario import Scenario, parse_scenario, with_overrides
 from cliffwatch.domain.service_ports import ControlStore, RunStore
+from cliffwatch.domain.sweep_plan import sweep_warnings
 from cliffwatch.domain.sweep_spec import SweepSpec
 from cliffwatch.services.catalog import ScenarioCatalog
 
@@ -101,9 +103,7 @@ class RunsService:
         else:
             assert request.scenario is not None
             version = await self.catalog.latest(request.scenario)
-        base = parse_scenario(version.document, source=f"{version.name}@{version.content_hash[:12]}")
-        o = request.overrides
-        scenario = with_overrides(base, target_url=o.target_url, seed=o.seed, threshold=o.threshold)
+        scenario = _resolved(version, request.overrides)
         await self._check_targets(scenario)
         # A sweep replaces the phases with its own steps: its caps are the sweep's highest rate and length.
         problems = cap_violations(scenario, self.caps) if request.sweep is None else (
@@ -128,6 +128,14 @@ class RunsService:
             kind=request.kind,
             sweep=request.sweep,
         )
+
+    async def warnings(self, run: Run) -> tuple[str, ...]:
+        """What a queued sweep should be warned about (``sweep_plan.sweep_warnings``: steps too short for its
+        SLO, say), judged on its stored scenario version with the run's overrides; () for a run."""
+        if run.sweep is None:
+            return ()
+        version = await self.catalog.version(run.scenario_name, run.scenario_hash)
+        return sweep_warnings(_resolved(version, run.overrides), run.sweep)
 
     async def _check_targets(self, scenario: Scenario) -> None:
         urls = [] if scenario.target.is_builtin else [scenario.target.url]
@@ -170,3 +178,10 @@ class RunsService:
 
     async def emergency_stop(self) -> str | None:
         return await self.control.emergency_stop()
+
+
+def _resolved(version: ScenarioVersion, overrides: Overrides) -> Scenario:
+    """The scenario a run of ``version`` with ``overrides`` runs."""
+    base = parse_scenario(version.document, source=f"{version.name}@{version.content_hash[:12]}")
+    o = overrides
+    return with_overrides(base, target_url=o.target_url, seed=o.seed, threshold=o.threshold)

@@ -22,6 +22,7 @@ from cliffwatch.domain.ports import ProgressObserver
 from cliffwatch.domain.result import RunStatus, scenario_summary
 from cliffwatch.domain.retry import RetryPolicy
 from cliffwatch.domain.scenario import Scenario
+from cliffwatch.domain.sweep_plan import sweep_warnings
 from cliffwatch.domain.sweep_spec import SweepMode, SweepSpec, variant_policy
 
 log = structlog.get_logger(__name__)
@@ -231,5 +232,6 @@ class SweepOutcome:
             "scenario": scenario_summary(self.scenario),
             "target": {"url": self.target_url, "api": self.scenario.target.api.value},
             "spec": self.spec.to_dict(),
+            "warnings": list(sweep_warnings(self.scenario, self.spec)),  # e.g. steps too short for the SLO
             "variants": [report.to_dict() for report in self.reports],
         }

@@ -25,6 +25,7 @@ from cliffwatch.domain.sweep_plan import (
     step_seed,
     step_stats,
     sweep_client_scenario,
+    sweep_warnings,
 )
 from cliffwatch.domain.sweep_spec import parse_sweep_spec, variant_policy
 
@@ -215,3 +216,11 @@ def test_long_enough_steps_and_concurrency_sweeps_are_not_warned_about(
     slo: dict[str, float], sweep: dict[str, Any]
 ) -> None:
     assert short_step_warning(with_slo(**slo), parse_sweep_spec({"start": 1, "stop": 8, **sweep})) is None
+
+
+def test_a_sweeps_warnings_are_the_short_step_warning_or_none() -> None:
+    short = parse_sweep_spec({"start": 1, "stop": 8, "step_s": 2, "warmup_s": 1})
+    long_enough = parse_sweep_spec({"start": 1, "stop": 8, "step_s": 6, "warmup_s": 4})
+    scenario = with_slo(e2e_ms=1000)
+    assert sweep_warnings(scenario, short) == (short_step_warning(scenario, short),)
+    assert sweep_warnings(scenario, long_enough) == ()

@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from cliffwatch.domain.capacity import StepStats, StepVerdict, summarize
 from cliffwatch.domain.result import RunStatus
 from cliffwatch.domain.scenario import parse_scenario
+from cliffwatch.domain.sweep_plan import sweep_warnings
 from cliffwatch.domain.sweep_spec import parse_sweep_spec
 from cliffwatch.services.memory import CollectingObserver
 from cliffwatch.services.memory_sweep import ModelStepRunner, model_runners
@@ -78,3 +79,17 @@ async def test_it_follows_a_sweep_step_by_step_and_ends_with_what_the_final_docu
         final = report.result.to_dict()
         assert shown["result"]["steps"] == final["steps"]
         assert (shown["result"]["usable_rps"], shown["result"]["verdict"]) == (final["usable_rps"], final["verdict"])
+
+
+def test_the_documents_carry_the_sweeps_warnings() -> None:
+    short = parse_sweep_spec({"start": 1, "stop": 16, "step_s": 2, "warmup_s": 1})
+    made = SweepProgress(sweep_id="s1", scenario=SCENARIO, spec=short, target_url="x", started_at=T0)
+    final = SweepOutcome(sweep_id="s1", scenario=SCENARIO, spec=short, status=RunStatus.SUCCEEDED, reason=None,
+                         reports=(), started_at=T0, finished_at=T0, target_url="x").to_dict()  # fmt: skip
+    expected = list(sweep_warnings(SCENARIO, short))
+    assert len(expected) == 1
+    assert "shorter than 10 × the 4000 ms e2e SLO (40 s)" in expected[0]
+    assert final["warnings"] == made.document(T0)["warnings"] == expected
+    long_enough = parse_sweep_spec({"start": 1, "stop": 16, "step_s": 36, "warmup_s": 4})  # 10 × the 4-s SLO
+    assert SweepProgress(sweep_id="s1", scenario=SCENARIO, spec=long_enough, target_url="x",
+                         started_at=T0).document(T0)["warnings"] == []  # fmt: skip

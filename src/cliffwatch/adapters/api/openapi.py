@@ -102,6 +102,8 @@ def _op(
 
 RUN_ID = _param("run_id", "path", {"type": "string"}, "the run's id")
 SCHEDULE_ID = _param("schedule_id", "path", {"type": "string"}, "the schedule's id")
+# POST /runs queues a run, or with kind sweep a sweep (answered with its warnings, as POST /sweeps is).
+QUEUED: Schema = {"oneOf": [ref("RunDetail"), ref("SweepQueued")]}
 LOCATION = {"Location": {"description": "the run's URL", "schema": {"type": "string"}, "required": True}}
 LINK = {"Link": {"description": 'the next page: <url>; rel="next" (absent on the last)', "schema": {"type": "string"}}}
 REPORT_HEADERS = {
@@ -131,13 +133,13 @@ def _runs_paths() -> dict[str, Any]:
         "/api/v1/runs": {
             "post": _op(
                 "Queue a run", tag="runs", role="operator", params=(idempotency,), body=ref("RunCreate"),
-                ok={"202": _json(ref("RunDetail"), "Queued.", LOCATION),
-                    "200": _json(ref("RunDetail"), "An idempotent repeat: the run the key queued.", LOCATION)},
+                ok={"202": _json(QUEUED, "Queued.", LOCATION),
+                    "200": _json(QUEUED, "An idempotent repeat: the run the key queued.", LOCATION)},
                 errors=(404, 503),
                 description="A scenario by name or a whole document, with optional overrides. Refused with 422 "
                 "when the document is invalid, the target is outside the allowlist (target-not-allowed) or the "
                 "run is over the caps (run-refused); 503 while the emergency stop is on. With kind sweep and "
-                "sweep, queues a capacity sweep as POST /api/v1/sweeps does.",
+                "sweep, queues a capacity sweep as POST /api/v1/sweeps does (answered with its warnings).",
             ),
             "get": _op("List runs, newest first", tag="runs", role="viewer", params=list_params,
                        ok={"200": _json(ref("RunPage"), "One page.", LINK)}),
@@ -145,14 +147,16 @@ def _runs_paths() -> dict[str, Any]:
         "/api/v1/sweeps": {
             "post": _op(
                 "Queue a capacity sweep", tag="runs", role="operator", params=(idempotency,), body=ref("SweepCreate"),
-                ok={"202": _json(ref("RunDetail"), "Queued: a run of kind sweep.", LOCATION),
-                    "200": _json(ref("RunDetail"), "An idempotent repeat: the sweep the key queued.", LOCATION)},
+                ok={"202": _json(ref("SweepQueued"), "Queued: a run of kind sweep, with its warnings.", LOCATION),
+                    "200": _json(ref("SweepQueued"), "An idempotent repeat: the sweep the key queued.", LOCATION)},
                 errors=(404, 503),
                 description="Finds the scenario target's usable capacity (docs/sweep.md). Refused with 422 "
                 "sweep-invalid naming each sweep.… field, target-not-allowed as for runs, or run-refused when "
                 "the sweep's highest rate (stop, or max_rate with auto) is over the service's maximum offered "
                 "rate or its longest length (variants × max_steps × (warmup_s + step_s + cooldown_s)) over its "
-                "maximum duration. The sweep is then read at /api/v1/runs/{run_id}.",
+                "maximum duration. The sweep is then read at /api/v1/runs/{run_id}. warnings: what the sweep "
+                "as asked should be warned about (steps too short for the SLO, say), as the CLI warns; the "
+                "sweep document carries them too.",
             ),
         },
         "/api/v1/runs/{run_id}": {

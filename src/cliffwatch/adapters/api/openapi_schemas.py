@@ -275,6 +275,9 @@ SWEEP_RESULT = obj(
     {"format": {"type": "integer"}, "kind": {"const": "sweep"}, "status": {"type": "string"},
      "finished_at": nullable(DATE_TIME),
      "variants": {"type": "array", "items": ANY_OBJECT},
+     "warnings": {"type": "array", "items": {"type": "string"},
+                  "description": "what the sweep as asked was warned about (steps too short for the SLO, say); "
+                                 "absent from documents older than the field"},
      "provisional": {"type": "boolean",
                      "description": "true while the sweep runs (or when it ended before its final document): "
                                     "the steps measured so far, summarised; absent from a final document"},
@@ -283,6 +286,20 @@ SWEEP_RESULT = obj(
     required=("format", "kind", "status", "variants"),
     closed=False,
 )  # fmt: skip
+RUN_DETAIL_PROPERTIES: dict[str, Schema] = {
+    **RUN_PROPERTIES,
+    "result": {
+        "anyOf": [RESULT, SWEEP_RESULT, {"type": "null"}],
+        "description": "a run's result, or a sweep's document (while it runs: the steps so far, provisional)",
+    },
+}
+SWEEP_WARNINGS: Schema = {
+    "type": "array",
+    "items": {"type": "string"},
+    "description": "what the sweep as asked should be warned about, e.g. steps (warm-up + step) shorter than 10 × "
+    'its tightest latency bound, which can pass a rate somewhat above saturation (docs/sweep.md, "Step length"); '
+    "empty when nothing",
+}
 TOKEN_PROPERTIES: dict[str, Schema] = {
     "id": {"type": "string"},
     "name": {"type": "string"},
@@ -310,15 +327,8 @@ SCHEMAS: dict[str, Schema] = {
     "Overrides": OVERRIDES,
     "RunCreate": RUN_CREATE,
     "Run": obj(RUN_PROPERTIES),
-    "RunDetail": obj(
-        {
-            **RUN_PROPERTIES,
-            "result": {
-                "anyOf": [RESULT, SWEEP_RESULT, {"type": "null"}],
-                "description": "a run's result, or a sweep's document (while it runs: the steps so far, provisional)",
-            },
-        }
-    ),
+    "RunDetail": obj(RUN_DETAIL_PROPERTIES),
+    "SweepQueued": obj({**RUN_DETAIL_PROPERTIES, "warnings": SWEEP_WARNINGS}),
     "SweepSpec": SWEEP_SPEC,
     "SweepCreate": SWEEP_CREATE,
     "CapacityTrends": obj({"series": {"type": "array", "items": CAPACITY_SERIES}}),

@@ -4,7 +4,8 @@ Run creation answers 202 (the run is queued; a worker executes it later) with th
 ``Location``; repeating a request with the same ``Idempotency-Key`` answers 200 with the run the first
 one queued. Keys are scoped to the token that sends them, so two clients cannot collide. A sweep is a run
 of kind sweep: ``POST /sweeps`` (or ``POST /runs`` with ``kind: sweep``) queues one, with its ``sweep``
-parameters judged by ``parse_sweep_spec`` (422 ``sweep-invalid`` naming each ``sweep.…`` field).
+parameters judged by ``parse_sweep_spec`` (422 ``sweep-invalid`` naming each ``sweep.…`` field); its answer
+adds the sweep's ``warnings`` (``sweep_plan.sweep_warnings``: steps too short for the SLO, say).
 """
 
 from __future__ import annotations
@@ -70,9 +71,10 @@ async def _create(request: web.Request, *, sweep_endpoint: bool) -> web.Response
             sweep=spec,
         )
     )
-    return web.json_response(
-        run_detail(run), status=202 if created else 200, headers={"Location": run_location(run.id)}
-    )
+    answer = run_detail(run)
+    if run.kind is RunKind.SWEEP:  # what the sweep as asked should be warned about (steps too short, say)
+        answer["warnings"] = list(await services(request).runs.warnings(run))
+    return web.json_response(answer, status=202 if created else 200, headers={"Location": run_location(run.id)})
 
 
 async def list_runs(request: web.Request) -> web.Response:

@@ -78,6 +78,7 @@ def headline(doc: Mapping[str, Any]) -> str:
             f"{esc(variant.get('variant', DASH))}: attainment CI {interval(result.get('usable_interval'))}"
             f"{estimate}</span></h2><p>{esc(result.get('verdict', ''))}</p>"
         )
+    lines.append(warnings(doc))
     if doc.get("provisional") is True:
         lines.append(provisional_note(doc))
     elif doc.get("status") not in (None, "succeeded"):
@@ -86,6 +87,12 @@ def headline(doc: Mapping[str, Any]) -> str:
                      "is below.</p>")  # fmt: skip
     lines.append("</section>")
     return "".join(lines)
+
+
+def warnings(doc: Mapping[str, Any]) -> str:
+    """What the sweep as asked was warned about (``sweep_plan.sweep_warnings``: steps too short for its SLO,
+    say), as ``cliffwatch sweep`` warns under its headline; nothing for a document without any."""
+    return "".join(f'<p class="warn sweep-warning">Warning: {esc(w)}</p>' for w in as_list(doc.get("warnings")))
 
 
 def provisional_note(doc: Mapping[str, Any]) -> str:

@@ -34,6 +34,9 @@ async def test_a_sweep_is_queued_as_a_run_of_kind_sweep_with_its_parameters(api:
     run = await _sweep(api)
     assert (run["kind"], run["status"], run["usable_rps"], run["result"]) == ("sweep", "queued", None, None)
     assert run["sweep"] == SPEC.to_dict()
+    # 1 + 5 s steps are under 10 × burst-storm's 1-s TTFT bound: warned about, as the CLI warns
+    [warning] = run["warnings"]
+    assert warning.startswith("steps of 6 s (warm-up + window) are shorter than 10 × the 1000 ms TTFT SLO (10 s)")
     stored = await api.store.get_run(run["id"])
     assert stored is not None
     assert (stored.kind, stored.sweep) == (RunKind.SWEEP, SPEC)
@@ -47,6 +50,11 @@ async def test_post_runs_with_kind_sweep_queues_a_sweep_too_and_a_repeat_is_idem
     assert (first.status, again.status) == (202, 200)
     assert again.body["id"] == first.body["id"]
     assert (first.body["kind"], first.body["scenario"], first.body["sweep"]["auto"]) == ("sweep", "inline-sweep", True)
+    assert first.body["warnings"] == again.body["warnings"]
+    long_enough = await _sweep(api, {"scenario": "burst-storm", "sweep": {**SWEEP, "step_s": 8, "warmup_s": 2}})
+    assert long_enough["warnings"] == []
+    plain = await api.call("POST", "/api/v1/runs", role=Role.OPERATOR, json={"scenario": "burst-storm"})
+    assert "warnings" not in plain.body  # a run is not a sweep
     repeat = await _sweep(api, {"scenario": "burst-storm", "sweep": SWEEP}, **{"Idempotency-Key": "s"})
     assert (await _sweep(api, {"scenario": "burst-storm", "sweep": SWEEP}, **{"Idempotency-Key": "s"}))["id"] == (
         repeat["id"]

@@ -111,6 +111,19 @@ def test_the_page_says_the_verdict_usable_capacity_peaks_and_why_the_search_ende
         assert text in section, text
 
 
+def test_the_sweeps_warnings_are_under_the_headline_and_a_document_without_them_has_none(
+    document: dict[str, Any],
+) -> None:
+    assert "sweep-warning" not in render_sweep_report(document)  # older documents have no "warnings"
+    document["warnings"] = ["steps of 3 s (warm-up + window) are shorter than 10 × the 1000 ms TTFT SLO (10 s): …"]
+    page = render_sweep_report(document)
+    verdict = page[page.index('id="verdict"') : page.index("</section>", page.index('id="verdict"'))]
+    assert (
+        '<p class="warn sweep-warning">Warning: steps of 3 s (warm-up + window) are shorter than 10 × the 1000 ms '
+        "TTFT SLO (10 s): …</p>"
+    ) in verdict
+
+
 def test_the_steps_table_has_every_trial_with_its_flags(document: dict[str, Any]) -> None:
     document = copy.deepcopy(document)
     result = document["variants"][0]["result"]
@@ -157,6 +170,7 @@ def test_hostile_strings_cannot_close_the_data_script_or_inject_markup(document:
     variant["result"]["unit"] = hostile
     variant["result"]["steps"][0]["generator_limited"] = True
     variant["result"]["steps"][0]["generator_reasons"] = [hostile]
+    document["warnings"] = [hostile]
     page = render_sweep_report(document)
     assert len(re.findall(r"<script\b", page, re.IGNORECASE)) == 3
     assert "<script>alert" not in page

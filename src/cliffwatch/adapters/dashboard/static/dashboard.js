@@ -205,6 +205,18 @@
   // an hour either side rather than uPlot's years. The legend draws each line with its dash, as the reports do.
   function utc(ts) { return uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"); }
 
+  // uPlot's time ticks with 24-hour times and ISO dates ("14:40", "2026-11-30"), not its 12-hour "2:40pm": per tick
+  // spacing, the tick's format, then the context added where a year, month, day, hour or minute starts.
+  var UTC_TICKS = [
+    [3600 * 24 * 365, "{YYYY}", null, null, null, null, null, null, 1],
+    [3600 * 24 * 28, "{MMM}", "\n{YYYY}", null, null, null, null, null, 1],
+    [3600 * 24, "{MM}-{DD}", "\n{YYYY}", null, null, null, null, null, 1],
+    [3600, "{HH}:{mm}", "\n{YYYY}-{MM}-{DD}", null, "\n{MM}-{DD}", null, null, null, 1],
+    [60, "{HH}:{mm}", "\n{YYYY}-{MM}-{DD}", null, "\n{MM}-{DD}", null, null, null, 1],
+    [1, ":{ss}", "\n{YYYY}-{MM}-{DD} {HH}:{mm}", null, "\n{MM}-{DD} {HH}:{mm}", null, "\n{HH}:{mm}", null, 1],
+    [0.001, ":{ss}.{fff}", "\n{YYYY}-{MM}-{DD} {HH}:{mm}", null, "\n{MM}-{DD} {HH}:{mm}", null, "\n{HH}:{mm}", null, 1],
+  ];
+
   function timeScale(x) {
     var lone = x.length > 0 && x[0] === x[x.length - 1];
     return lone ? { time: true, auto: false, range: [x[0] - 3600, x[0] + 3600] } : { time: true };
@@ -213,10 +225,10 @@
   function lineChart(el, x, series, axes) {
     var opts = {
       width: el.clientWidth || 800, height: 260, tzDate: utc, scales: { x: timeScale(x) },
-      axes: [{ label: "time (UTC)" }].concat(axes.map(function (a, i) {
+      axes: [{ label: "time (UTC)", values: UTC_TICKS }].concat(axes.map(function (a, i) {
         return { scale: a.scale, label: a.label, side: i === 0 ? 3 : 1, grid: { show: i === 0 }, size: 60 };
       })),
-      series: [{ label: "time (UTC)" }].concat(series.map(function (s) {
+      series: [{ label: "time (UTC)", value: "{YYYY}-{MM}-{DD} {HH}:{mm}" }].concat(series.map(function (s) {
         return { label: s.label, scale: s.scale, stroke: s.color, width: s.width || 2, dash: s.dash,
           points: { show: true, size: 6, fill: s.color }, spanGaps: true };
       })),
