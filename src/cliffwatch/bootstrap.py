@@ -14,6 +14,8 @@ from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
+import structlog
+
 from cliffwatch.adapters.builtin_target import BuiltinTarget
 from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.adapters.fault_ledger import FileFaultLedger
@@ -24,12 +26,14 @@ from cliffwatch.adapters.toxiproxy import ToxiproxyClient
 from cliffwatch.adapters.toxiproxy_faults import ToxiproxyFaultInjector
 from cliffwatch.adapters.toxiproxy_server import ManagedToxiproxy, find_toxiproxy_server
 from cliffwatch.config import Settings
-from cliffwatch.domain.errors import FaultInjectionFailed
+from cliffwatch.domain.errors import CliffwatchError, FaultInjectionFailed
 from cliffwatch.domain.ports import FaultInjector, FaultLedger, ProgressObserver, RecordSink, ToxiproxyApi
 from cliffwatch.domain.scenario import Scenario
 from cliffwatch.services.memory import NoFaultInjector, NullSink
 from cliffwatch.services.reconcile import ReconcileReport, reconcile_faults
 from cliffwatch.services.runner import RunService
+
+log = structlog.get_logger(__name__)
 
 NO_FAULTS = "this scenario declares no proxies or faults"
 
@@ -153,4 +157,8 @@ async def _tear_down(injector: ToxiproxyFaultInjector, observer: ProgressObserve
 
 
 async def _finish_run(ledger: FaultLedger, run_id: str) -> None:
-    await asyncio.shield(ledger.run_finished(run_id))
+    # Bookkeeping: a run whose ledger is down at its end (a database outage) still ends with its result.
+    try:
+        await asyncio.shield(ledger.run_finished(run_id))
+    except CliffwatchError as exc:
+        log.warning("the fault ledger could not record the run's end", run_id=run_id, error=str(exc))

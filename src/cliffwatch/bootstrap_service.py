@@ -13,7 +13,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import structlog
@@ -98,13 +98,11 @@ async def open_service(settings: Settings) -> AsyncIterator[Service]:
         engine = create_engine(settings.database_url)
         stack.push_async_callback(engine.dispose)
         store = SqlStore(engine, now=utc_now)
-        ledger = SqlFaultLedger(engine, now=utc_now)
+        ledger = SqlFaultLedger(engine, now=utc_now, grace=timedelta(seconds=settings.lease_grace_s))
         await recover(store, ledger, settings)
 
         catalog = ScenarioCatalog(store, now=utc_now)
         await catalog.load_bundled({path.name: load_document(str(path)) for path in sorted(BUNDLED_DIR.glob("*.yaml"))})
-        runs = RunsService(runs=store, control=store, catalog=catalog, policy=AllowlistPolicy(settings.allowlist),
-                           caps=settings.caps, now=utc_now)  # fmt: skip
         metrics = ServiceMetrics()
 
         def prepare(scenario: Scenario, run_id: str, sink: RecordSink) -> AbstractAsyncContextManager[PreparedRun]:
@@ -120,7 +118,12 @@ async def open_service(settings: Settings) -> AsyncIterator[Service]:
                         count_outcomes=metrics.count_outcomes,
                         settings=WorkerSettings(owner=settings.instance_id,
                                                 max_concurrent_runs=settings.max_concurrent_runs,
-                                                lease_s=settings.lease_s))  # fmt: skip
+                                                lease_s=settings.lease_s,
+                                                outcome_buffer=settings.outcome_buffer))  # fmt: skip
+        # The worker is this instance's runs: an abort or an emergency stop reaches them through it at once,
+        # even while the database cannot be reached.
+        runs = RunsService(runs=store, control=store, catalog=catalog, policy=AllowlistPolicy(settings.allowlist),
+                           caps=settings.caps, now=utc_now, local=worker)  # fmt: skip
 
         async def make_run(schedule: Schedule, fire_time: datetime) -> Run:
             return await runs.build(RunRequest(scenario=schedule.scenario_name, overrides=schedule.overrides,
@@ -171,7 +174,7 @@ async def open_service(settings: Settings) -> AsyncIterator[Service]:
 async def recover(store: SqlStore, ledger: SqlFaultLedger, settings: Settings) -> None:
     """Crash recovery: runs of instances that stopped renewing their leases become interrupted (their
     outcomes so far stay), and every fault left by a run that is not running is removed."""
-    for run in await store.expire_leases(utc_now()):
+    for run in await store.expire_leases(utc_now(), grace=timedelta(seconds=settings.lease_grace_s)):
         log.warning("run interrupted: its instance stopped renewing the lease", run_id=run.id, owner=run.owner)
 
     def connect(url: str) -> AbstractAsyncContextManager[ToxiproxyApi]:

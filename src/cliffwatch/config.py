@@ -61,6 +61,8 @@ class Settings:
     max_offered_rate: float = 1_000.0
     max_run_duration_s: float = 3_600.0
     lease_s: float = 30.0
+    lease_grace_s: float = 10.0
+    outcome_buffer: int = 100_000
     shutdown_grace_s: float = 20.0
     api_max_body_bytes: int = 1 << 20
     api_max_expensive: int = 4
@@ -264,6 +266,14 @@ SPECS: tuple[Spec, ...] = (
     Spec(field="lease_s", env="CLIFFWATCH_LEASE_S", parse=_number(low=1, high=3_600, unit="seconds"),
          help="A worker's lease on a run, renewed every third of it; an instance silent this long loses its "
               "runs (they become interrupted). Default 30."),
+    Spec(field="lease_grace_s", env="CLIFFWATCH_LEASE_GRACE_S", parse=_number(low=0, high=3_600, unit="seconds"),
+         help="How long after a run's lease expired another instance waits before it presumes the run's owner dead, "
+              "interrupts the run and removes its faults. An owner that cannot renew its lease stops the run's load "
+              "before the lease expires; the grace covers clock differences between hosts and the time to remove "
+              "faults. Default 10."),
+    Spec(field="outcome_buffer", env="CLIFFWATCH_OUTCOME_BUFFER", parse=_number(low=100, high=10_000_000, integer=True),
+         help="Request outcomes one run may hold in memory while the database cannot take them (they are written "
+              "when it is back); a run that would hold more is stopped, saying why. Default 100000."),
     Spec(field="shutdown_grace_s", env="CLIFFWATCH_SHUTDOWN_GRACE_S", parse=_number(low=0, high=3_600, unit="seconds"),
          help="On SIGTERM, how long running runs may take to stop (faults rolled back) before the process "
               "exits; default 20."),

@@ -3,6 +3,11 @@
 Every toxic and every proxy cliffwatch creates is written to the fault ledger *before* it is created and
 marked removed only once Toxiproxy confirmed the removal, so a crash at any point leaves a record the
 reconciler can act on. Toxic names carry a recognisable prefix and the run id (``toxic_name``).
+
+The ledger may live in a database that is down (a service run fencing itself during an outage). Then a
+fault is not applied — it could not be recorded first — but a removal goes ahead: the toxic comes off, and
+its entry stays outstanding until a reconciler finds it gone and marks it removed. Removing a fault never
+waits for the ledger.
 """
 
 from __future__ import annotations
@@ -11,10 +16,14 @@ import asyncio
 from collections.abc import Sequence
 from urllib.parse import urlsplit, urlunsplit
 
-from cliffwatch.domain.errors import FaultInjectionFailed
+import structlog
+
+from cliffwatch.domain.errors import CliffwatchError, FaultInjectionFailed
 from cliffwatch.domain.faults import FaultSpec, ProxyState, ToxicState, proxy_matches, toxic_name
 from cliffwatch.domain.ports import Clock, FaultEvent, FaultLedger, LedgerEntry, ToxiproxyApi
 from cliffwatch.domain.scenario import Scenario
+
+log = structlog.get_logger(__name__)
 
 REMOVE_STALL_S = 3.0  # a removal normally takes a millisecond; this long means Toxiproxy has stalled
 STALL_NOTE = "Toxiproxy stalled removing it (upstream issue #558), so the run's proxy was recreated without it"
@@ -81,7 +90,12 @@ class ToxiproxyFaultInjector:
         for index, fault in enumerate(faults):
             name = toxic_name(self.run_id, phase, index, fault.type)
             entry = self._entry(fault.proxy, name)
-            await self.ledger.planned(entry)
+            try:
+                await self.ledger.planned(entry)
+            except CliffwatchError as exc:  # not recorded, so not applied: a crash now would leave no trace
+                events.append(FaultEvent(phase=phase, fault=fault, action="on", at_ns=self.clock.now_ns(), ok=False,
+                                         detail=f"the fault ledger could not record {name}: {exc}"))  # fmt: skip
+                break
             active.append((fault, entry))  # before the call: a timed-out add may still have happened
             try:
                 await self.api.add_toxic(fault.proxy, ToxicState.of(fault, name))
@@ -119,10 +133,21 @@ class ToxiproxyFaultInjector:
                                              ok=False, detail=f"{exc}; then {again}"))  # fmt: skip
                     continue
                 detail = f"{entry.toxic}: {STALL_NOTE}"
-            await self.ledger.removed(entry)
+            if not await self._ledger_removed(entry):
+                detail = f"{detail} (the fault ledger could not be updated; a reconciler will)"
             events.append(FaultEvent(phase=phase, fault=fault, action="off", at_ns=self.clock.now_ns(), ok=True,
                                      detail=detail))  # fmt: skip
         return events
+
+    async def _ledger_removed(self, entry: LedgerEntry) -> bool:
+        """Marks ``entry`` removed in the ledger; False (logged) when the ledger cannot be written now."""
+        try:
+            await self.ledger.removed(entry)
+        except CliffwatchError as exc:
+            log.warning("fault removed, but the fault ledger could not record it", run_id=self.run_id,
+                        proxy=entry.proxy, toxic=entry.toxic, error=str(exc))  # fmt: skip
+            return False
+        return True
 
     def _owns(self, proxy: str) -> bool:
         return any(entry.proxy == proxy for entry in self._created)
@@ -150,7 +175,7 @@ class ToxiproxyFaultInjector:
             except FaultInjectionFailed as exc:
                 failures.append(str(exc))
                 continue
-            await self.ledger.removed(entry)
+            await self._ledger_removed(entry)
         self._created.clear()
         return failures
 

@@ -124,6 +124,19 @@ class StoreUnavailable(CliffwatchError):
         super().__init__(f"the database {self.url} is unavailable: {reason}")
 
 
+class EmergencyStopNotRecorded(CliffwatchError):
+    """The emergency stop stopped this instance's runs, but the database could not record it for the others."""
+
+    def __init__(self, stopped_here: Sequence[str], cause: StoreUnavailable) -> None:
+        self.stopped_here = tuple(stopped_here)
+        self.cause = cause
+        runs = ", ".join(self.stopped_here) or "none were running"
+        super().__init__(
+            f"this instance stopped its runs ({runs}) and takes no more until the stop is recorded or released "
+            f"here, but the database could not record the stop for the other instances; retry"
+        )
+
+
 def without_password(url: str) -> str:
     """``url`` with the password of its user part masked, so it can be logged and shown."""
     scheme, sep, rest = url.partition("://")

@@ -7,7 +7,7 @@ in-memory twins, and one contract test suite runs against all of them.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from cliffwatch.domain.outcomes import RequestRecord
@@ -66,10 +66,13 @@ class RunStore(Protocol):
         flagged for its worker. Returns the run as it now is (None when there is no such run)."""
 
     async def finish_run(self, run_id: str, *, owner: str, end: RunEnd) -> bool:
-        """Records how the run ended, with its phases and time series; False when ``owner`` lost it."""
+        """Records how the run ended, with its phases and time series; False when ``owner`` does not hold it.
+        A run ``expire_leases`` interrupted while ``owner`` could not reach the store (interrupted, no result
+        yet) takes ``owner``'s end once: the owner fenced itself in time, and its end is what happened."""
 
-    async def expire_leases(self, now: datetime) -> list[Run]:
-        """Runs still running whose lease ended before ``now`` become interrupted; returns them."""
+    async def expire_leases(self, now: datetime, *, grace: timedelta = ...) -> list[Run]:
+        """Runs still running whose lease ended more than ``grace`` (default none) before ``now`` become
+        interrupted; returns them. The grace is the time a fenced owner has to stop before it is presumed dead."""
 
     async def active_runs(self) -> list[Run]:
         """Queued and running runs, oldest first."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from cliffwatch.domain.ports import LedgerEntry
@@ -50,13 +50,15 @@ class LedgerState:
 
 class InMemoryStoreFaultLedger:
     """The ``FaultLedger`` twin of ``SqlFaultLedger``: a run the store knows is running while its status is
-    running and its lease has not ended (``run_started`` and ``run_finished`` are only bookkeeping for it);
-    any other run (a CLI run) from ``run_started`` to ``run_finished``, unless a test puts it in ``dead``
-    (its process died). Every ledger of one store shares its entries, as they would share a database."""
+    running and its lease has not ended ``grace`` ago (``run_started`` and ``run_finished`` are only
+    bookkeeping for it); any other run (a CLI run) from ``run_started`` to ``run_finished``, unless a test puts
+    it in ``dead`` (its process died). Every ledger of one store shares its entries, as they would share a
+    database."""
 
-    def __init__(self, store: InMemoryStore, *, now: Callable[[], datetime]) -> None:
+    def __init__(self, store: InMemoryStore, *, now: Callable[[], datetime], grace: timedelta = timedelta(0)) -> None:
         self._store = store
         self._now = now
+        self._grace = grace
         self._state = store._ledger
 
     @property
@@ -87,7 +89,11 @@ class InMemoryStoreFaultLedger:
     async def is_running(self, run_id: str) -> bool:
         run = self._store._runs.get(run_id)
         if run is not None:
-            return run.status is RunStatus.RUNNING and run.lease_until is not None and run.lease_until >= self._now()
+            return (
+                run.status is RunStatus.RUNNING
+                and run.lease_until is not None
+                and run.lease_until + self._grace >= self._now()
+            )
         return self._state.finished.get(run_id) is False and run_id not in self._state.dead
 
     async def compact(self) -> None:

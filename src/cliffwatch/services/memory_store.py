@@ -33,7 +33,7 @@ import bisect
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from cliffwatch.domain.errors import RunNotFound
@@ -212,7 +212,11 @@ class InMemoryStore:
         if not end.status.terminal:
             raise ValueError(f"a run ends as succeeded, aborted, interrupted or failed, not {end.status.value}")
         run = self._runs.get(run_id)
-        if run is None or run.status is not RunStatus.RUNNING or run.owner != owner:
+        if run is None or run.owner != owner:
+            return False
+        # A run reaped while its owner could not reach the store (interrupted, no result) takes its owner's end.
+        reaped = run.status is RunStatus.INTERRUPTED and run.result is None
+        if run.status is not RunStatus.RUNNING and not reaped:
             return False
         self._runs[run_id] = replace(
             run,
@@ -230,11 +234,11 @@ class InMemoryStore:
         self._seconds[run_id] = sorted(plain_json(list(end.timeseries)), key=lambda row: row["t"])
         return True
 
-    async def expire_leases(self, now: datetime) -> list[Run]:
+    async def expire_leases(self, now: datetime, *, grace: timedelta = timedelta(0)) -> list[Run]:
         now = as_utc(now)
         expired = []
         for run in sorted(self._runs.values(), key=lambda r: (r.created_at, r.id)):
-            if run.status is RunStatus.RUNNING and run.lease_until is not None and run.lease_until < now:
+            if run.status is RunStatus.RUNNING and run.lease_until is not None and run.lease_until < now - grace:
                 run = replace(run, status=RunStatus.INTERRUPTED, finished_at=as_utc(now),
                               reason=lease_reason(run.owner, run.lease_until))  # fmt: skip
                 self._runs[run.id] = run
@@ -354,5 +358,7 @@ class InMemoryStore:
         """A lock for one instance; of all the locks of this store, at most one is held at a time."""
         return InMemoryLeaderLock(self)
 
-    def fault_ledger(self, *, now: Callable[[], datetime] | None = None) -> InMemoryStoreFaultLedger:
-        return InMemoryStoreFaultLedger(self, now=now or self.now)
+    def fault_ledger(
+        self, *, now: Callable[[], datetime] | None = None, grace: timedelta = timedelta(0)
+    ) -> InMemoryStoreFaultLedger:
+        return InMemoryStoreFaultLedger(self, now=now or self.now, grace=grace)

@@ -15,7 +15,14 @@ from typing import Any, Protocol
 
 import structlog
 
-from cliffwatch.domain.errors import EmergencyStopActive, RunNotFound, RunRefused, TargetNotAllowed
+from cliffwatch.domain.errors import (
+    EmergencyStopActive,
+    EmergencyStopNotRecorded,
+    RunNotFound,
+    RunRefused,
+    StoreUnavailable,
+    TargetNotAllowed,
+)
 from cliffwatch.domain.result import RunStatus
 from cliffwatch.domain.runs import (
     Caps,
@@ -36,6 +43,18 @@ from cliffwatch.domain.sweep_spec import SweepSpec
 from cliffwatch.services.catalog import ScenarioCatalog
 
 log = structlog.get_logger(__name__)
+
+
+class LocalRuns(Protocol):
+    """The runs this instance executes (its worker), reachable without the database."""
+
+    def abort_local(self, run_id: str, reason: str) -> Run | None:
+        """Stops the run at once if it runs here; the run as held here, or None."""
+
+    def stop_local(self, reason: str) -> list[Run]:
+        """Aborts every run here and claims no more until ``release_local``; the runs stopped."""
+
+    def release_local(self) -> None: ...
 
 
 class TargetPolicy(Protocol):
@@ -70,7 +89,9 @@ class RunsService:
         policy: TargetPolicy,
         caps: Caps,
         now: Callable[[], datetime],
+        local: LocalRuns | None = None,
     ) -> None:
+        self.local = local
         self.runs = runs
         self.control = control
         self.catalog = catalog
@@ -155,26 +176,49 @@ class RunsService:
         return await self.runs.list_runs(query)
 
     async def abort(self, run_id: str, reason: str) -> Run:
-        """Stops a run: a queued one ends at once, a running one is stopped by its worker within a second
-        or two, faults rolled back. A finished run is returned as it is."""
-        run = await self.runs.request_abort(run_id, reason)
+        """Stops a run: a queued one ends at once, a running one is stopped by its worker — at once when it
+        runs on this instance (database or not), else within a second or two — faults rolled back. A
+        finished run is returned as it is. Raises ``StoreUnavailable`` only when the run does not run here."""
+        here = self.local.abort_local(run_id, reason) if self.local is not None else None
+        try:
+            run = await self.runs.request_abort(run_id, reason)
+        except StoreUnavailable:
+            if here is None:
+                raise
+            log.warning("run aborted on this instance; the database could not record the request", run_id=run_id)
+            return here
         if run is None:
             raise RunNotFound(run_id)
         return run
 
     async def stop_all(self, reason: str) -> list[Run]:
-        """The emergency stop: no run is accepted, and every queued or running run is aborted."""
-        await self.control.set_emergency_stop(reason)
-        stopped = []
-        for run in await self.runs.active_runs():
-            aborted = await self.runs.request_abort(run.id, f"emergency stop: {reason}")
-            if aborted is not None:
-                stopped.append(aborted)
+        """The emergency stop: no run is accepted, and every queued or running run is aborted. This instance's
+        runs stop at once, database or not; when the database cannot record the stop for the other
+        instances, ``EmergencyStopNotRecorded`` says so (this instance stays stopped until it is recorded, or
+        released here)."""
+        stopped_here = self.local.stop_local(f"emergency stop: {reason}") if self.local is not None else []
+        try:
+            await self.control.set_emergency_stop(reason)
+            stopped = {run.id: run for run in stopped_here}
+            for run in await self.runs.active_runs():
+                aborted = await self.runs.request_abort(run.id, f"emergency stop: {reason}")
+                if aborted is not None:
+                    stopped[aborted.id] = aborted
+        except StoreUnavailable as exc:
+            if self.local is None:
+                raise
+            log.error("emergency stop: this instance stopped, the database could not record it", reason=reason,
+                      runs=len(stopped_here), error=str(exc))  # fmt: skip
+            raise EmergencyStopNotRecorded([run.id for run in stopped_here], exc) from exc
+        if self.local is not None:
+            self.local.release_local()  # recorded: the database's stop now holds every instance, this one included
         log.warning("emergency stop", reason=reason, runs=len(stopped))
-        return stopped
+        return list(stopped.values())
 
     async def release_stop(self) -> None:
         await self.control.set_emergency_stop(None)
+        if self.local is not None:
+            self.local.release_local()
 
     async def emergency_stop(self) -> str | None:
         return await self.control.emergency_stop()

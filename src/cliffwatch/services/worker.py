@@ -5,32 +5,39 @@ A run of kind sweep goes through ``prepare_sweep`` instead of ``prepare``, under
 interrupt and shutdown handling; its end carries the sweep document and the usable capacity. While it runs,
 the document of the steps so far is stored after every step as the run's provisional result.
 
-A run whose lease this worker loses (an instance that was frozen, say) is stopped here, since another
-instance may already have declared it interrupted. An abort asked for through the API reaches the run
-within ``ABORT_POLL_S``.
+The lease is kept by a ``LeaseKeeper`` from the claim until the run's end is recorded: renewed on time,
+retried through a database outage, and — when it cannot be renewed before it would expire — given up by
+fencing the run (its load stopped, its faults removed) before another instance may reap it. Outcomes go to
+the store through a ``BufferedStoreSink`` that never makes the run wait for the database, and the end is
+recorded with retries, so an outage loses nothing the worker still holds.
+
+An abort asked for through the store reaches the run within ``ABORT_POLL_S``; one asked of this instance
+(``abort_local``, ``stop_local``: the API's abort and emergency stop) reaches it at once, database or not.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
 import structlog
 
-from cliffwatch.domain.errors import CliffwatchError
-from cliffwatch.domain.outcomes import RequestRecord
+from cliffwatch.domain.errors import CliffwatchError, StoreUnavailable
 from cliffwatch.domain.ports import RecordSink
 from cliffwatch.domain.result import RunResult, RunStatus
 from cliffwatch.domain.runs import Run, RunEnd, RunKind
 from cliffwatch.domain.scenario import Scenario, parse_scenario, with_overrides
 from cliffwatch.domain.service_ports import RunStore, ScenarioStore
 from cliffwatch.domain.sweep_spec import SweepSpec
+from cliffwatch.services.lease import LeaseKeeper, LeaseTiming
+from cliffwatch.services.outcome_sink import BufferedStoreSink
 from cliffwatch.services.runner import RunService
 from cliffwatch.services.sweep import SweepObserver
 from cliffwatch.services.sweep_progress import SweepProgress
@@ -40,6 +47,8 @@ T = TypeVar("T")
 
 POLL_S = 0.5  # how often an idle worker looks for queued runs
 ABORT_POLL_S = 1.0
+FINISH_RETRY_FIRST_S = 0.2
+FINISH_RETRY_MAX_S = 5.0
 
 
 class PreparedRunLike(Protocol):
@@ -91,34 +100,43 @@ PrepareSweep = Callable[[Scenario, SweepSpec, str, SweepObserver], AbstractAsync
 OutcomeCounter = Callable[[str, Counter[str]], None]
 
 
-class StoreSink:
-    """A ``RecordSink`` writing outcomes to the store in batches, once per runner tick."""
-
-    def __init__(self, store: RunStore, run_id: str, count: OutcomeCounter | None = None) -> None:
-        self.store = store
-        self.run_id = run_id
-        self.count = count
-        self._buffer: list[RequestRecord] = []
-        self._lock = asyncio.Lock()
-
-    def add(self, record: RequestRecord) -> None:
-        self._buffer.append(record)
-
-    async def flush(self) -> None:
-        async with self._lock:  # the runner's final flush may meet a tick's
-            batch, self._buffer = self._buffer, []
-            if not batch:
-                return
-            await self.store.add_outcomes(self.run_id, batch)
-            if self.count is not None:
-                self.count(self.run_id, Counter(r.outcome.value for r in batch))
-
-
 @dataclass(frozen=True, kw_only=True)
 class WorkerSettings:
     owner: str
     max_concurrent_runs: int
     lease_s: float
+    outcome_buffer: int = 100_000  # outcomes a run may hold while the database cannot take them
+
+
+class _RunHandle:
+    """What the lease keeper and the local controls stop: the run's service (or sweep) once it is prepared.
+    A stop asked for before then is remembered, and the run then ends without starting its load."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.target: Stoppable | None = None
+        self.interrupted = False
+        self.abort_reason: str | None = None
+        self.unstored: str | None = None  # how many outcomes could not be stored, and why
+
+    @property
+    def stopped(self) -> bool:
+        return self.interrupted or self.abort_reason is not None
+
+    def interrupt(self) -> None:
+        self.interrupted = True
+        if self.target is not None:
+            self.target.interrupt()
+
+    def abort(self, reason: str) -> None:
+        if self.abort_reason is None:
+            self.abort_reason = reason
+        if self.target is not None:
+            self.target.abort(reason)
+
+
+class _StoppedBeforeStart(Exception):
+    """The run was stopped (fenced, aborted, shut down) before its load began."""
 
 
 class Worker:
@@ -132,6 +150,7 @@ class Worker:
         now: Callable[[], datetime],
         count_outcomes: OutcomeCounter | None = None,
         prepare_sweep: PrepareSweep | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.runs = runs
         self.scenarios = scenarios
@@ -139,10 +158,13 @@ class Worker:
         self.prepare_sweep = prepare_sweep
         self.settings = settings
         self.now = now
+        self.monotonic = monotonic
         self.count_outcomes = count_outcomes
+        self.lease_timing = LeaseTiming(lease_s=settings.lease_s)
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._services: dict[str, Stoppable] = {}
+        self._handles: dict[str, _RunHandle] = {}
         self._claiming = True
+        self._stopped: str | None = None  # an emergency stop this instance was told of, database or not
 
     @property
     def active(self) -> int:
@@ -152,12 +174,13 @@ class Worker:
         """Claims and starts runs while there is room, until ``stop_claiming`` (or cancellation)."""
         while self._claiming:
             started = False
-            if len(self._tasks) < self.settings.max_concurrent_runs:
+            if len(self._tasks) < self.settings.max_concurrent_runs and self._stopped is None:
                 started = await self._claim_one()
             if not started:
                 await asyncio.sleep(POLL_S)
 
     async def _claim_one(self) -> bool:
+        held_since = self.monotonic()  # before asking: the lease granted ends no earlier than this + lease_s
         now = self.now()
         try:
             run = await self.runs.claim_run(
@@ -168,20 +191,48 @@ class Worker:
             return False
         if run is None:
             return False
-        task = asyncio.create_task(self._execute(run), name=f"run-{run.id}")
+        handle = _RunHandle(run)
+        self._handles[run.id] = handle
+        task = asyncio.create_task(self._execute(run, handle, held_since), name=f"run-{run.id}")
         self._tasks[run.id] = task
-        task.add_done_callback(lambda _: self._tasks.pop(run.id, None))
+
+        def done(_: asyncio.Task[None]) -> None:
+            self._tasks.pop(run.id, None)
+            self._handles.pop(run.id, None)
+
+        task.add_done_callback(done)
+        if self._stopped is not None:  # the emergency stop came while this claim was on its way
+            handle.abort(self._stopped)
         return True
 
     def stop_claiming(self) -> None:
         self._claiming = False
 
+    def abort_local(self, run_id: str, reason: str) -> Run | None:
+        """Stops ``run_id`` at once if this instance runs it, without the database; the run as this instance
+        holds it (abort requested), or None when it does not run here."""
+        handle = self._handles.get(run_id)
+        if handle is None:
+            return None
+        handle.abort(reason)
+        return replace(handle.run, abort_requested=handle.run.abort_requested or reason)
+
+    def stop_local(self, reason: str) -> list[Run]:
+        """The emergency stop on this instance, database or not: every run here is aborted and no run is
+        claimed until ``release_local``. Returns the runs stopped."""
+        self._stopped = reason
+        return [run for run_id in list(self._handles) if (run := self.abort_local(run_id, reason)) is not None]
+
+    def release_local(self) -> None:
+        """Lets this instance claim runs again (the database's emergency stop, if set, still holds)."""
+        self._stopped = None
+
     async def shutdown(self, grace_s: float) -> None:
         """Stops claiming, interrupts every run (faults rolled back), and waits up to ``grace_s`` for them to
         record their end; what is still going then is cancelled (and recorded as interrupted if it can)."""
         self.stop_claiming()
-        for service in list(self._services.values()):
-            service.interrupt()
+        for handle in list(self._handles.values()):
+            handle.interrupt()
         tasks = list(self._tasks.values())
         if not tasks:
             return
@@ -191,54 +242,77 @@ class Worker:
         if pending:
             await asyncio.wait(pending)
 
-    async def _execute(self, run: Run) -> None:
+    async def _execute(self, run: Run, handle: _RunHandle, held_since: float) -> None:
         bound = log.bind(run_id=run.id, scenario=run.scenario_name)
         structlog.contextvars.bind_contextvars(run_id=run.id)
+        lease = LeaseKeeper(runs=self.runs, run_id=run.id, owner=self.settings.owner, timing=self.lease_timing,
+                            now=self.now, held_since=held_since, monotonic=self.monotonic)  # fmt: skip
+        # The lease is kept until the end is recorded: a run whose database is down at its end is not reaped
+        # while its worker still holds its result.
+        keeper = asyncio.create_task(lease.keep(handle), name=f"lease-{run.id}")
         end: RunEnd
         try:
-            scenario = await self._scenario(run)
-            if run.kind is RunKind.SWEEP:
-                end = await self._sweep(run, scenario)
-            else:
-                end = await self._run(run, scenario)
-        except asyncio.CancelledError:
-            end = RunEnd(status=RunStatus.INTERRUPTED, finished_at=self.now(),
-                         reason="the service stopped before the run could finish")  # fmt: skip
-            await asyncio.shield(self._finish(run, end))
-            raise
-        except CliffwatchError as exc:
-            # Raised before any load (target unreachable, Toxiproxy unavailable, invalid stored scenario).
-            end = RunEnd(status=RunStatus.FAILED, finished_at=self.now(), reason=str(exc))
-        except Exception as exc:  # a bug of ours: the run is recorded as failed, the worker goes on
-            bound.exception("run crashed")
-            end = RunEnd(status=RunStatus.FAILED, finished_at=self.now(),
-                         reason=f"cliffwatch internal error: {type(exc).__name__}: {exc}")  # fmt: skip
+            try:
+                scenario = await self._scenario(run)
+                if run.kind is RunKind.SWEEP:
+                    end = await self._sweep(run, scenario, handle)
+                else:
+                    end = await self._run(run, scenario, handle)
+            except _StoppedBeforeStart:
+                end = self._stopped_end(handle, lease)
+            except asyncio.CancelledError:
+                end = RunEnd(status=RunStatus.INTERRUPTED, finished_at=self.now(),
+                             reason="the service stopped before the run could finish")  # fmt: skip
+                await asyncio.shield(self._finish(run, end, attempts=1))
+                raise
+            except CliffwatchError as exc:
+                # Raised before any load (target unreachable, Toxiproxy unavailable, invalid stored scenario).
+                end = RunEnd(status=RunStatus.FAILED, finished_at=self.now(), reason=str(exc))
+            except Exception as exc:  # a bug of ours: the run is recorded as failed, the worker goes on
+                bound.exception("run crashed")
+                end = RunEnd(status=RunStatus.FAILED, finished_at=self.now(),
+                             reason=f"cliffwatch internal error: {type(exc).__name__}: {exc}")  # fmt: skip
+            await self._finish(run, _explained(end, lease, handle))
         finally:
-            self._services.pop(run.id, None)
+            keeper.cancel()
+            await asyncio.gather(keeper, return_exceptions=True)
             structlog.contextvars.unbind_contextvars("run_id")
-        await self._finish(run, end)
 
-    async def _run(self, run: Run, scenario: Scenario) -> RunEnd:
-        sink = StoreSink(self.runs, run.id, self.count_outcomes)
-        async with self.prepare(scenario, run.id, sink) as prepared:
-            service = prepared.service
-            result = await self._watched(
-                run, service, service.execute(scenario, run_id=run.id, target_url=prepared.target_url)
-            )
+    def _stopped_end(self, handle: _RunHandle, lease: LeaseKeeper) -> RunEnd:
+        if handle.abort_reason is not None:
+            return RunEnd(status=RunStatus.ABORTED, finished_at=self.now(), reason=handle.abort_reason)
+        reason = lease.fenced or "interrupted before its load began (the service stopped, or lost the run's lease)"
+        return RunEnd(status=RunStatus.INTERRUPTED, finished_at=self.now(), reason=reason)
+
+    async def _run(self, run: Run, scenario: Scenario, handle: _RunHandle) -> RunEnd:
+        sink = BufferedStoreSink(self.runs, run.id, capacity=self.settings.outcome_buffer, count=self.count_outcomes)
+        try:
+            async with self.prepare(scenario, run.id, sink) as prepared:
+                service = prepared.service
+                sink.on_overflow = service.abort
+                result = await self._watched(
+                    run, handle, service, service.execute(scenario, run_id=run.id, target_url=prepared.target_url)
+                )
+            await sink.drain()  # every outcome stored before the end is: a reader of a finished run sees all
+        finally:
+            await sink.close()
+        if sink.dropped or sink.broken is not None:
+            cause = sink.broken or "the outcome buffer was full"
+            handle.unstored = f"{sink.dropped + sink.pending:,} outcomes could not be stored ({cause})"
         return run_end(result, self.now())
 
-    async def _sweep(self, run: Run, scenario: Scenario) -> RunEnd:
+    async def _sweep(self, run: Run, scenario: Scenario, handle: _RunHandle) -> RunEnd:
         if run.sweep is None:
             raise CliffwatchError(f"the sweep run {run.id} has no sweep parameters stored")
         if self.prepare_sweep is None:
             raise CliffwatchError("this instance cannot run sweeps (no sweep machinery configured)")
         progress = SweepProgress(sweep_id=run.id, scenario=scenario, spec=run.sweep, target_url=run.target_url,
                                  started_at=self.now())  # fmt: skip
-        async with self.prepare_sweep(scenario, run.sweep, run.id, progress) as handle:
-            progress.target_url = handle.target_url
+        async with self.prepare_sweep(scenario, run.sweep, run.id, progress) as sweep:
+            progress.target_url = sweep.target_url
             publisher = asyncio.create_task(self._publish_progress(run, progress))
             try:
-                outcome = await self._watched(run, handle, handle.run())
+                outcome = await self._watched(run, handle, sweep, sweep.run())
             finally:
                 publisher.cancel()  # before the end is recorded: the final document replaces the provisional
                 await asyncio.gather(publisher, return_exceptions=True)
@@ -256,25 +330,42 @@ class Worker:
                 log.warning("could not store a sweep's progress", run_id=run.id, error=str(exc))
                 continue
             if not held:
-                return  # the lease watcher stops the sweep
+                return  # the lease keeper stops the sweep
 
-    async def _watched(self, run: Run, stoppable: Stoppable, work: Awaitable[T]) -> T:
-        """Awaits ``work`` while keeping the run's lease and watching for an abort asked through the store."""
-        self._services[run.id] = stoppable
-        watchers = [
-            asyncio.create_task(self._keep_lease(run, stoppable)),
-            asyncio.create_task(self._watch_abort(run, stoppable)),
-        ]
+    async def _watched(self, run: Run, handle: _RunHandle, stoppable: Stoppable, work: Coroutine[Any, Any, T]) -> T:
+        """Awaits ``work`` while watching for an abort asked through the store; the handle now stops it."""
+        if handle.stopped:
+            work.close()
+            raise _StoppedBeforeStart
+        handle.target = stoppable
+        watcher = asyncio.create_task(self._watch_abort(run, handle))
         try:
+            # ``work`` starts at once, with no await before it: a stop cannot fall between the check and its start.
             return await work
         finally:
-            for watcher in watchers:
-                watcher.cancel()
-            await asyncio.gather(*watchers, return_exceptions=True)
+            handle.target = None
+            watcher.cancel()
+            await asyncio.gather(watcher, return_exceptions=True)
 
-    async def _finish(self, run: Run, end: RunEnd) -> None:
-        recorded = await self.runs.finish_run(run.id, owner=self.settings.owner, end=end)
-        log.info("run ended", run_id=run.id, status=end.status.value, score=end.score, recorded=recorded)
+    async def _finish(self, run: Run, end: RunEnd, *, attempts: int | None = None) -> None:
+        """Records how the run ended, retrying while the database is unavailable (``attempts`` None: until it
+        is back, or the worker is cancelled at shutdown)."""
+        delay, tried = FINISH_RETRY_FIRST_S, 0
+        while True:
+            tried += 1
+            try:
+                recorded = await self.runs.finish_run(run.id, owner=self.settings.owner, end=end)
+            except StoreUnavailable as exc:
+                if attempts is not None and tried >= attempts:
+                    log.error("could not record a run's end", run_id=run.id, status=end.status.value, error=str(exc))
+                    return
+                if tried == 1:
+                    log.warning("could not record a run's end: retrying", run_id=run.id, error=str(exc))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, FINISH_RETRY_MAX_S)
+                continue
+            log.info("run ended", run_id=run.id, status=end.status.value, score=end.score, recorded=recorded)
+            return
 
     async def _scenario(self, run: Run) -> Scenario:
         version = await self.scenarios.scenario_version(run.scenario_name, run.scenario_hash)
@@ -284,26 +375,24 @@ class Worker:
         o = run.overrides
         return with_overrides(scenario, target_url=o.target_url, seed=o.seed, threshold=o.threshold)
 
-    async def _keep_lease(self, run: Run, service: Stoppable) -> None:
-        every = self.settings.lease_s / 3
-        while True:
-            await asyncio.sleep(every)
-            held = await self.runs.renew_lease(
-                run.id, owner=self.settings.owner, lease_until=self.now() + timedelta(seconds=self.settings.lease_s)
-            )
-            if not held:
-                log.warning("lost the lease of a running run: stopping it", run_id=run.id)
-                service.interrupt()
-                return
-
-    async def _watch_abort(self, run: Run, service: Stoppable) -> None:
+    async def _watch_abort(self, run: Run, handle: _RunHandle) -> None:
         while True:
             await asyncio.sleep(ABORT_POLL_S)
             with contextlib.suppress(CliffwatchError):
                 current = await self.runs.get_run(run.id)
                 if current is not None and current.abort_requested:
-                    service.abort(current.abort_requested)
+                    handle.abort(current.abort_requested)
                     return
+
+
+def _explained(end: RunEnd, lease: LeaseKeeper, handle: _RunHandle) -> RunEnd:
+    """The end with what only the worker knows: that it fenced the run, and outcomes it could not store."""
+    reason = end.reason
+    if lease.fenced is not None and end.status is RunStatus.INTERRUPTED:
+        reason = lease.fenced
+    if handle.unstored is not None:
+        reason = f"{reason}; {handle.unstored}" if reason else handle.unstored
+    return replace(end, reason=reason)
 
 
 def run_end(result: RunResult, finished_at: datetime) -> RunEnd:

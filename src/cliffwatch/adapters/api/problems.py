@@ -20,6 +20,7 @@ from cliffwatch.domain.errors import (
     BuiltinTargetFailed,
     CliffwatchError,
     EmergencyStopActive,
+    EmergencyStopNotRecorded,
     FaultInjectionFailed,
     Problem,
     RunNotFound,
@@ -151,6 +152,17 @@ def _store_unavailable(exc: StoreUnavailable) -> ApiError:
     )
 
 
+def _stop_not_recorded(exc: EmergencyStopNotRecorded) -> ApiError:
+    return ApiError(
+        503,
+        "emergency-stop-not-recorded",
+        "Emergency stop not recorded",
+        str(exc),
+        headers={"Retry-After": str(STORE_RETRY_AFTER_S)},
+        extensions={"stopped_here": list(exc.stopped_here)},
+    )
+
+
 # Every error in domain/errors.py (and the settings'), with its status; a test holds the table complete.
 ERRORS: dict[type[CliffwatchError], _Mapping] = {
     ScenarioInvalid: _Mapping(status=422, slug="scenario-invalid", title="Invalid scenario", extend=_scenario_invalid),
@@ -171,6 +183,9 @@ ERRORS: dict[type[CliffwatchError], _Mapping] = {
     ScenarioNotFound: _Mapping(status=404, slug="scenario-not-found", title="Scenario not found"),
     StoreUnavailable: _Mapping(
         status=503, slug="store-unavailable", title="Database unavailable", extend=_store_unavailable
+    ),
+    EmergencyStopNotRecorded: _Mapping(
+        status=503, slug="emergency-stop-not-recorded", title="Emergency stop not recorded", extend=_stop_not_recorded
     ),
     # The API never runs anything itself, but the worker's errors may surface through a service some day:
     # they are failures of something upstream (502) or of this instance (500), never of the caller.

@@ -4,10 +4,12 @@ An entry is a row of ``fault_ledger``, committed before ``planned`` returns, so 
 it names does; ``removed`` stamps ``removed_at``. Whether a run is still running, which the reconciler asks
 before removing anything of it, depends on who runs it:
 
-- a service run (a row in ``runs``) runs while its status is running and its lease has not ended. The lease
-  is the only liveness that holds across hosts: an instance that stopped renewing it has lost the run (and
-  ``expire_leases`` will say so), so its faults are fair game. ``run_started``/``run_finished`` are kept in
-  ``ledger_runs`` as bookkeeping only; they do not change the answer.
+- a service run (a row in ``runs``) runs while its status is running and its lease has not ended ``grace``
+  ago. The lease is the only liveness that holds across hosts: an instance that could not renew it fences its
+  run before the lease ends (``services/lease.py``), so once the grace has passed too its faults are fair
+  game (and ``expire_leases``, given the same grace, interrupts it). Before then they are left alone.
+  ``run_started``/``run_finished`` are kept in ``ledger_runs`` as bookkeeping only; they do not change the
+  answer.
 - any other run (a CLI process recording its faults here) runs from ``run_started`` to ``run_finished``
   while its process lives: host, pid, the pid's start time and the boot id, as in the file ledger.
 """
@@ -15,7 +17,7 @@ before removing anything of it, depends on who runs it:
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy import ColumnElement, delete, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
@@ -29,10 +31,14 @@ from cliffwatch.services.store_values import utc_now
 
 
 class SqlFaultLedger:
-    """Implements ``FaultLedger`` on the store's database; ``now`` is the clock leases are judged by."""
+    """Implements ``FaultLedger`` on the store's database; ``now`` is the clock leases are judged by, and
+    ``grace`` how long after its lease's end a run still counts as running (``Settings.lease_grace_s``)."""
 
-    def __init__(self, engine: AsyncEngine, *, now: Callable[[], datetime] = utc_now) -> None:
+    def __init__(
+        self, engine: AsyncEngine, *, now: Callable[[], datetime] = utc_now, grace: timedelta = timedelta(0)
+    ) -> None:
         self._db = Database(engine, now=now)
+        self._grace = grace
 
     async def run_started(self, run_id: str) -> None:
         owner = Owner.current()
@@ -100,7 +106,8 @@ class SqlFaultLedger:
         service_run = (await conn.execute(select(runs.c.status, runs.c.lease_until).where(runs.c.id == run_id))).first()
         if service_run is not None:
             status, lease_until = service_run
-            return status == RunStatus.RUNNING.value and lease_until is not None and lease_until >= self._db.now()
+            running = status == RunStatus.RUNNING.value
+            return running and lease_until is not None and lease_until + self._grace >= self._db.now()
         row = (await conn.execute(select(ledger_runs).where(ledger_runs.c.run_id == run_id))).mappings().first()
         if row is None or row["finished_at"] is not None:
             return False

@@ -11,7 +11,7 @@ which holds the only write lock there is.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import ColumnElement, and_, func, or_, select, update
@@ -24,7 +24,8 @@ from cliffwatch.domain.result import RunStatus
 from cliffwatch.domain.runs import Run, RunEnd, RunKind, RunPage, RunQuery
 from cliffwatch.services.store_values import check_limit, decode_cursor, encode_cursor, lease_reason, result_document
 
-QUEUED, RUNNING = RunStatus.QUEUED.value, RunStatus.RUNNING.value
+QUEUED, RUNNING, INTERRUPTED = RunStatus.QUEUED.value, RunStatus.RUNNING.value, RunStatus.INTERRUPTED.value
+NO_GRACE = timedelta(0)
 TERMINAL = tuple(s.value for s in RunStatus if s.terminal)
 OLDEST_FIRST = (runs.c.created_at, runs.c.id)
 
@@ -129,6 +130,9 @@ class SqlRuns:
         async with self._db.write() as conn:
             finished = await conn.execute(update(runs).where(*_held(run_id, owner)).values(end_values(end)))
             if finished.rowcount != 1:
+                # Reaped while its owner could not reach the database: the owner's end is what happened.
+                finished = await conn.execute(update(runs).where(*_reaped(run_id, owner)).values(end_values(end)))
+            if finished.rowcount != 1:
                 return False
             if phases:
                 await conn.execute(run_phases.insert(), phases)
@@ -136,8 +140,8 @@ class SqlRuns:
                 await conn.execute(run_seconds.insert(), seconds)
         return True
 
-    async def expire_leases(self, now: datetime) -> list[Run]:
-        lapsed = (runs.c.status == RUNNING, runs.c.lease_until < now)
+    async def expire_leases(self, now: datetime, *, grace: timedelta = NO_GRACE) -> list[Run]:
+        lapsed = (runs.c.status == RUNNING, runs.c.lease_until < now - grace)
         candidates = select(runs.c.id, runs.c.owner, runs.c.lease_until).where(*lapsed).order_by(*OLDEST_FIRST)
         if self._db.postgres:
             candidates = candidates.with_for_update(skip_locked=True)  # another instance is expiring those
@@ -206,6 +210,12 @@ class SqlRuns:
 def _held(run_id: str, owner: str) -> tuple[ColumnElement[bool], ...]:
     """The run is running and ``owner`` holds it: the guard of every change a worker makes."""
     return (runs.c.id == run_id, runs.c.status == RUNNING, runs.c.owner == owner)
+
+
+def _reaped(run_id: str, owner: str) -> tuple[ColumnElement[bool], ...]:
+    """The run was ``owner``'s and was interrupted by the reaper (no result yet): its owner may still say how
+    it really ended, once."""
+    return (runs.c.id == run_id, runs.c.status == INTERRUPTED, runs.c.owner == owner, runs.c.result.is_(None))
 
 
 async def _duplicate_of(conn: AsyncConnection, run: Run) -> Run | None:

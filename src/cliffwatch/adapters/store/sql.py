@@ -9,7 +9,7 @@ two to them. Every method raises ``StoreUnavailable`` when the database cannot b
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -41,6 +41,8 @@ class SqlStore(SqlRuns, SqlOutcomes, SqlCatalog):
         """The leader lock on this store's database (as ``InMemoryStore.leader_lock``)."""
         return leader_lock(self._db.engine)
 
-    def fault_ledger(self, *, now: Callable[[], datetime] | None = None) -> SqlFaultLedger:
+    def fault_ledger(
+        self, *, now: Callable[[], datetime] | None = None, grace: timedelta = timedelta(0)
+    ) -> SqlFaultLedger:
         """The fault ledger on this store's database, judging leases by ``now`` (the store's clock)."""
-        return SqlFaultLedger(self._db.engine, now=now or self._db.now)
+        return SqlFaultLedger(self._db.engine, now=now or self._db.now, grace=grace)
