@@ -70,10 +70,11 @@ class Backend:
             return self.memory
         return SqlStore(self.engine(), now=self.clock)
 
-    def ledger(self) -> FaultLedger:
-        """A fault ledger of another instance (its own engine), judging leases by the test's clock."""
+    def ledger(self, *, grace: timedelta = timedelta(0)) -> FaultLedger:
+        """A fault ledger of another instance (its own engine), judging leases by the test's clock and
+        presuming a run's owner dead ``grace`` after its lease ended."""
         store = self.memory or SqlStore(self.engine(), now=self.clock)
-        return store.fault_ledger(now=self.clock)
+        return store.fault_ledger(now=self.clock, grace=grace)
 
     def leader_lock(self) -> LeaderLock:
         """The leader lock of another instance."""

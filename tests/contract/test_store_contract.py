@@ -249,12 +249,46 @@ async def test_a_lease_not_renewed_in_time_ends_the_run_as_interrupted(backend: 
     assert run.finished_at == lease_end + seconds(1)
     assert run.reason == "the instance instance-a stopped renewing its lease (last until 2026-03-01T12:00:30+00:00)"
     assert await backend.store.get_run("lapsed") == run
-    # the instance that lost the run can neither keep it nor record its end
+    # the instance that lost the run cannot keep it, nor can anyone else record its end
     assert not await backend.store.renew_lease("lapsed", owner="instance-a", lease_until=lease_end + LEASE)
-    end = RunEnd(status=RunStatus.SUCCEEDED, finished_at=lease_end + seconds(5), score=90.0)
-    assert not await backend.store.finish_run("lapsed", owner="instance-a", end=end)
+    end = RunEnd(status=RunStatus.INTERRUPTED, finished_at=lease_end + seconds(5), reason="fenced")
+    assert not await backend.store.finish_run("lapsed", owner="instance-b", end=end)
     assert (await backend.store.get_run("lapsed")).status is RunStatus.INTERRUPTED  # type: ignore[union-attr]
     assert (await backend.store.get_run("renewed")).status is RunStatus.RUNNING  # type: ignore[union-attr]
+
+
+async def test_a_lease_is_expired_only_once_the_grace_after_it_has_passed_too(backend: Backend) -> None:
+    """An owner that could not renew fences itself before its lease ends; the reaper waits out the grace."""
+    await _claimed(backend, "r1", owner="instance-a")
+    grace = seconds(10)
+    assert await backend.store.expire_leases(T0 + LEASE + seconds(9), grace=grace) == []
+    assert (await backend.store.get_run("r1")).status is RunStatus.RUNNING  # type: ignore[union-attr]
+    [expired] = await backend.store.expire_leases(T0 + LEASE + seconds(11), grace=grace)
+    assert expired.id == "r1"
+    assert expired.status is RunStatus.INTERRUPTED
+    assert expired.finished_at == T0 + LEASE + seconds(11)
+
+
+async def test_the_owner_of_a_reaped_run_still_records_how_it_ended_once(backend: Backend) -> None:
+    """A run reaped while its owner could not reach the database takes the owner's end (result, phases, time
+    series) when the owner gets through: the owner fenced itself in time, its end is what happened."""
+    await _claimed(backend, "r1", owner="instance-a")
+    [reaped] = await backend.store.expire_leases(T0 + LEASE + seconds(1))
+    assert reaped.result is None
+    end = replace(scored_end("r1", finished_at=T0 + LEASE + seconds(20)), status=RunStatus.INTERRUPTED,
+                  reason="fenced: the lease could not be renewed")  # fmt: skip
+    assert not await backend.store.finish_run("r1", owner="instance-b", end=end)
+    assert await backend.store.finish_run("r1", owner="instance-a", end=end)
+    run = await backend.store.get_run("r1")
+    assert run is not None
+    assert (run.status, run.reason, run.score) == (RunStatus.INTERRUPTED, "fenced: the lease could not be renewed",
+                                                  end.score)  # fmt: skip
+    assert run.result is not None
+    assert await backend.store.timeseries("r1") != []
+    # once: the end it recorded stands
+    again = replace(end, reason="something else")
+    assert not await backend.store.finish_run("r1", owner="instance-a", end=again)
+    assert (await backend.store.get_run("r1")).reason == end.reason  # type: ignore[union-attr]
 
 
 # Aborts
@@ -576,6 +610,9 @@ async def test_a_service_run_is_running_for_the_ledger_while_its_lease_holds(bac
     assert await ledger.is_running("r1")
     backend.clock.advance(31)  # the instance went silent: its lease ended
     assert not await ledger.is_running("r1")
+    assert await backend.ledger(grace=seconds(10)).is_running("r1")  # its owner may still be stopping
+    backend.clock.advance(10)
+    assert not await backend.ledger(grace=seconds(10)).is_running("r1")  # past the grace: presumed dead
     assert await backend.store.renew_lease("r1", owner="instance-a", lease_until=backend.clock() + LEASE)
     assert await ledger.is_running("r1")  # (not yet expired by anyone: renewing brought it back)
     end = RunEnd(status=RunStatus.SUCCEEDED, finished_at=backend.clock(), score=90.0)

@@ -9,7 +9,7 @@ import pytest
 
 from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.adapters.toxiproxy_faults import ToxiproxyFaultInjector, host_port, with_address
-from cliffwatch.domain.errors import FaultInjectionFailed
+from cliffwatch.domain.errors import FaultInjectionFailed, StoreUnavailable
 from cliffwatch.domain.faults import ProxyState
 from cliffwatch.domain.scenario import Scenario, parse_scenario
 from cliffwatch.services.memory import InMemoryFaultLedger, InMemoryToxiproxy
@@ -129,6 +129,40 @@ async def test_a_toxic_that_cannot_be_removed_stays_outstanding_for_the_reconcil
     assert not event.ok
     assert "connection refused" in event.detail
     assert [e.toxic for e in await ledger.outstanding()] == [None, "cliffwatch-r1-p1-0-latency"]
+
+
+async def test_faults_come_off_while_the_ledger_cannot_be_written() -> None:
+    """A run fencing itself while its database is down still removes every toxic and its proxy; their
+    entries stay outstanding for a reconciler, and the events say the ledger was not updated."""
+    made, server, ledger = injector(scenario())
+    await made.set_up("http://127.0.0.1:8000")
+    await made.apply(1, scenario().phases[1].faults)
+
+    async def unavailable(entry: object) -> None:
+        raise StoreUnavailable("memory://ledger", "down for the test")
+
+    ledger.removed = unavailable  # type: ignore[method-assign]
+    off = await made.remove_all()
+    assert [(e.ok, "could not be updated" in e.detail) for e in off] == [(True, True), (True, True)]
+    assert server.proxies["llm"].toxics == ()
+    assert await made.tear_down() == []
+    assert server.proxies == {}
+    assert len(await ledger.outstanding()) == 3  # the proxy and both toxics, for the reconciler
+
+
+async def test_a_fault_the_ledger_cannot_record_is_not_applied() -> None:
+    """Recorded first or not at all: with the ledger down, the toxic is never created, and the event says why."""
+    made, server, ledger = injector(scenario())
+    await made.set_up("http://127.0.0.1:8000")
+
+    async def unavailable(entry: object) -> None:
+        raise StoreUnavailable("memory://ledger", "down for the test")
+
+    ledger.planned = unavailable  # type: ignore[method-assign]
+    [event] = await made.apply(1, scenario().phases[1].faults)
+    assert not event.ok
+    assert "the fault ledger could not record" in event.detail
+    assert server.proxies["llm"].toxics == ()
 
 
 async def test_without_a_proxy_route_the_load_goes_to_the_target() -> None:

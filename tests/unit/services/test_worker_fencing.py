@@ -16,14 +16,20 @@ from outage_kit import OutageStore
 from worker_kit import WorkerRig, now, working
 
 from cliffwatch.adapters.clock import MonotonicClock
+from cliffwatch.adapters.target_access import AllowlistPolicy
+from cliffwatch.domain.allowlist import DEFAULT_ALLOWLIST, parse_allowlist
+from cliffwatch.domain.errors import EmergencyStopNotRecorded, StoreUnavailable
 from cliffwatch.domain.outcomes import NS_PER_MS, Attempt, Outcome, RequestRecord, classify
 from cliffwatch.domain.plan import PlannedRequest
 from cliffwatch.domain.ports import RecordSink
 from cliffwatch.domain.result import RunStatus
+from cliffwatch.domain.runs import Caps
 from cliffwatch.domain.scenario import Scenario
+from cliffwatch.services.catalog import ScenarioCatalog
 from cliffwatch.services.memory import CollectingObserver, RecordingFaultInjector, ScriptedGenerator
 from cliffwatch.services.memory_store import InMemoryStore
 from cliffwatch.services.runner import RunService
+from cliffwatch.services.runs import RunsService
 from cliffwatch.services.worker import Worker, WorkerSettings
 
 LEASE_S = 1.5
@@ -113,7 +119,8 @@ async def test_a_worker_that_cannot_renew_its_lease_stops_the_load_before_the_le
         made.outage.up()
         run = await made.wait_for("r1", RunStatus.INTERRUPTED, RunStatus.SUCCEEDED, RunStatus.FAILED, within_s=10)
     assert run.status is RunStatus.INTERRUPTED
-    assert run.reason is not None and run.reason.startswith("fenced: the lease could not be renewed")
+    assert run.reason is not None
+    assert run.reason.startswith("fenced: the lease could not be renewed")
     assert run.result is not None
     offered = sum(p["offered"] for p in run.result["phases"])
     stored = await made.store.list_outcomes("r1", after=None, limit=10_000)
@@ -172,7 +179,8 @@ async def test_a_run_whose_outcomes_would_overflow_the_buffer_is_stopped_saying_
         run = await made.wait_for("r1", RunStatus.ABORTED, RunStatus.SUCCEEDED, within_s=10)
     assert run.status is RunStatus.ABORTED
     assert run.reason is not None
-    assert "outcome buffer" in run.reason and "could not be stored" in run.reason
+    assert "outcome buffer" in run.reason
+    assert "could not be stored" in run.reason
 
 
 async def test_a_run_stopped_before_its_load_began_sends_nothing() -> None:
@@ -194,5 +202,66 @@ async def test_a_run_stopped_before_its_load_began_sends_nothing() -> None:
         assert made.worker.abort_local("r1", "stop it") is not None
         gate.set()
         run = await made.wait_for("r1", RunStatus.ABORTED, RunStatus.SUCCEEDED, within_s=5)
-    assert run.status is RunStatus.ABORTED and run.reason == "stop it"
+    assert run.status is RunStatus.ABORTED
+    assert run.reason == "stop it"
     assert made.sent_at == []
+
+
+def runs_service(made: Rig) -> RunsService:
+    allowlist, _ = parse_allowlist(DEFAULT_ALLOWLIST)
+    assert allowlist is not None
+    return RunsService(runs=made.outage, control=made.outage, catalog=ScenarioCatalog(made.outage, now=now),  # type: ignore[arg-type]
+                       policy=AllowlistPolicy(allowlist), caps=Caps(max_concurrent_runs=2, max_offered_rate=1000,
+                                                                     max_duration_s=3600),
+                       now=now, local=made.worker)  # fmt: skip
+
+
+async def test_an_abort_reaches_a_run_of_this_instance_while_its_database_is_down() -> None:
+    """With every store call failing, aborting through the instance that runs the run stops its load at once."""
+    made = rig(lease_s=30.0)
+    service = runs_service(made)
+    await made.queue_run(scenario(30, 20), run_id="r1")
+    async with working(made):
+        await made.wait_for("r1", RunStatus.RUNNING)
+        await asyncio.sleep(0.3)
+        made.outage.down()
+        aborted = await service.abort("r1", "operator: stop now")
+        stopped_at = time.monotonic()
+        assert aborted.id == "r1"
+        assert aborted.abort_requested == "operator: stop now"
+        await asyncio.sleep(0.5)
+        assert max(made.sent_at) <= stopped_at
+        with pytest.raises(StoreUnavailable):
+            await service.abort("elsewhere", "not a run of this instance")
+        made.outage.up()
+        run = await made.wait_for("r1", RunStatus.ABORTED, RunStatus.SUCCEEDED, within_s=10)
+    assert run.status is RunStatus.ABORTED
+    assert run.reason == "operator: stop now"
+
+
+async def test_the_emergency_stop_stops_this_instance_while_its_database_is_down() -> None:
+    """stop-all with the database down stops the runs here at once, says it could not be recorded, and this
+    instance claims nothing more until the stop is recorded."""
+    made = rig(lease_s=30.0)
+    service = runs_service(made)
+    await made.queue_run(scenario(30, 20), run_id="r1")
+    async with working(made):
+        await made.wait_for("r1", RunStatus.RUNNING)
+        await asyncio.sleep(0.3)
+        made.outage.down()
+        with pytest.raises(EmergencyStopNotRecorded) as refused:
+            await service.stop_all("pager")
+        stopped_at = time.monotonic()
+        assert refused.value.stopped_here == ("r1",)
+        made.outage.up()
+        run = await made.wait_for("r1", RunStatus.ABORTED, RunStatus.SUCCEEDED, within_s=10)
+        assert run.reason == "emergency stop: pager"
+        assert made.sent_at
+        assert max(made.sent_at) <= stopped_at
+        await made.queue_run(scenario(1, 5), run_id="r2")
+        await asyncio.sleep(1.2)  # two claim polls
+        assert (await made.store.get_run("r2")).status is RunStatus.QUEUED  # type: ignore[union-attr]
+        # recorded now: the database's stop holds every instance from here, and the queued run is aborted
+        assert [run.id for run in await service.stop_all("pager")] == ["r2"]
+        assert await made.store.emergency_stop() == "pager"
+        assert (await made.store.get_run("r2")).status is RunStatus.ABORTED  # type: ignore[union-attr]

@@ -195,7 +195,10 @@ def _runs_paths() -> dict[str, Any]:
         },
         "/api/v1/runs/{run_id}/abort": {
             "post": _op("Abort a run", tag="runs", role="operator", params=(RUN_ID,), body=ref("ReasonBody"),
-                        body_optional=True, errors=(404,),
+                        body_optional=True, errors=(404, 503),
+                        description="A run executing on the instance that answers stops at once, even while that "
+                                    "instance's database is down (then the answer is the run as the instance holds "
+                                    "it). 503 when the database is down and the run is not this instance's.",
                         ok={"200": _json(ref("RunDetail"), "A queued run is aborted at once; a running one is "
                                          "flagged and stops within seconds; a finished one is returned as it is.")}),
         },
@@ -302,7 +305,12 @@ def _admin_and_ops_paths() -> dict[str, Any]:
             "get": _op("The emergency stop's state", tag="admin", role="viewer",
                        ok={"200": _json(ref("StopState"), "active, and why.")}),
             "post": _op("Emergency stop: abort every run, refuse new ones", tag="admin", role="admin",
-                        body=ref("ReasonBody"), body_optional=True,
+                        body=ref("ReasonBody"), body_optional=True, errors=(503,),
+                        description="The runs of the instance that answers stop at once, database or not. When the "
+                                    "database cannot record the stop for the other instances, 503 with the problem "
+                                    "type emergency-stop-not-recorded and the runs stopped here (stopped_here); this "
+                                    "instance then claims no run until the stop is recorded (retry) or released "
+                                    "here.",
                         ok={"200": _json(ref("StopAll"), "On; the runs it aborted.")}),
             "delete": _op("Release the emergency stop", tag="admin", role="admin",
                           ok={"200": _json(ref("StopState"), "Off.")}),

@@ -1,0 +1,114 @@
+"""The API while its database is down: a caller this instance knew is still authenticated, and an abort or
+the emergency stop still reaches the runs this instance executes (here a stand-in for its worker)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pytest
+from api_harness import Api, build_parts, make_settings, serve
+
+from cliffwatch.adapters.target_access import AllowlistPolicy
+from cliffwatch.domain.errors import StoreUnavailable
+from cliffwatch.domain.result import RunStatus
+from cliffwatch.domain.runs import Role, Run
+from cliffwatch.services.runs import RunRequest, RunsService
+
+DOWN_METHODS = ("token_by_hash", "request_abort", "set_emergency_stop", "active_runs", "get_run", "emergency_stop")
+
+
+@dataclass
+class Instance:
+    """What the instance runs: the worker's ``LocalRuns`` face, with one run in hand."""
+
+    running: dict[str, Run]
+    aborted: dict[str, str] = field(default_factory=dict)
+    stopped: str | None = None
+
+    def abort_local(self, run_id: str, reason: str) -> Run | None:
+        run = self.running.get(run_id)
+        if run is None:
+            return None
+        self.aborted[run_id] = reason
+        return replace(run, abort_requested=reason)
+
+    def stop_local(self, reason: str) -> list[Run]:
+        self.stopped = reason
+        return [r for run_id in self.running if (r := self.abort_local(run_id, reason)) is not None]
+
+    def release_local(self) -> None:
+        self.stopped = None
+
+
+@pytest.fixture
+async def served(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[Api, Instance, list[bool]]]:
+    settings = make_settings()
+    parts = await build_parts(settings)
+    queued = await parts.services.runs.submit(RunRequest(scenario="burst-storm"))
+    run = await parts.store.claim_run(owner="me", now=parts.clock(), lease_until=parts.clock())
+    assert run is not None
+    assert run.id == queued[0].id
+    instance = Instance(running={run.id: run})
+    runs = RunsService(runs=parts.store, control=parts.store, catalog=parts.services.catalog,
+                       policy=AllowlistPolicy(settings.allowlist), caps=settings.caps, now=parts.clock,
+                       local=instance)  # fmt: skip
+    parts.services = replace(parts.services, runs=runs)
+    down = [False]
+    for name in DOWN_METHODS:
+        original = getattr(parts.store, name)
+
+        async def guarded(*args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            if down[0]:
+                raise StoreUnavailable("memory://test", "down for the test")
+            return await _original(*args, **kwargs)
+
+        monkeypatch.setattr(parts.store, name, guarded)
+    async with serve(parts, settings) as api:
+        yield api, instance, down
+
+
+async def test_an_abort_reaches_this_instances_run_while_the_database_is_down(
+    served: tuple[Api, Instance, list[bool]],
+) -> None:
+    api, instance, down = served
+    [run_id] = instance.running
+    assert (await api.call("GET", "/api/v1/runs", role=Role.OPERATOR)).status == 200  # the token is known here
+    down[0] = True
+    reply = await api.call("POST", f"/api/v1/runs/{run_id}/abort", role=Role.OPERATOR, json={"reason": "now"})
+    assert reply.status == 200
+    assert reply.body["status"] == RunStatus.RUNNING.value
+    assert reply.body["abort_requested"] == "now"
+    assert instance.aborted == {run_id: "now"}
+    elsewhere = await api.call("POST", "/api/v1/runs/not-here/abort", role=Role.OPERATOR)
+    assert elsewhere.status == 503
+
+
+async def test_the_emergency_stop_reaches_this_instance_while_the_database_is_down(
+    served: tuple[Api, Instance, list[bool]],
+) -> None:
+    api, instance, down = served
+    [run_id] = instance.running
+    assert (await api.call("GET", "/api/v1/stop-all")).status == 200  # the admin token is known here
+    down[0] = True
+    reply = await api.call("POST", "/api/v1/stop-all", json={"reason": "pager"})
+    assert reply.status == 503
+    assert reply.body["type"].endswith(":emergency-stop-not-recorded")
+    assert reply.body["stopped_here"] == [run_id]
+    assert instance.stopped == "emergency stop: pager"
+    down[0] = False
+    recorded = await api.call("POST", "/api/v1/stop-all", json={"reason": "pager"})
+    assert recorded.status == 200
+    assert instance.stopped is None  # the database's stop governs this instance now
+    assert (await api.call("GET", "/api/v1/stop-all")).body == {"active": True, "reason": "pager"}
+
+
+async def test_a_token_never_seen_is_refused_while_the_database_is_down(
+    served: tuple[Api, Instance, list[bool]],
+) -> None:
+    api, _, down = served
+    down[0] = True
+    reply = await api.call("GET", "/api/v1/stop-all", role=Role.VIEWER)
+    assert reply.status == 503
+    assert reply.body["type"].endswith(":store-unavailable")
