@@ -109,9 +109,33 @@ class PostgresServer:
 PG_BIN_DIRS = ("/usr/lib/postgresql/*/bin", "/usr/local/pgsql/bin")
 
 
-@pytest.fixture(scope="session")
-def postgres() -> Iterator[PostgresServer]:
-    """A private PostgreSQL server (``initdb`` + ``pg_ctl``) on a free 127.0.0.1 port, for the whole session.
+@dataclass(frozen=True, kw_only=True)
+class PostgresCluster:
+    """A PostgreSQL cluster of the tests' own on 127.0.0.1:``port``, which a test may stop and start again
+    (a database outage); ``server`` is its superuser's view (database ``postgres``)."""
+
+    home: Path
+    port: int
+    pg_ctl: str
+    prefix: tuple[str, ...]
+
+    @property
+    def server(self) -> PostgresServer:
+        return PostgresServer(host="127.0.0.1", port=self.port, user="postgres", database="postgres")
+
+    def start(self) -> None:
+        options = f"-p {self.port} -k {self.home} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off"
+        _pg_command([*self.prefix, self.pg_ctl, "-D", str(self.home / "data"), "-l", str(self.home / "server.log"),
+                     "-o", options, "-w", "-t", "30", "start"])  # fmt: skip
+
+    def stop(self) -> None:
+        """Stops it at once, as a crash would (connections cut, nothing flushed)."""
+        _pg_command([*self.prefix, self.pg_ctl, "-D", str(self.home / "data"), "-m", "immediate", "-w", "stop"])
+
+
+@contextlib.contextmanager
+def postgres_cluster() -> Iterator[PostgresCluster]:
+    """A new cluster (``initdb`` + ``pg_ctl``) on a free port, started, and removed at the end of the block.
 
     Fails rather than skips when the server binaries are missing, so a machine without PostgreSQL cannot
     pass the suite without testing the production store. As root (initdb refuses to run as root) the
@@ -123,28 +147,33 @@ def postgres() -> Iterator[PostgresServer]:
         pytest.fail("PostgreSQL server binaries (initdb, pg_ctl) not found: apt-get install postgresql")
     as_user = _pg_run_as()
     home = Path(tempfile.mkdtemp(prefix="cliffwatch-pg-"))
-    data = home / "data"
     if as_user is not None:
         shutil.chown(home, user=as_user)
-    prefix = ["runuser", "-u", as_user, "--"] if as_user is not None else []
-    port = _free_port()
+    prefix = ("runuser", "-u", as_user, "--") if as_user is not None else ()
+    cluster = PostgresCluster(home=home, port=_free_port(), pg_ctl=pg_ctl, prefix=prefix)
     try:
-        _pg_command([*prefix, initdb, "-D", str(data), "-A", "trust", "-E", "UTF8", "--no-locale", "-U", "postgres",
-                     "--no-sync"])  # fmt: skip
-        options = f"-p {port} -k {home} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off"
-        _pg_command([*prefix, pg_ctl, "-D", str(data), "-l", str(home / "server.log"), "-o", options, "-w", "-t", "30",
-                     "start"])  # fmt: skip
+        _pg_command([*prefix, initdb, "-D", str(home / "data"), "-A", "trust", "-E", "UTF8", "--no-locale",
+                     "-U", "postgres", "--no-sync"])  # fmt: skip
+        cluster.start()
         try:
-            server = PostgresServer(host="127.0.0.1", port=port, user="postgres", database="postgres")
-            # In a thread of its own: the fixture may be set up while this thread runs an event loop (Playwright's
-            # sync API keeps one running for a browser test's whole module).
-            with ThreadPoolExecutor(max_workers=1) as pool:
-                pool.submit(asyncio.run, server.create_database("cliffwatch")).result(timeout=60)
-            yield PostgresServer(host="127.0.0.1", port=port, user="postgres", database="cliffwatch")
+            yield cluster
         finally:
-            _pg_command([*prefix, pg_ctl, "-D", str(data), "-m", "immediate", "-w", "stop"])
+            with contextlib.suppress(BaseException):  # already stopped by the test: nothing to do
+                cluster.stop()
     finally:
         shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresServer]:
+    """A private PostgreSQL server (``postgres_cluster``) for the whole session, with a database ``cliffwatch``."""
+    with postgres_cluster() as cluster:
+        server = cluster.server
+        # In a thread of its own: the fixture may be set up while this thread runs an event loop (Playwright's
+        # sync API keeps one running for a browser test's whole module).
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            pool.submit(asyncio.run, server.create_database("cliffwatch")).result(timeout=60)
+        yield PostgresServer(host="127.0.0.1", port=cluster.port, user="postgres", database="cliffwatch")
 
 
 def _pg_binary(name: str) -> str | None:

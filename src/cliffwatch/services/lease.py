@@ -95,37 +95,55 @@ class LeaseKeeper:
         """Renews the lease until cancelled; interrupts ``run`` when the lease is lost or about to lapse."""
         delay = self.timing.renew_every_s
         retry = self.timing.retry_first_s
-        while True:
-            await asyncio.sleep(max(0.0, min(delay, self.fence_at - self.monotonic())))
-            if self.monotonic() >= self.fence_at:
-                self._fence(run)
-                return
-            asked = self.monotonic()
-            try:
-                # No answer by the time the fence is due counts as a failure: the fence must not wait for it.
-                async with asyncio.timeout(max(0.01, self.fence_at - asked)):
-                    held = await self.runs.renew_lease(
-                        self.run_id, owner=self.owner, lease_until=self.now() + timedelta(seconds=self.timing.lease_s)
-                    )
-            except (StoreUnavailable, TimeoutError) as exc:
-                self._failed(asked, str(exc) or "no answer from the database")
-                delay, retry = retry, min(retry * 2, self.timing.retry_max_s)
-                continue
-            except Exception as exc:  # a bug of ours cannot confirm the lease either: treated as unavailable
-                log.exception("renewing a lease failed unexpectedly", run_id=self.run_id)
-                self._failed(asked, f"{type(exc).__name__}: {exc}")
-                delay, retry = retry, min(retry * 2, self.timing.retry_max_s)
-                continue
-            if not held:
-                self.lost = True
-                log.warning("lost the lease of a running run: stopping it", run_id=self.run_id)
-                run.interrupt()
-                return
-            if self._failing_since is not None:
-                log.info("lease renewed again", run_id=self.run_id, after_s=round(asked - self._failing_since, 2))
-            self.expires_at = asked + self.timing.lease_s
-            self._failing_since = None
-            delay, retry = self.timing.renew_every_s, self.timing.retry_first_s
+        renewal: asyncio.Task[bool] | None = None
+        try:
+            while True:
+                if renewal is None:
+                    await asyncio.sleep(max(0.0, min(delay, self.fence_at - self.monotonic())))
+                    if self.monotonic() >= self.fence_at:
+                        self._fence(run)
+                        return
+                    asked = self.monotonic()
+                    renewal = asyncio.create_task(self._renew(), name=f"renew-{self.run_id}")
+                # Waited for apart from the call: a database call that hangs (a SQLite busy wait, whose clean-up
+                # on cancellation waits too) must not hold the fence back.
+                await asyncio.wait({renewal}, timeout=max(0.0, self.fence_at - self.monotonic()))
+                if not renewal.done():
+                    self._failed(asked, "no answer from the database")
+                    self._fence(run)
+                    return
+                try:
+                    held = renewal.result()
+                except StoreUnavailable as exc:
+                    self._failed(asked, str(exc))
+                    delay, retry = retry, min(retry * 2, self.timing.retry_max_s)
+                    continue
+                except Exception as exc:  # a bug of ours cannot confirm the lease either: treated as unavailable
+                    log.exception("renewing a lease failed unexpectedly", run_id=self.run_id)
+                    self._failed(asked, f"{type(exc).__name__}: {exc}")
+                    delay, retry = retry, min(retry * 2, self.timing.retry_max_s)
+                    continue
+                finally:
+                    if renewal.done():
+                        renewal = None
+                if not held:
+                    self.lost = True
+                    log.warning("lost the lease of a running run: stopping it", run_id=self.run_id)
+                    run.interrupt()
+                    return
+                if self._failing_since is not None:
+                    log.info("lease renewed again", run_id=self.run_id, after_s=round(asked - self._failing_since, 2))
+                self.expires_at = asked + self.timing.lease_s
+                self._failing_since = None
+                delay, retry = self.timing.renew_every_s, self.timing.retry_first_s
+        finally:
+            if renewal is not None and not renewal.done():
+                renewal.cancel()
+                await asyncio.gather(renewal, return_exceptions=True)
+
+    async def _renew(self) -> bool:
+        until = self.now() + timedelta(seconds=self.timing.lease_s)
+        return await self.runs.renew_lease(self.run_id, owner=self.owner, lease_until=until)
 
     def _failed(self, asked: float, error: str) -> None:
         if self._failing_since is None:
