@@ -20,27 +20,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections import Counter
 from collections.abc import Callable, Coroutine, Sequence
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import Any, Protocol, TypeVar
+from typing import Any, TypeVar
 
 import structlog
 
 from cliffwatch.domain.errors import CliffwatchError, StoreUnavailable
-from cliffwatch.domain.ports import RecordSink
 from cliffwatch.domain.result import RunResult, RunStatus
 from cliffwatch.domain.runs import Run, RunEnd, RunKind
 from cliffwatch.domain.scenario import Scenario, parse_scenario, with_overrides
 from cliffwatch.domain.service_ports import RunStore, ScenarioStore
-from cliffwatch.domain.sweep_spec import SweepSpec
 from cliffwatch.services.lease import LeaseKeeper, LeaseTiming
 from cliffwatch.services.outcome_sink import BufferedStoreSink
-from cliffwatch.services.runner import RunService
-from cliffwatch.services.sweep import SweepObserver
 from cliffwatch.services.sweep_progress import SweepProgress
+from cliffwatch.services.worker_ports import OutcomeCounter, Prepare, PrepareSweep, Stoppable, SweepOutcomeLike
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")
@@ -49,55 +44,6 @@ POLL_S = 0.5  # how often an idle worker looks for queued runs
 ABORT_POLL_S = 1.0
 FINISH_RETRY_FIRST_S = 0.2
 FINISH_RETRY_MAX_S = 5.0
-
-
-class PreparedRunLike(Protocol):
-    @property
-    def service(self) -> RunService: ...
-
-    @property
-    def target_url(self) -> str: ...
-
-    @property
-    def run_id(self) -> str: ...
-
-
-class Stoppable(Protocol):
-    """What the lease and abort watchers and the shutdown stop: a run's service, or a sweep."""
-
-    def interrupt(self) -> None: ...
-
-    def abort(self, reason: str) -> None: ...
-
-
-class SweepOutcomeLike(Protocol):
-    """How a sweep ended (``bootstrap_sweep.SweepOutcome``)."""
-
-    @property
-    def status(self) -> RunStatus: ...
-
-    @property
-    def reason(self) -> str | None: ...
-
-    @property
-    def usable_rps(self) -> float | None: ...
-
-    def to_dict(self) -> dict[str, Any]: ...
-
-
-class SweepHandleLike(Stoppable, Protocol):
-    """A prepared sweep (``bootstrap_sweep.SweepHandle``): run once, stoppable meanwhile."""
-
-    @property
-    def target_url(self) -> str: ...
-
-    async def run(self) -> SweepOutcomeLike: ...
-
-
-Prepare = Callable[[Scenario, str, RecordSink], AbstractAsyncContextManager[PreparedRunLike]]
-# (scenario, spec, run id, the observer told of every step) → a prepared sweep
-PrepareSweep = Callable[[Scenario, SweepSpec, str, SweepObserver], AbstractAsyncContextManager[SweepHandleLike]]
-OutcomeCounter = Callable[[str, Counter[str]], None]
 
 
 @dataclass(frozen=True, kw_only=True)
