@@ -17,7 +17,7 @@ from typing import Any, TypeGuard
 from cliffwatch.domain.arrivals import Arrival, parse_arrival
 from cliffwatch.domain.errors import Problem, ScenarioInvalid
 from cliffwatch.domain.faults import FaultSpec, ProxySpec, parse_fault, parse_proxy
-from cliffwatch.domain.outcomes import Outcome, Slo
+from cliffwatch.domain.outcomes import NOT_ON_TIME, Outcome, Slo
 from cliffwatch.domain.retry import RetryPolicy, parse_retry
 from cliffwatch.domain.target_model import TargetModel
 from cliffwatch.domain.target_spec import BUILTIN, BUILTIN_SPEAKS_OPENAI, Api, Target, check_url, parse_target
@@ -326,7 +326,7 @@ def _parse_abort(reader: Reader | None) -> AbortSpec | None:
 
 
 def _parse_outcomes(reader: Reader) -> frozenset[Outcome] | None:
-    failures = (Outcome.LATE, Outcome.SHED, Outcome.TIMEOUT, Outcome.ERROR)
+    failures = tuple(o for o in NOT_ON_TIME if o is not Outcome.NOT_SENT)  # what a finished request can fail as
     if not reader.has("outcomes"):
         reader.raw("outcomes", None)
         return frozenset({Outcome.ERROR, Outcome.TIMEOUT})

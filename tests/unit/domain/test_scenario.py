@@ -553,8 +553,8 @@ _INVALID: list[tuple[dict[str, Any], list[str]]] = [
     (
         {"abort.error_rate.outcomes": ["error", "on_time", "late", "bogus"]},
         [
-            "abort.error_rate.outcomes[1]: must be one of late, shed, timeout, error, got 'on_time'",
-            "abort.error_rate.outcomes[3]: must be one of late, shed, timeout, error, got 'bogus'",
+            "abort.error_rate.outcomes[1]: must be one of late, shed, timeout, error, redirect, got 'on_time'",
+            "abort.error_rate.outcomes[3]: must be one of late, shed, timeout, error, redirect, got 'bogus'",
         ],
     ),
     # the plan's size
