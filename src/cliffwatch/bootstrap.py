@@ -21,12 +21,13 @@ from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.adapters.fault_ledger import FileFaultLedger
 from cliffwatch.adapters.loadgen.engine import OpenLoopGenerator
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
-from cliffwatch.adapters.target_access import ensure_allowed
+from cliffwatch.adapters.target_access import Destinations, Place, first_reachable
 from cliffwatch.adapters.toxiproxy import ToxiproxyClient
 from cliffwatch.adapters.toxiproxy_faults import ToxiproxyFaultInjector
 from cliffwatch.adapters.toxiproxy_server import ManagedToxiproxy, find_toxiproxy_server
 from cliffwatch.config import Settings
-from cliffwatch.domain.errors import CliffwatchError, FaultInjectionFailed
+from cliffwatch.domain.allowlist import Allowlist
+from cliffwatch.domain.errors import CliffwatchError, FaultInjectionFailed, TargetNotAllowed
 from cliffwatch.domain.ports import FaultInjector, FaultLedger, ProgressObserver, RecordSink, ToxiproxyApi
 from cliffwatch.domain.scenario import Scenario
 from cliffwatch.services.memory import NoFaultInjector, NullSink
@@ -51,16 +52,49 @@ def new_run_id() -> str:
 
 
 async def start_target(
-    stack: AsyncExitStack, settings: Settings, scenario: Scenario, observer: ProgressObserver
+    stack: AsyncExitStack, scenario: Scenario, observer: ProgressObserver, destinations: Destinations
 ) -> str:
     """The URL of the scenario's target: the built-in one started on ``stack`` (stopped when it closes), or a
-    real one once the allowlist lets it be loaded (``TargetNotAllowed`` otherwise)."""
+    real one once the allowlist lets it be loaded; either way admitted to ``destinations``, a real target's
+    host resolved here, once, and pinned for the run. Raises ``TargetNotAllowed`` (or ``TargetUnreachable``
+    for an allowed name that does not resolve)."""
     if scenario.target.is_builtin:
         assert scenario.target.builtin is not None
         observer.note("starting the built-in simulated target")
-        return await stack.enter_async_context(BuiltinTarget(scenario.target.builtin))
-    await ensure_allowed(scenario.target.url, settings.allowlist)
+        url = await stack.enter_async_context(BuiltinTarget(scenario.target.builtin))
+        destinations.own(url)
+        return url
+    await destinations.admit(scenario.target.url)
     return scenario.target.url
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckedProxies:
+    upstreams: dict[str, str]  # by proxy name: the upstream's checked address, ip:port
+    listen: Allowlist  # the proxy listen allowlist, with the addresses the listen hosts were checked on
+
+
+async def check_proxies(settings: Settings, scenario: Scenario, url: str, destinations: Destinations) -> CheckedProxies:
+    """The scenario's proxies checked before any is created: each listens only where
+    ``CLIFFWATCH_ALLOWED_PROXY_LISTEN`` allows (loopback by default), and its upstream (the target's unless
+    it names another) passes the target allowlist and is pinned like the target. Raises ``TargetNotAllowed``.
+    """
+    upstreams: dict[str, str] = {}
+    bound: list[str] = []
+    for proxy in scenario.proxies:
+        listen = f"http://{proxy.listen}"
+        try:
+            addresses = await Destinations(settings.proxy_listen).admit(listen)
+        except TargetNotAllowed as exc:
+            raise TargetNotAllowed(listen, f"proxy {proxy.name} listen address: {exc.reason}") from exc
+        # Toxiproxy reports the address it bound, and a wildcard is reached on loopback (``with_address``).
+        bound += [*addresses, *(("127.0.0.1",) if {"0.0.0.0", "::"} & set(addresses) else ())]
+        upstream = url if proxy.upstream is None else f"http://{proxy.upstream}"
+        port = Place.of(upstream).port
+        timeout_s = scenario.client.connect_timeout_ms / 1000.0
+        address = await first_reachable(await destinations.admit(upstream), port, timeout_s=timeout_s)
+        upstreams[proxy.name] = f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
+    return CheckedProxies(upstreams=upstreams, listen=settings.proxy_listen.including(bound))
 
 
 @asynccontextmanager
@@ -74,14 +108,14 @@ async def prepare_run(
     ledger: FaultLedger | None = None,
 ) -> AsyncIterator[PreparedRun]:
     """Starts what the run needs and stops it afterwards; raises before any load when something is missing
-    (a target outside the allowlist, an unreachable Toxiproxy)."""
+    (a target or proxy outside the allowlist, an unreachable Toxiproxy). Every place the run connects to is
+    admitted here and pinned (``Destinations``): the HTTP client reaches nothing else."""
     run_id = run_id or new_run_id()
     clock = MonotonicClock()
     async with AsyncExitStack() as stack:
-        url = await start_target(stack, settings, scenario, observer)
-        for proxy in scenario.proxies:
-            if proxy.upstream is not None:  # the load reaches the upstream through the proxy
-                await ensure_allowed(f"http://{proxy.upstream}", settings.allowlist)
+        destinations = Destinations(settings.allowlist)
+        url = await start_target(stack, scenario, observer, destinations)
+        proxies = await check_proxies(settings, scenario, url, destinations)
         faults: FaultInjector = NoFaultInjector(NO_FAULTS)
         load_url = url
         if scenario.proxies or scenario.needs_faults():
@@ -95,9 +129,11 @@ async def prepare_run(
             await ledger.run_started(run_id)
             stack.push_async_callback(_finish_run, ledger, run_id)
             stack.push_async_callback(_tear_down, injector, observer)
-            load_url = await injector.set_up(url)
+            load_url = await injector.set_up(url, upstreams=proxies.upstreams)
             faults = injector
-        executor = await stack.enter_async_context(HttpExecutor(scenario, load_url))
+            if load_url != url:  # through a proxy: the address it bound, checked above, pinned for the run
+                await destinations.admit(load_url, proxies.listen)
+        executor = await stack.enter_async_context(HttpExecutor(scenario, load_url, destinations=destinations))
         service = RunService(
             clock=clock,
             generator=OpenLoopGenerator(scenario, executor, clock),

@@ -122,8 +122,9 @@ async def open_service(settings: Settings) -> AsyncIterator[Service]:
                                                 outcome_buffer=settings.outcome_buffer))  # fmt: skip
         # The worker is this instance's runs: an abort or an emergency stop reaches them through it at once,
         # even while the database cannot be reached.
-        runs = RunsService(runs=store, control=store, catalog=catalog, policy=AllowlistPolicy(settings.allowlist),
-                           caps=settings.caps, now=utc_now, local=worker)  # fmt: skip
+        policy = AllowlistPolicy(settings.allowlist, listen=settings.proxy_listen)
+        runs = RunsService(runs=store, control=store, catalog=catalog, policy=policy, caps=settings.caps, now=utc_now,
+                           local=worker)  # fmt: skip
 
         async def make_run(schedule: Schedule, fire_time: datetime) -> Run:
             return await runs.build(RunRequest(scenario=schedule.scenario_name, overrides=schedule.overrides,

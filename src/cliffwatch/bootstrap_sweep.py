@@ -13,6 +13,7 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontext
 from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
 from cliffwatch.adapters.sweep_steps import HttpStepRunner
+from cliffwatch.adapters.target_access import Destinations
 from cliffwatch.bootstrap import new_run_id, start_target
 from cliffwatch.config import Settings
 from cliffwatch.domain.errors import CliffwatchError
@@ -97,9 +98,12 @@ async def prepare_sweep(
     sweep_id = sweep_id or new_run_id()
     clock = MonotonicClock()
     async with AsyncExitStack() as stack:
-        url = await start_target(stack, settings, scenario, observer)
+        destinations = Destinations(settings.allowlist)
+        url = await start_target(stack, scenario, observer, destinations)
         # One HTTP client for every step: in concurrency mode its pool must hold the highest level's connections.
-        executor = await stack.enter_async_context(HttpExecutor(sweep_client_scenario(scenario, spec), url))
+        executor = await stack.enter_async_context(
+            HttpExecutor(sweep_client_scenario(scenario, spec), url, destinations=destinations)
+        )
         await executor.preflight()
 
         def runner_for(variant: str) -> AbstractAsyncContextManager[StepRunner]:

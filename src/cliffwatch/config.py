@@ -13,7 +13,7 @@ import os
 import socket
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -46,6 +46,8 @@ class SettingsInvalid(CliffwatchError):
 @dataclass(frozen=True, kw_only=True)
 class Settings:
     allowlist: Allowlist
+    # Where a scenario's Toxiproxy proxies may listen: loopback only, so a proxy is no tunnel from the network.
+    proxy_listen: Allowlist = field(default_factory=lambda: _proxy_listen(",".join(DEFAULT_ALLOWLIST), {}))
     log_format: str = "auto"  # auto: console on a terminal, JSON otherwise
     log_level: str = "info"
     # What must survive the process (the fault ledger); built from the process environment when not given.
@@ -143,6 +145,11 @@ def _allowlist(raw: Any, env: Mapping[str, str]) -> Allowlist:
     return allowlist
 
 
+def _proxy_listen(raw: Any, env: Mapping[str, str]) -> Allowlist:
+    allowlist = _allowlist(raw, env)
+    return replace(allowlist, name="proxy listen allowlist", setting="CLIFFWATCH_ALLOWED_PROXY_LISTEN")
+
+
 def _choice(options: tuple[str, ...]) -> Callable[[Any, Mapping[str, str]], str]:
     def parse(raw: Any, env: Mapping[str, str]) -> str:
         value = _text(raw).lower()
@@ -233,6 +240,10 @@ SPECS: tuple[Spec, ...] = (
     Spec(field="allowlist", env="CLIFFWATCH_ALLOWED_TARGETS", parse=_allowlist,
          help="Hosts, IPs or CIDRs (optional :port), comma-separated, that runs may target; "
               "default loopback only (127.0.0.0/8,::1,localhost)."),
+    Spec(field="proxy_listen", env="CLIFFWATCH_ALLOWED_PROXY_LISTEN", parse=_proxy_listen,
+         help="Addresses (same syntax) a scenario's Toxiproxy proxies may listen on; default loopback only. "
+              "A wildcard listen (0.0.0.0, ::) opens a tunnel from the network to the upstream: list 0.0.0.0 "
+              "or :: here to allow it."),
     Spec(field="log_format", env="CLIFFWATCH_LOG_FORMAT", parse=_choice(LOG_FORMATS),
          help="auto (console on a terminal, JSON lines otherwise), json or console."),
     Spec(field="log_level", env="CLIFFWATCH_LOG_LEVEL", parse=_choice(LOG_LEVELS),

@@ -139,9 +139,10 @@ def make_record(request_id: int, *, phase: int = 0, retried: bool = False, sent:
     )
 
 
-def scored_end(run_id: str, *, finished_at: datetime, score_seed: int = 5) -> RunEnd:
+def scored_end(run_id: str, *, finished_at: datetime, score_seed: int = 5, redirects: bool = False) -> RunEnd:
     """How a real run of a small two-phase scenario ends, as the worker reports it: ``RunResult.to_dict()``
-    split by ``run_end`` into the document and its per-second rows."""
+    split by ``run_end`` into the document and its per-second rows. With ``redirects``, a quarter of the
+    burst (ids 13, 17, …, 29: five) is answered with a 307 that is not followed."""
     scenario = parse_scenario(
         {
             "name": "burst",
@@ -164,6 +165,10 @@ def scored_end(run_id: str, *, finished_at: datetime, score_seed: int = 5) -> Ru
                           chunk_times_ns=tuple(start + (50 + 10 * i) * NS_PER_MS for i in range(8)),
                           output_tokens=8, token_source=TokenSource.USAGE)  # fmt: skip
         outcome = Outcome.LATE if slow else Outcome.ON_TIME
+        if redirects and request.phase == 1 and request.id % 4 == 1:
+            attempt = Attempt(number=1, sent_ns=start, end_ns=start + 5 * NS_PER_MS, status=307,
+                              failure=FailureKind.REDIRECT, error="HTTP 307 redirect, not followed")  # fmt: skip
+            outcome = Outcome.REDIRECT
         aggregator.add(RequestRecord(id=request.id, phase=request.phase, scheduled_ns=request.scheduled_ns,
                                      prompt_tokens=request.prompt_tokens, max_tokens=request.max_tokens,
                                      attempts=(attempt,), outcome=outcome))  # fmt: skip

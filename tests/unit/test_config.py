@@ -42,6 +42,22 @@ def test_a_blank_allowlist_allows_nothing() -> None:
     assert settings.allowlist.check("127.0.0.1", 80, []) is not None
 
 
+def test_proxies_may_listen_on_loopback_only_unless_configured() -> None:
+    """By default a proxy may listen on loopback (a wildcard or a network address is refused, naming the
+    setting); the setting replaces that list, in the targets' syntax."""
+    default = Settings.from_env({}).proxy_listen
+    assert default.check("127.0.0.1", 0, []) is None
+    assert default.check("localhost", 0, []) is None
+    refusal = default.check("0.0.0.0", 8000, [])
+    assert refusal is not None
+    assert "proxy listen allowlist" in refusal
+    assert "CLIFFWATCH_ALLOWED_PROXY_LISTEN" in refusal
+    opened = Settings.from_env({"CLIFFWATCH_ALLOWED_PROXY_LISTEN": "0.0.0.0,toxiproxy"}).proxy_listen
+    assert opened.check("0.0.0.0", 8000, []) is None
+    assert opened.check("toxiproxy", 0, []) is None
+    assert opened.check("127.0.0.1", 0, []) is not None
+
+
 @pytest.mark.parametrize(("value", "expected"), [("json", "json"), ("console", "console"), ("JSON", "json")])
 def test_log_format(value: str, expected: str) -> None:
     """CLIFFWATCH_LOG_FORMAT takes auto, json or console, in any case."""

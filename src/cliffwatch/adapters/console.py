@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cliffwatch.domain.metrics import PhaseStats, merge_phases
-from cliffwatch.domain.outcomes import NS_PER_S, Outcome
+from cliffwatch.domain.outcomes import FAILED, NS_PER_S, OUTCOME_TEXT, Outcome
 from cliffwatch.domain.ports import Progress
 from cliffwatch.domain.result import RunResult
 from cliffwatch.domain.scenario import Role
@@ -75,10 +75,14 @@ class ConsoleProgress:
             self.console.print(line)
 
 
+# The shares a phase row shows: late, then every way an answer failed (not_sent is the generator's own column).
+_SHARES = (Outcome.LATE, *FAILED)
+
+
 def phase_table(result: RunResult) -> Table:
     table = Table(title=f"{result.scenario.name}: phases", title_justify="left", show_edge=False)
     for header in ("phase", "offered/s", "on time", "goodput/s", "tokens/s", "p99 TTFT", "p99 e2e",
-                   "late", "shed", "timeout", "error", "att/req"):  # fmt: skip
+                   *(OUTCOME_TEXT[o].label for o in _SHARES), "att/req"):  # fmt: skip
         table.add_column(header, justify="left" if header == "phase" else "right")
     for stats in result.metrics.phases:
         table.add_row(*_phase_row(stats))
@@ -99,10 +103,7 @@ def _phase_row(stats: PhaseStats) -> list[str]:
         f"{stats.tokens_per_s:,.0f}",
         _ms(stats.latency["ttft"].quantile(0.99)),
         _ms(stats.latency["e2e"].quantile(0.99)),
-        share(Outcome.LATE),
-        share(Outcome.SHED),
-        share(Outcome.TIMEOUT),
-        share(Outcome.ERROR),
+        *(share(outcome) for outcome in _SHARES),
         "–" if stats.amplification is None else f"{stats.amplification:.2f}",
     ]
 

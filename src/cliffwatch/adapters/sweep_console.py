@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cliffwatch.domain.capacity import CapacityResult, SettledRate, StepStats, StepVerdict
+from cliffwatch.domain.outcomes import FAILED, OUTCOME_TEXT
 from cliffwatch.domain.ports import ProgressObserver
 from cliffwatch.domain.sweep_plan import short_step_warning
 from cliffwatch.domain.sweep_spec import SweepMode
@@ -85,7 +86,7 @@ def step_table(report: SweepReport) -> Table:
     table = Table(title=title, title_justify="left", show_edge=False, caption_justify="left")
     headers = (
         *(result.unit, "#", "n", "sent/s", "good/s", "on time", "95% CI", "tokens/s", "done/s"),
-        *("p99 TTFT", "p99 e2e", "shed", "tmo", "err", "amp", "verdict"),
+        *("p99 TTFT", "p99 e2e", *(OUTCOME_TEXT[o].short for o in FAILED), "amp", "verdict"),
     )
     for header in headers:
         table.add_column(header, justify="left" if header == "verdict" else "right", no_wrap=True)
@@ -113,9 +114,7 @@ def step_table(report: SweepReport) -> Table:
             _num(step.completions_per_s),
             _ms(step.ttft_ms.get("p99")),
             _ms(step.e2e_ms.get("p99")),
-            _pct(step.shed_share),
-            _pct(step.timeout_share),
-            _pct(step.error_share),
+            *(_pct(step.share_of(outcome.value)) for outcome in FAILED),
             "–" if step.amplification is None else f"{step.amplification:.2f}",
             verdict,
         )

@@ -1,46 +1,165 @@
-"""Checks a target URL against the allowlist, resolving its host name first."""
+"""Where load may go: a URL checked against an allowlist, its host resolved once and pinned for the run.
+
+``ensure_allowed`` is the check at submit time. A run goes further (``Destinations``): each host:port it
+sends to is resolved once, every address checked, and only those addresses are ever connected to for the
+rest of the run (``loadgen.pinned_resolver`` answers the connector from the pins), so a name that rebinds
+after the check cannot move the load. A redirect hop, when the scenario follows them, is admitted the same
+way before anything is sent to it.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
-from urllib.parse import urlsplit
+from dataclasses import dataclass
+
+from yarl import URL
 
 from cliffwatch.domain.allowlist import Allowlist
-from cliffwatch.domain.errors import TargetNotAllowed
+from cliffwatch.domain.errors import TargetNotAllowed, TargetUnreachable
+
+
+@dataclass(frozen=True, kw_only=True)
+class Place:
+    """Where a URL points: its host as the connector sees it (lower case, IDNA-encoded) and its port."""
+
+    host: str
+    port: int
+
+    @classmethod
+    def of(cls, url: str) -> Place:
+        """Raises ``TargetNotAllowed`` for a URL whose host or port cannot be read."""
+        try:
+            parsed = URL(url)
+            host, port = parsed.raw_host, parsed.port
+        except (ValueError, UnicodeError) as exc:  # a malformed IPv6 host, a port out of range, a bad label
+            raise TargetNotAllowed(url, f"not a valid URL: {exc}") from exc
+        if not host or port is None:
+            raise TargetNotAllowed(url, "not a valid URL: it has no host")
+        return cls(host=_key(host), port=port)
+
+    @property
+    def literal(self) -> bool:
+        """Whether the host is an IP address (the connector never resolves those)."""
+        try:
+            socket.inet_pton(socket.AF_INET6 if ":" in self.host else socket.AF_INET, self.host)
+        except OSError:
+            return False
+        return True
+
+
+async def lookup(host: str, port: int) -> list[str]:
+    """Every address ``host`` resolves to for TCP, in the resolver's order, each once; raises ``OSError``
+    (or ``UnicodeError`` for a name the IDNA codec refuses, before any lookup)."""
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
 async def ensure_allowed(url: str, allowlist: Allowlist) -> None:
-    """Raises ``TargetNotAllowed`` unless every address ``url``'s host resolves to is allowed."""
+    """Raises ``TargetNotAllowed`` unless every address ``url``'s host resolves to is allowed (a host the
+    allowlist names is allowed even when it does not resolve here: the worker may resolve it)."""
+    await _checked(url, allowlist, unresolved_ok=True)
+
+
+async def _checked(url: str, allowlist: Allowlist, *, unresolved_ok: bool) -> tuple[str, ...]:
+    """The addresses ``url``'s host resolves to, every one allowed; raises ``TargetNotAllowed``, or (unless
+    ``unresolved_ok``) ``TargetUnreachable`` for an allowed name that does not resolve."""
+    place = Place.of(url)
     try:
-        parts = urlsplit(url)
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError as exc:  # a malformed IPv6 host, a port out of range
-        raise TargetNotAllowed(url, f"not a valid URL: {exc}") from exc
-    host = parts.hostname or ""
-    addresses: list[str] = []
-    try:
-        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-        addresses = sorted({str(info[4][0]) for info in infos})
-    except (OSError, UnicodeError) as exc:  # UnicodeError: a name the IDNA codec refuses, before any lookup
-        reason = allowlist.check(host, port, [])
+        addresses = (place.host,) if place.literal else tuple(await lookup(place.host, place.port))
+    except (OSError, UnicodeError) as exc:
+        reason = allowlist.check(place.host, place.port, [])
         if reason is not None:
             raise TargetNotAllowed(url, f"{reason}; and the host does not resolve: {exc}") from exc
-        return
-    reason = allowlist.check(host, port, addresses)
+        if unresolved_ok:
+            return ()
+        raise TargetUnreachable(url, f"{place.host} does not resolve: {exc}") from exc
+    reason = allowlist.check(place.host, place.port, addresses)
     if reason is not None:
         raise TargetNotAllowed(url, reason)
+    if not addresses and not unresolved_ok:
+        raise TargetUnreachable(url, f"{place.host} resolves to no address")
+    return addresses
 
 
-class AllowlistPolicy:
-    """The service's ``TargetPolicy``: a target is allowed when ``ensure_allowed`` does not object."""
+class Destinations:
+    """The places one run may connect to, each with the addresses it was checked on.
+
+    A place is admitted once: resolved (unless its host is an IP), every address checked against the
+    allowlist given, and pinned. Later admissions of the same place reuse the pins, so the run never
+    looks the name up again. ``pinned`` is what the run's resolver answers the connector with.
+    """
 
     def __init__(self, allowlist: Allowlist) -> None:
         self.allowlist = allowlist
+        self._pins: dict[Place, tuple[str, ...]] = {}
+
+    async def admit(self, url: str, allowlist: Allowlist | None = None) -> tuple[str, ...]:
+        """The addresses ``url``'s host is pinned to, resolving and checking it on first sight (against
+        ``allowlist``, by default the run's). Raises ``TargetNotAllowed`` when any address is outside it,
+        ``TargetUnreachable`` when an allowed name does not resolve (there is nothing to pin)."""
+        place = Place.of(url)
+        pinned = self._pins.get(place)
+        if pinned is not None:
+            return pinned
+        addresses = await _checked(url, allowlist or self.allowlist, unresolved_ok=False)
+        # Another admission of the same place may have finished while this one resolved: the first pin wins.
+        return self._pins.setdefault(place, addresses)
+
+    def own(self, url: str) -> None:
+        """Admits a place cliffwatch itself opened on an IP address (the built-in target) without a check:
+        it is no target of the allowlist's, and nothing else may be reached through its pin."""
+        place = Place.of(url)
+        if not place.literal:
+            raise ValueError(f"only an IP address can be admitted unchecked, not {place.host}")
+        self._pins.setdefault(place, (place.host,))
+
+    def pinned(self, host: str, port: int) -> tuple[str, ...] | None:
+        """The addresses admitted for ``host:port``, or None when the run never admitted it."""
+        return self._pins.get(Place(host=_key(host), port=port))
+
+
+async def first_reachable(addresses: tuple[str, ...], port: int, *, timeout_s: float) -> str:
+    """The first of ``addresses`` (already checked) that accepts a TCP connection on ``port``, else the first:
+    where a name has several (localhost: ::1 and 127.0.0.1), something that takes a single address must be
+    given one that answers. The connection is closed at once; nothing is sent on it."""
+    for address in addresses if len(addresses) > 1 else ():
+        try:
+            async with asyncio.timeout(timeout_s):
+                _, writer = await asyncio.open_connection(address, port)
+        except (OSError, TimeoutError):
+            continue
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+        return address
+    return addresses[0]
+
+
+class AllowlistPolicy:
+    """The service's ``TargetPolicy``: targets and proxy upstreams against the target allowlist, proxy
+    listen addresses against theirs (loopback only unless configured)."""
+
+    def __init__(self, allowlist: Allowlist, *, listen: Allowlist) -> None:
+        self.allowlist = allowlist
+        self.listen = listen
 
     async def check(self, url: str) -> str | None:
-        try:
-            await ensure_allowed(url, self.allowlist)
-        except TargetNotAllowed as exc:
-            return exc.reason
-        return None
+        return await _reason(url, self.allowlist)
+
+    async def check_listen(self, address: str) -> str | None:
+        return await _reason(f"http://{address}", self.listen)
+
+
+async def _reason(url: str, allowlist: Allowlist) -> str | None:
+    try:
+        await ensure_allowed(url, allowlist)
+    except TargetNotAllowed as exc:
+        return exc.reason
+    return None
+
+
+def _key(host: str) -> str:
+    """A host as pins are keyed: lower case, without a fully-qualified name's trailing dot or IPv6 brackets."""
+    return host.lower().rstrip(".").strip("[]")

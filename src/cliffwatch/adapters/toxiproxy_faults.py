@@ -13,7 +13,7 @@ waits for the ledger.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
 import structlog
@@ -58,14 +58,20 @@ class ToxiproxyFaultInjector:
     async def check(self) -> None:
         await self.api.version()
 
-    async def set_up(self, target_url: str) -> str:
+    async def set_up(self, target_url: str, *, upstreams: Mapping[str, str] | None = None) -> str:
         """Ensures the scenario's proxies (upstream defaulting to the target) and returns the URL the load
-        should go to: the target's, or the listen address of the proxy it is routed through."""
+        should go to: the target's, or the listen address of the proxy it is routed through.
+
+        ``upstreams`` gives a proxy's checked address (``ip:port``) by its name: Toxiproxy resolves an upstream
+        name itself, for every connection, so a proxy this run creates is given the address the allowlist
+        checked, never the name. An existing proxy is used when its upstream is either.
+        """
         for spec in self.scenario.proxies:
-            upstream = spec.upstream or host_port(target_url)
+            declared = spec.upstream or host_port(target_url)
+            upstream = (upstreams or {}).get(spec.name, declared)
             state = await self.api.get_proxy(spec.name)
             if state is not None:
-                if not proxy_matches(state, listen=spec.listen, upstream=upstream):
+                if not any(proxy_matches(state, listen=spec.listen, upstream=u) for u in {upstream, declared}):
                     # never hijack another's proxy
                     raise FaultInjectionFailed(
                         proxy=spec.name, toxic=None, status=409,

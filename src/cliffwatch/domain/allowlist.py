@@ -37,6 +37,8 @@ class AllowEntry:
 @dataclass(frozen=True, kw_only=True)
 class Allowlist:
     entries: tuple[AllowEntry, ...]
+    name: str = "target allowlist"  # what a refusal calls it
+    setting: str = "CLIFFWATCH_ALLOWED_TARGETS"  # what a refusal says to set
 
     def check(self, host: str, port: int, addresses: Sequence[str]) -> str | None:
         """None when ``host:port`` (resolving to ``addresses``) is allowed, else the reason it is not."""
@@ -52,7 +54,15 @@ class Allowlist:
             return None
         listed = ", ".join(e.describe() for e in self.entries) or "nothing"
         resolved = f" (resolves to {', '.join(addresses)})" if literal is None and addresses else ""
-        return f"{host}:{port}{resolved} is not in the target allowlist ({listed}); set CLIFFWATCH_ALLOWED_TARGETS"
+        return f"{host}:{port}{resolved} is not in the {self.name} ({listed}); set {self.setting}"
+
+    def including(self, addresses: Sequence[str]) -> Allowlist:
+        """This allowlist and the given IP addresses (any port): addresses a listed name was found to
+        resolve to, admitted when they come back as addresses (a bound listen address, say)."""
+        extra = [
+            AllowEntry(network=ipaddress.ip_network(ip), host=None, port=None) for ip in map(_as_ip, addresses) if ip
+        ]
+        return Allowlist(entries=(*self.entries, *extra), name=self.name, setting=self.setting)
 
     def _ip_allowed(self, ip: ipaddress.IPv4Address | ipaddress.IPv6Address, port: int) -> bool:
         return any(
@@ -64,8 +74,11 @@ class Allowlist:
         )
 
 
-def parse_allowlist(items: Sequence[str]) -> tuple[Allowlist | None, list[Problem]]:
-    """An allowlist from its entries, or the problems with them (each named by its position)."""
+def parse_allowlist(
+    items: Sequence[str], *, name: str = "target allowlist", setting: str = "CLIFFWATCH_ALLOWED_TARGETS"
+) -> tuple[Allowlist | None, list[Problem]]:
+    """An allowlist from its entries, or the problems with them (each named by its position); ``name`` and
+    ``setting`` are what its refusals call it and tell the reader to set."""
     entries: list[AllowEntry] = []
     problems: list[Problem] = []
     for index, raw in enumerate(items):
@@ -75,7 +88,7 @@ def parse_allowlist(items: Sequence[str]) -> tuple[Allowlist | None, list[Proble
             problems.append(Problem(path=f"allowed_targets[{index}]", message=f"not a host, IP or CIDR: {raw!r}"))
         else:
             entries.append(entry)
-    return (Allowlist(entries=tuple(entries)) if not problems else None), problems
+    return (Allowlist(entries=tuple(entries), name=name, setting=setting) if not problems else None), problems
 
 
 def _parse_entry(text: str) -> AllowEntry | None:

@@ -29,6 +29,7 @@ from cliffwatch.domain.capacity_steps import (
     pool_rates,
     settle,
 )
+from cliffwatch.domain.outcomes import NOT_ON_TIME, OUTCOME_TEXT
 
 CONSTRAINED_SHARE = 0.9  # throughput still at this share of its peak where latency crossed: capacity-constrained
 
@@ -53,13 +54,7 @@ ATTAINMENT_SIGNAL = "attainment fell to {attainment} %"
 FAILURES = " ({failures})"
 LATE_ON = "{share} % late on the {bound} SLO"  # every late request broke this bound
 LATE_MOSTLY = "{share} % late, mostly on the {bound} SLO"  # most of them did
-FAILURE = {
-    "late": "{share} % late",
-    "shed": "{share} % shed",
-    "timeout": "{share} % timed out",
-    "error": "{share} % failed with errors",
-    "not_sent": "{share} % not sent",
-}
+FAILURE = {outcome.value: OUTCOME_TEXT[outcome].shared for outcome in NOT_ON_TIME}  # "{share} % timed out"
 BOUND_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "e2e"}
 NOTHING_VALID = "no valid step: the generator could not keep its schedule at any rate measured"
 

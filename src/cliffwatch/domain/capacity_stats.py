@@ -1,7 +1,7 @@
 """One measured step of a capacity sweep, and the Wilson score interval of its SLO attainment.
 
 A step is a steady open-loop phase at one offered rate. Its attainment is ``on_time / offered``, with every
-failure (late, shed, timeout, error, not sent) in the denominator, and ``wilson`` gives the confidence
+failure (late, shed, timeout, error, redirect, not sent) in the denominator, and ``wilson`` gives the confidence
 interval of that proportion. Judging a rate on it, pooled over trials, is ``capacity_steps``'s part;
 ``capacity`` re-exports both; import from there. The formulas and the reasons for them are in docs/sweep.md.
 """
@@ -15,8 +15,12 @@ from statistics import NormalDist
 from types import MappingProxyType
 from typing import Any
 
+from cliffwatch.domain.outcomes import OUTCOMES
+
 PERCENTILES = ("p50", "p90", "p99")
-_COUNTS = ("on_time", "late", "shed", "timeout", "error", "not_sent")  # the outcome classes; they sum to offered
+# A count field per outcome class, named by it; they sum to offered. A class newer than a stored document
+# reads as 0 from it (``from_dict``), so older sweeps stay readable.
+_COUNTS = tuple(outcome.value for outcome in OUTCOMES)
 _RATES = ("sent_rate", "goodput_rps", "completions_per_s", "tokens_per_s")
 _LATENCIES = ("ttft_ms", "itl_ms", "e2e_ms")
 LATE_BOUNDS = ("ttft", "tpot", "e2e")  # the SLO bounds a late request can break (``StepStats.late_by``)
@@ -92,6 +96,7 @@ class StepStats:
     timeout: int
     error: int
     not_sent: int
+    redirect: int = 0  # 3xx answers not followed
     sent_rate: float  # achieved send rate (first attempts per second)
     goodput_rps: float  # on-time completions per second
     completions_per_s: float  # successful completions per second (on time or late)
@@ -150,6 +155,10 @@ class StepStats:
         """The Wilson interval of this step's attainment alone (``judge`` pools every trial at the rate)."""
         return wilson(self.on_time, self.offered, confidence=confidence)
 
+    def share_of(self, outcome: str) -> float | None:
+        """The share of the offered requests that ended in ``outcome`` (an outcome class's value)."""
+        return share(getattr(self, outcome), self.offered)
+
     @property
     def shed_share(self) -> float | None:
         return share(self.shed, self.offered)
@@ -193,13 +202,8 @@ class StepStats:
             trial=int(data["trial"]),
             duration_s=float(data["duration_s"]),
             offered=int(data["offered"]),
-            on_time=int(data["on_time"]),
-            late=int(data["late"]),
-            shed=int(data["shed"]),
+            **{name: int(data.get(name, 0)) for name in _COUNTS},
             fast_shed=int(data["fast_shed"]),
-            timeout=int(data["timeout"]),
-            error=int(data["error"]),
-            not_sent=int(data["not_sent"]),
             sent_rate=float(data["sent_rate"]),
             goodput_rps=float(data["goodput_rps"]),
             completions_per_s=float(data["completions_per_s"]),

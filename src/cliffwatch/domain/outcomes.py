@@ -3,6 +3,12 @@
 Times are integer nanoseconds on the run's monotonic clock, counted from the run's start. Latencies
 that judge the SLO are measured from the request's *scheduled* time, so a generator (or a queue) that
 delays sending cannot hide the wait: the coordinated-omission-free view, as in wrk2.
+
+The outcome classes are declared here once, with the words every table, report and sentence uses for
+them (``OUTCOME_TEXT``); everything that lists them (store columns, API enums, tables, charts, sweep
+steps, score evidence) iterates over ``OUTCOMES`` or one of the groups below, so adding a class is its
+member here, its text, and what a test then names as missing (a chart colour, a sweep step's count, a
+migration for the store's columns).
 """
 
 from __future__ import annotations
@@ -22,11 +28,43 @@ class Outcome(StrEnum):
     LATE = "late"  # succeeded, but broke a latency bound
     SHED = "shed"  # the final answer was 429 or 503: the target refused the work
     TIMEOUT = "timeout"  # the attempt timeout or the request deadline ran out
-    ERROR = "error"  # any other failure: connection, truncated stream, other status
+    ERROR = "error"  # any other failure: connection, truncated stream, other status, a refused redirect hop
+    REDIRECT = "redirect"  # the final answer was a 3xx that was not followed: the target sent the work elsewhere
     NOT_SENT = "not_sent"  # never attempted (the run stopped first, or the generator could not send it)
 
 
 OUTCOMES = tuple(Outcome)
+SUCCEEDED = frozenset({Outcome.ON_TIME, Outcome.LATE})
+# Sent and answered without a usable response: the failures of the answer itself (sweep tables show these).
+FAILED = tuple(o for o in OUTCOMES if o not in SUCCEEDED and o is not Outcome.NOT_SENT)
+NOT_ON_TIME = tuple(o for o in OUTCOMES if o is not Outcome.ON_TIME)  # every way a request missed goodput
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutcomeText:
+    """The words for one outcome class: ``label`` heads a column or a legend entry, ``short`` a narrow
+    terminal column; ``counted`` and ``shared`` put a count or a share of it in a sentence."""
+
+    label: str
+    short: str
+    counted: str  # "{count} timed out"
+    shared: str  # "{share} % timed out"
+
+
+OUTCOME_TEXT: dict[Outcome, OutcomeText] = {
+    Outcome.ON_TIME: OutcomeText(label="on time", short="on time", counted="{count} on time",
+                                 shared="{share} % on time"),
+    Outcome.LATE: OutcomeText(label="late", short="late", counted="{count} late", shared="{share} % late"),
+    Outcome.SHED: OutcomeText(label="shed", short="shed", counted="{count} shed", shared="{share} % shed"),
+    Outcome.TIMEOUT: OutcomeText(label="timeout", short="tmo", counted="{count} timed out",
+                                 shared="{share} % timed out"),
+    Outcome.ERROR: OutcomeText(label="error", short="err", counted="{count} errors",
+                               shared="{share} % failed with errors"),
+    Outcome.REDIRECT: OutcomeText(label="redirect", short="3xx", counted="{count} redirected",
+                                  shared="{share} % redirected"),
+    Outcome.NOT_SENT: OutcomeText(label="not sent", short="unsent", counted="{count} not sent",
+                                  shared="{share} % not sent"),
+}  # fmt: skip
 
 
 class TokenSource(StrEnum):
@@ -133,6 +171,8 @@ def classify(attempts: tuple[Attempt, ...], *, scheduled_ns: int, slo: Slo) -> O
         return Outcome.SHED
     if final.failure is FailureKind.TIMEOUT:
         return Outcome.TIMEOUT
+    if final.failure is FailureKind.REDIRECT:
+        return Outcome.REDIRECT
     return Outcome.ERROR
 
 

@@ -33,6 +33,8 @@ class FailureKind(StrEnum):
     """Why an attempt did not succeed, in the terms a retry policy reasons with."""
 
     STATUS = "status"  # an HTTP error status (see the status code)
+    REDIRECT = "redirect"  # a 3xx answer the client did not follow (see the status code); never retried
+    REFUSED = "refused"  # cliffwatch would not send there (a redirect hop outside the allowlist); never retried
     TIMEOUT = "timeout"  # the attempt's own timeout (connect, read or total)
     CONNECTION = "connection"  # refused, reset, or closed before a response
     TRUNCATED = "truncated"  # a 2xx stream that ended without finishing
@@ -41,6 +43,9 @@ class FailureKind(StrEnum):
 
 
 RETRY_ON_WORDS = ("timeout", "connection", "truncated", "429", "5xx", "4xx")
+# Never retried, whatever retry_on says: a redirect sent again is redirected again (and following it is the
+# client's own option, not a retry), a refusal is ours, and the run's own cut or bug is not the target's.
+NEVER_RETRIED = frozenset({FailureKind.REDIRECT, FailureKind.REFUSED, FailureKind.CANCELLED, FailureKind.INTERNAL})
 _STATUS = re.compile(r"^[45]\d\d$")
 DEFAULT_RETRY_ON = frozenset({"timeout", "connection", "429", "5xx"})
 
@@ -66,6 +71,8 @@ class RetryPolicy:
 
     def retries_on(self, failure: FailureKind, status: int | None) -> bool:
         """Whether this policy retries a failure of this kind (and HTTP status, for STATUS failures)."""
+        if failure in NEVER_RETRIED:
+            return False
         if failure is not FailureKind.STATUS:
             return failure.value in self.retry_on
         if status is None:

@@ -17,7 +17,7 @@ from typing import Any, TypeGuard
 from cliffwatch.domain.arrivals import Arrival, parse_arrival
 from cliffwatch.domain.errors import Problem, ScenarioInvalid
 from cliffwatch.domain.faults import FaultSpec, ProxySpec, parse_fault, parse_proxy
-from cliffwatch.domain.outcomes import Outcome, Slo
+from cliffwatch.domain.outcomes import NOT_ON_TIME, Outcome, Slo
 from cliffwatch.domain.retry import RetryPolicy, parse_retry
 from cliffwatch.domain.target_model import TargetModel
 from cliffwatch.domain.target_spec import BUILTIN, BUILTIN_SPEAKS_OPENAI, Api, Target, check_url, parse_target
@@ -26,6 +26,7 @@ from cliffwatch.domain.validation import Problems, Reader, check_number, parse_e
 MAX_PLANNED_REQUESTS = 2_000_000
 MAX_RUN_SECONDS = 24 * 3600
 MAX_SEED = 2**63 - 1
+MAX_REDIRECTS = 20  # hops a followed redirect chain may take (browsers stop at 20)
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}$")
 
 
@@ -43,6 +44,10 @@ class ClientSpec:
     attempt_timeout_ms: float | None = None  # None: the SLO's timeout_ms
     max_in_flight: int = 5_000  # beyond this the generator stops sending and says so
     retry: RetryPolicy = field(default_factory=RetryPolicy)
+    # Off: a 3xx answer is the request's outcome (redirect). On: followed up to max_redirects hops, each hop's
+    # host checked against the allowlist and credentials dropped when the origin changes.
+    follow_redirects: bool = False
+    max_redirects: int = 5
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -249,12 +254,17 @@ def _parse_client(reader: Reader, slo: Slo | None) -> ClientSpec | None:
     attempt = reader.number("attempt_timeout_ms", None, gt=0, le=3_600_000)
     in_flight = reader.number("max_in_flight", 5_000, ge=1, le=1_000_000, integer=True)
     retry = parse_retry(reader.raw("retry", {"policy": "none"}), reader.child("retry"), reader.problems)
+    follow = reader.boolean("follow_redirects", False)
+    hops = reader.number("max_redirects", 5, ge=1, le=MAX_REDIRECTS, integer=True)
     reader.done()
+    if reader.has("max_redirects") and follow is False:
+        reader.error("max_redirects", "only applies with follow_redirects: true")
+        return None
     if slo is not None and attempt is not None and attempt > slo.timeout_ms:
         reader.error("attempt_timeout_ms", f"must be <= slo.timeout_ms ({slo.timeout_ms:g})")
         return None
     if (
-        None in (pool, connect, in_flight, retry)
+        None in (pool, connect, in_flight, retry, follow, hops)
         or (reader.has("read_timeout_ms") and read is None)
         or (reader.has("attempt_timeout_ms") and attempt is None)
     ):
@@ -267,6 +277,8 @@ def _parse_client(reader: Reader, slo: Slo | None) -> ClientSpec | None:
         attempt_timeout_ms=attempt,
         max_in_flight=in_flight,
         retry=retry,
+        follow_redirects=bool(follow),
+        max_redirects=hops,
     )
 
 
@@ -326,7 +338,7 @@ def _parse_abort(reader: Reader | None) -> AbortSpec | None:
 
 
 def _parse_outcomes(reader: Reader) -> frozenset[Outcome] | None:
-    failures = (Outcome.LATE, Outcome.SHED, Outcome.TIMEOUT, Outcome.ERROR)
+    failures = tuple(o for o in NOT_ON_TIME if o is not Outcome.NOT_SENT)  # what a finished request can fail as
     if not reader.has("outcomes"):
         reader.raw("outcomes", None)
         return frozenset({Outcome.ERROR, Outcome.TIMEOUT})

@@ -17,7 +17,7 @@ from typing import Any
 
 from cliffwatch.domain.histogram import Histogram
 from cliffwatch.domain.metrics import PhaseStats, RunMetrics, SecondStats, merge_phases
-from cliffwatch.domain.outcomes import NS_PER_MS, NS_PER_S, Outcome, Slo
+from cliffwatch.domain.outcomes import NOT_ON_TIME, NS_PER_MS, NS_PER_S, OUTCOME_TEXT, Outcome, Slo
 from cliffwatch.domain.scenario import Role, ScoreSpec
 
 SCORE_VERSION = "1"
@@ -251,28 +251,27 @@ def _safe_degradation(stress: PhaseStats | None, *, fast_fail_ms: float) -> Comp
     if stress is None:
         return _component(SAFE_DEGRADATION, None, "Not applicable: no stress phase offered any request.", {})
     failed = stress.offered - stress.on_time
-    shed = stress.outcomes[Outcome.SHED]
+    slow_shed = stress.outcomes[Outcome.SHED] - stress.fast_shed
+    # Every other way to miss goodput is a failure, not a refusal the client can act on (a redirect too).
+    others = {outcome: stress.outcomes[outcome] for outcome in NOT_ON_TIME if outcome is not Outcome.SHED}
     evidence: dict[str, float | int | str | None] = {
         "offered": stress.offered,
         "on_time": stress.on_time,
         "not_on_time": failed,
         "fast_shed": stress.fast_shed,
-        "slow_shed": shed - stress.fast_shed,
-        "late": stress.outcomes[Outcome.LATE],
-        "timeout": stress.outcomes[Outcome.TIMEOUT],
-        "error": stress.outcomes[Outcome.ERROR],
-        "not_sent": stress.outcomes[Outcome.NOT_SENT],
+        "slow_shed": slow_shed,
+        **{outcome.value: count for outcome, count in others.items()},
         "fast_fail_ms": fast_fail_ms,
     }
     if failed == 0:
         summary = f"All {stress.offered:,} stress requests were on time: nothing needed shedding."
         return _component(SAFE_DEGRADATION, 1.0, summary, evidence)
     value = stress.fast_shed / failed
+    rest = [f"{slow_shed:,} were refused slowly"]
+    rest += [OUTCOME_TEXT[outcome].counted.format(count=f"{count:,}") for outcome, count in others.items()]
     summary = (
         f"Of {failed:,} stress requests not on time, {stress.fast_shed:,} ({_pct(value)}) were refused within "
-        f"{fast_fail_ms:g} ms; {shed - stress.fast_shed:,} were refused slowly, {stress.outcomes[Outcome.LATE]:,} "
-        f"late, {stress.outcomes[Outcome.TIMEOUT]:,} timed out, {stress.outcomes[Outcome.ERROR]:,} errors and "
-        f"{stress.outcomes[Outcome.NOT_SENT]:,} not sent."
+        f"{fast_fail_ms:g} ms; {', '.join(rest[:-1])} and {rest[-1]}."
     )
     return _component(SAFE_DEGRADATION, value, summary, evidence)
 

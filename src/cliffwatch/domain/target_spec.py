@@ -20,6 +20,9 @@ from cliffwatch.domain.validation import Problems, Reader, short_repr
 BUILTIN = "builtin"
 BUILTIN_SPEAKS_OPENAI = "the built-in target speaks the OpenAI API: use openai-chat or openai-completions"
 _HEADER = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
+# The allowlist checks the URL's host; a Host header of another name would reach a different virtual host
+# behind an allowed shared proxy or ingress, so the request's Host is always the URL's own.
+HOST_HEADER = "may not be set: requests carry the target URL's host; name the host in target.url instead"
 
 
 class Api(StrEnum):
@@ -203,6 +206,8 @@ def _parse_headers(reader: Reader) -> tuple[tuple[str, str], ...] | None:
         headers.raw(key)
         if not _HEADER.fullmatch(key):
             headers.error(key, "is not a valid header name")
+        elif key.lower() == "host":
+            headers.error(key, HOST_HEADER)
         elif not isinstance(value, str) or "\n" in value or "\r" in value:
             headers.error(key, "must be a single-line string")
         else:

@@ -61,6 +61,9 @@ class TargetPolicy(Protocol):
     async def check(self, url: str) -> str | None:
         """Why load may not be aimed at ``url`` (an http URL or ``http://host:port``), or None."""
 
+    async def check_listen(self, address: str) -> str | None:
+        """Why a Toxiproxy proxy may not listen on ``address`` (host:port), or None."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class RunRequest:
@@ -159,12 +162,17 @@ class RunsService:
         return sweep_warnings(_resolved(version, run.overrides), run.sweep)
 
     async def _check_targets(self, scenario: Scenario) -> None:
+        # A proxy's upstream defaults to the target, checked as the target (the built-in one is ours).
         urls = [] if scenario.target.is_builtin else [scenario.target.url]
         urls += [f"http://{p.upstream}" for p in scenario.proxies if p.upstream is not None]
         for url in urls:
             reason = await self.policy.check(url)
             if reason is not None:
                 raise TargetNotAllowed(url, reason)
+        for proxy in scenario.proxies:
+            reason = await self.policy.check_listen(proxy.listen)
+            if reason is not None:
+                raise TargetNotAllowed(f"http://{proxy.listen}", f"proxy {proxy.name} listen address: {reason}")
 
     async def get(self, run_id: str) -> Run:
         run = await self.runs.get_run(run_id)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from cliffwatch.adapters.target_access import ensure_allowed
+from cliffwatch.adapters.target_access import Destinations, ensure_allowed, first_reachable
 from cliffwatch.domain.allowlist import DEFAULT_ALLOWLIST, Allowlist, parse_allowlist
 from cliffwatch.domain.errors import CliffwatchError, TargetNotAllowed
 
@@ -119,3 +119,25 @@ async def test_unusable_urls_are_refused_as_not_allowed(url: str) -> None:
         await ensure_allowed(url, _allowlist())
     assert isinstance(caught.value, TargetNotAllowed)
     assert caught.value.url == url
+
+
+async def test_of_several_addresses_a_proxy_is_given_the_first_that_accepts_a_connection() -> None:
+    """Toxiproxy takes one upstream address: of a name's checked addresses, the first that answers on the
+    port (nothing listens on 127.0.0.2 here), or the first when only one is known."""
+    server = await asyncio.start_server(lambda reader, writer: writer.close(), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        assert await first_reachable(("127.0.0.2", "127.0.0.1"), port, timeout_s=1.0) == "127.0.0.1"
+        assert await first_reachable(("127.0.0.2",), port, timeout_s=1.0) == "127.0.0.2"
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+async def test_only_an_ip_address_can_be_admitted_unchecked() -> None:
+    destinations = Destinations(_allowlist("10.0.0.0/8"))
+    destinations.own("http://127.0.0.1:8000")
+    assert destinations.pinned("127.0.0.1", 8000) == ("127.0.0.1",)
+    assert destinations.pinned("127.0.0.1", 8001) is None
+    with pytest.raises(ValueError, match="only an IP address"):
+        destinations.own("http://localhost:8000")

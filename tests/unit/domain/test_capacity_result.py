@@ -153,6 +153,20 @@ def test_a_rate_bad_by_shedding_below_every_latency_signal_is_the_cliff_not_no_c
     }
 
 
+def test_a_rate_bad_by_redirects_names_them_in_the_verdict() -> None:
+    """A target that redirects part of the load away fails the rate, and the sentence says redirected."""
+    steps = [
+        step(10.0, offered=2000, tokens_per_s=1000.0),
+        step(20.0, offered=2000, on_time=1800, redirect=200, tokens_per_s=1800.0),
+    ]
+
+    result = result_of(steps, finished_because="bracketed within 5 %")
+
+    assert result.first_bad_rps == 20.0
+    assert result.verdict.startswith("attainment fell to 90.0 % at 20 req/s (10.0 % redirected)")
+    assert result.evidence["failures"] == {"redirect": pytest.approx(0.1)}
+
+
 def test_a_bad_rate_whose_throughput_had_fallen_names_its_failure_in_the_throughput_bound_sentence() -> None:
     steps = [
         step(10.0, offered=2000, tokens_per_s=1000.0),

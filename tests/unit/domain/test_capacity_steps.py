@@ -105,6 +105,20 @@ def test_a_step_keeps_its_late_requests_by_bound_through_json() -> None:
     assert StepStats.from_dict(data).late_by == {}
 
 
+def test_a_step_counts_its_redirects_and_a_step_stored_before_them_reads_as_none() -> None:
+    """Redirects are one of the counts that add up to offered, kept through JSON; a document written before
+    the class existed has no count for it and reads back as 0."""
+    original = step(10.0, offered=200, on_time=150, redirect=30)
+
+    data = json.loads(json.dumps(original.to_dict()))
+
+    assert (original.redirect, original.late, original.share_of("redirect")) == (30, 20, 0.15)
+    assert StepStats.from_dict(data) == original
+    older = step(10.0, offered=200, on_time=150).to_dict()
+    del older["redirect"]
+    assert StepStats.from_dict(older).redirect == 0
+
+
 @pytest.mark.parametrize(
     ("late_by", "message"),
     [({"ttft": 51}, "within 0..late"), ({"e2e": -1}, "within 0..late"), ({"queue": 1}, "unknown bounds: queue")],

@@ -356,4 +356,4 @@ def test_outcome_counts_lists_every_class_in_a_fixed_order_zeros_included() -> N
     counts = outcome_counts({Outcome.SHED: 2, Outcome.ON_TIME: 5})
 
     assert list(counts) == [o.value for o in OUTCOMES]
-    assert counts == {"on_time": 5, "late": 0, "shed": 2, "timeout": 0, "error": 0, "not_sent": 0}
+    assert counts == {"on_time": 5, "late": 0, "shed": 2, "timeout": 0, "error": 0, "redirect": 0, "not_sent": 0}

@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 
 from cliffwatch.domain.outcomes import (
+    FAILED,
+    NOT_ON_TIME,
     NS_PER_MS,
+    OUTCOME_TEXT,
+    OUTCOMES,
+    SUCCEEDED,
     Attempt,
     Outcome,
     RequestRecord,
@@ -91,6 +96,10 @@ def _failed(failure: FailureKind, status: int | None = None, *, number: int = 1)
         ((_failed(FailureKind.TIMEOUT),), Outcome.TIMEOUT),
         ((_failed(FailureKind.CONNECTION),), Outcome.ERROR),
         ((_failed(FailureKind.TRUNCATED),), Outcome.ERROR),
+        # a 3xx not followed is a class of its own; a hop the allowlist refused is an error
+        ((_failed(FailureKind.REDIRECT, 307),), Outcome.REDIRECT),
+        ((_failed(FailureKind.REDIRECT, 301),), Outcome.REDIRECT),
+        ((_failed(FailureKind.REFUSED, 302),), Outcome.ERROR),
         # only the final attempt decides
         ((_failed(FailureKind.STATUS, 429), _ok(1500)), Outcome.ON_TIME),
         ((_ok(1500), _failed(FailureKind.TIMEOUT, number=2)), Outcome.TIMEOUT),
@@ -212,3 +221,17 @@ def test_a_request_never_sent_has_no_latencies() -> None:
 def test_an_attempt_succeeded_exactly_when_it_has_no_failure() -> None:
     assert _ok(100).succeeded
     assert not _failed(FailureKind.STATUS, 500).succeeded
+
+
+def test_every_outcome_class_has_its_words_and_the_groups_partition_them() -> None:
+    """Each class has a label, a short label and sentence forms; succeeded, failed and not sent cover
+    every class once, and not-on-time is every class but on time."""
+    assert set(OUTCOME_TEXT) == set(Outcome)
+    for text in OUTCOME_TEXT.values():
+        assert text.label
+        assert text.short
+        assert "{count}" in text.counted
+        assert "{share}" in text.shared
+    assert sorted([*SUCCEEDED, *FAILED, Outcome.NOT_SENT]) == sorted(OUTCOMES)
+    assert Outcome.REDIRECT in FAILED
+    assert tuple(o for o in OUTCOMES if o is not Outcome.ON_TIME) == NOT_ON_TIME

@@ -10,6 +10,7 @@ import yaml
 
 from cliffwatch.domain.retry import (
     DEFAULT_RETRY_ON,
+    RETRY_ON_WORDS,
     FailureKind,
     Jitter,
     RetryBudget,
@@ -115,6 +116,22 @@ def test_only_the_failures_named_in_retry_on_are_retried(
 
     assert decision.retry is retried
     assert retried or decision.reason == "not retried on this failure"
+
+
+@pytest.mark.parametrize("failure", [FailureKind.REDIRECT, FailureKind.REFUSED])
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308, None])
+def test_a_redirect_or_a_refused_hop_is_never_retried_whatever_retry_on_says(
+    failure: FailureKind, status: int | None
+) -> None:
+    """Sent again, a redirect is redirected again (following is the client's option, not a retry), and a
+    refusal is cliffwatch's own: neither is retried, even by a policy that retries every word it knows."""
+    everything = frozenset({*RETRY_ON_WORDS, "301", "302", "303", "307", "308"})
+    policy = RetryPolicy(kind=RetryKind.IMMEDIATE, max_retries=5, retry_on=everything)
+
+    decision = _decide(policy, failure, status)
+
+    assert not decision.retry
+    assert decision.reason == "not retried on this failure"
 
 
 # -- how long to wait ------------------------------------------------------------------------------

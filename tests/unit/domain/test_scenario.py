@@ -34,7 +34,7 @@ from cliffwatch.domain.scenario import (
     with_overrides,
 )
 from cliffwatch.domain.target_model import Admission, TargetModel
-from cliffwatch.domain.target_spec import Api, RequestTemplate, Target
+from cliffwatch.domain.target_spec import HOST_HEADER, Api, RequestTemplate, Target
 
 DELETE = object()
 
@@ -67,6 +67,8 @@ def full_document() -> dict[str, Any]:
             "read_timeout_ms": 3000,
             "attempt_timeout_ms": 5000,
             "max_in_flight": 2000,
+            "follow_redirects": True,
+            "max_redirects": 3,
             "retry": {
                 "policy": "exponential",
                 "max_retries": 2,
@@ -229,6 +231,8 @@ def test_a_full_document_parses_into_exactly_the_values_it_states() -> None:
             read_timeout_ms=3000,
             attempt_timeout_ms=5000,
             max_in_flight=2000,
+            follow_redirects=True,
+            max_redirects=3,
             retry=RetryPolicy(
                 kind=RetryKind.EXPONENTIAL,
                 max_retries=2,
@@ -515,6 +519,19 @@ _INVALID: list[tuple[dict[str, Any], list[str]]] = [
     ),
     ({"target.request.headers": {"X-Retries": 3}}, ["target.request.headers.X-Retries: must be a single-line string"]),
     ({"target.request.headers": ["Authorization: x"]}, ["target.request.headers: must be a mapping, got a list"]),
+    # the Host is the URL's: the allowlist checks that one, whatever its case in the document
+    ({"target.request.headers": {"Host": "prod.internal"}}, [f"target.request.headers.Host: {HOST_HEADER}"]),
+    ({"target.request.headers": {"hOsT": "127.0.0.1:8000"}}, [f"target.request.headers.hOsT: {HOST_HEADER}"]),
+    # redirects
+    ({"client.follow_redirects": "yes"}, ["client.follow_redirects: must be true or false, got a string"]),
+    (
+        {"client.follow_redirects": False, "client.max_redirects": 3},
+        ["client.max_redirects: only applies with follow_redirects: true"],
+    ),
+    (
+        {"client.follow_redirects": True, "client.max_redirects": 21},
+        ["client.max_redirects: must be <= 20"],
+    ),
     # which request keys belong to which api
     ({"target.request.body": {"x": 1}}, ["target.request.body: unknown key"]),
     (
@@ -553,8 +570,8 @@ _INVALID: list[tuple[dict[str, Any], list[str]]] = [
     (
         {"abort.error_rate.outcomes": ["error", "on_time", "late", "bogus"]},
         [
-            "abort.error_rate.outcomes[1]: must be one of late, shed, timeout, error, got 'on_time'",
-            "abort.error_rate.outcomes[3]: must be one of late, shed, timeout, error, got 'bogus'",
+            "abort.error_rate.outcomes[1]: must be one of late, shed, timeout, error, redirect, got 'on_time'",
+            "abort.error_rate.outcomes[3]: must be one of late, shed, timeout, error, redirect, got 'bogus'",
         ],
     ),
     # the plan's size

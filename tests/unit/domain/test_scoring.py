@@ -51,6 +51,7 @@ def _phase(
     slow_shed: int = 0,
     timeout: int = 0,
     error: int = 0,
+    redirect: int = 0,
     not_sent: int = 0,
     retries: int = 0,
     tokens: float = 0.0,
@@ -63,6 +64,7 @@ def _phase(
             Outcome.SHED: fast_shed + slow_shed,
             Outcome.TIMEOUT: timeout,
             Outcome.ERROR: error,
+            Outcome.REDIRECT: redirect,
             Outcome.NOT_SENT: not_sent,
         }
     )
@@ -138,7 +140,8 @@ def _records(
                 output_tokens=tokens,
             )
         else:
-            final = Attempt(number=retries + 1, sent_ns=sent, end_ns=end, status=status, failure=FailureKind.STATUS)
+            failure = FailureKind.REDIRECT if 300 <= status < 400 else FailureKind.STATUS
+            final = Attempt(number=retries + 1, sent_ns=sent, end_ns=end, status=status, failure=failure)
         attempts.append(final)
         records.append(
             RequestRecord(
@@ -249,6 +252,8 @@ def test_without_stress_traffic_no_component_applies(stress_phase: bool) -> None
         ({"fast_shed": 40, "timeout": 10}, 0.8),
         ({"on_time": 50, "fast_shed": 20, "late": 20, "not_sent": 10}, 0.4),
         ({"fast_shed": 10, "slow_shed": 10, "late": 10, "timeout": 10, "error": 5, "not_sent": 5}, 0.2),
+        ({"fast_shed": 30, "redirect": 70}, 0.3),
+        ({"on_time": 50, "fast_shed": 10, "redirect": 10, "error": 10, "not_sent": 20}, 0.2),
     ],
 )
 def test_safe_degradation_is_the_fast_shed_share_of_requests_not_on_time(
@@ -260,7 +265,7 @@ def test_safe_degradation_is_the_fast_shed_share_of_requests_not_on_time(
     component = _component(score_run(metrics, slo=SLO, spec=SPEC), SAFE_DEGRADATION)
     assert component.value == pytest.approx(expected)
     evidence = component.evidence
-    parts = ("fast_shed", "slow_shed", "late", "timeout", "error", "not_sent")
+    parts = ("fast_shed", "slow_shed", "late", "timeout", "error", "redirect", "not_sent")
     assert sum(int(evidence[p] or 0) for p in parts) == evidence["not_on_time"]
     assert all(evidence[p] == counts.get(p, 0) for p in parts)
 
@@ -287,6 +292,19 @@ def test_everything_shed_slowly_is_not_safe_degradation() -> None:
     assert component.value == 0.0
     assert component.evidence["slow_shed"] == 200
     assert "200 were refused slowly" in component.summary
+
+
+def test_a_fast_redirect_is_a_failure_not_a_fast_refusal() -> None:
+    """Stress answered by 307s in 20 ms (a target sending the work elsewhere) scores 0 for safe degradation:
+    a redirect is no refusal the client can act on; the summary and evidence count them as redirects."""
+    windows = _windows((B, 10), (S, 10))
+    metrics = _aggregate(
+        windows, _records(windows, 0, 100), _records(windows, 1, 200, status=307, e2e_ms=20, first_id=1_000)
+    )
+    component = _component(score_run(metrics, slo=SLO, spec=SPEC), SAFE_DEGRADATION)
+    assert component.value == 0.0
+    assert (component.evidence["redirect"], component.evidence["fast_shed"]) == (200, 0)
+    assert "200 redirected" in component.summary
 
 
 # -- recovery ---------------------------------------------------------------------------------------

@@ -3,6 +3,10 @@
 One ``ClientSession`` per run with a bounded connection pool; time spent waiting for a pooled
 connection is measured through aiohttp's tracing hooks, apart from the target's own latency. Every
 failure of the target becomes an ``Attempt`` with a ``FailureKind``; nothing the target does raises.
+
+Nothing leaves for a place the run did not admit (``target_access.Destinations``): the connector's
+resolver answers only the run's pins, aiohttp never follows a redirect, and a 3xx is the attempt's answer
+(``redirect``) unless the scenario follows redirects, which ``redirects`` does hop by hop.
 """
 
 from __future__ import annotations
@@ -19,8 +23,12 @@ import aiohttp
 
 from cliffwatch import __version__
 from cliffwatch.adapters.loadgen.openai_stream import OpenAIStream, error_message, parse_completion
+from cliffwatch.adapters.loadgen.pinned_resolver import PinnedResolver, PinRefused
 from cliffwatch.adapters.loadgen.prompts import prompt_text
-from cliffwatch.domain.errors import TargetUnreachable
+from cliffwatch.adapters.loadgen.redirects import Hop, next_hop, shown_url
+from cliffwatch.adapters.target_access import Destinations
+from cliffwatch.domain.allowlist import DEFAULT_ALLOWLIST, Allowlist, parse_allowlist
+from cliffwatch.domain.errors import CliffwatchError, TargetUnreachable
 from cliffwatch.domain.outcomes import Attempt, TokenSource
 from cliffwatch.domain.plan import PlannedRequest
 from cliffwatch.domain.retry import FailureKind
@@ -62,8 +70,11 @@ async def _on_queued_end(session: aiohttp.ClientSession, ctx: SimpleNamespace, p
 class HttpExecutor:
     """Implements ``AttemptExecutor`` over HTTP for the scenario's API (OpenAI chat/completions or plain)."""
 
-    def __init__(self, scenario: Scenario, base_url: str) -> None:
+    def __init__(self, scenario: Scenario, base_url: str, *, destinations: Destinations | None = None) -> None:
         self.scenario = scenario
+        # Where the run may connect: the composition root's, with the target already admitted; alone (tests,
+        # tools), loopback only, the base URL admitted on entry.
+        self.destinations = destinations or Destinations(_loopback())
         self.base_url = base_url.rstrip("/")
         template = scenario.target.request
         self.url = self.base_url + template.path
@@ -83,16 +94,26 @@ class HttpExecutor:
 
     async def __aenter__(self) -> HttpExecutor:
         client = self.scenario.client
+        await self.destinations.admit(self.base_url)  # already admitted by the run: the pins are reused
         trace = aiohttp.TraceConfig()
         trace.on_connection_queued_start.append(_on_queued_start)
         trace.on_connection_queued_end.append(_on_queued_end)
-        connector = aiohttp.TCPConnector(limit=client.pool_size, limit_per_host=client.pool_size)
+        # The resolver answers from the run's pins only (no cache needed: it never looks anything up).
+        connector = aiohttp.TCPConnector(
+            limit=client.pool_size,
+            limit_per_host=client.pool_size,
+            resolver=PinnedResolver(self.destinations),
+            use_dns_cache=False,
+        )
         self._timeout = aiohttp.ClientTimeout(
             total=None,
             sock_connect=client.connect_timeout_ms / 1000.0,
             sock_read=None if client.read_timeout_ms is None else client.read_timeout_ms / 1000.0,
         )
-        self._session = aiohttp.ClientSession(connector=connector, trace_configs=[trace], timeout=self._timeout)
+        # trust_env off: no HTTP(S)_PROXY from the environment may route the load somewhere unchecked.
+        self._session = aiohttp.ClientSession(
+            connector=connector, trace_configs=[trace], timeout=self._timeout, trust_env=False
+        )
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -101,11 +122,12 @@ class HttpExecutor:
             self._session = None
 
     async def preflight(self) -> None:
-        """Any HTTP answer from the target's root proves it is there; no answer means no load is sent."""
+        """Any HTTP answer from the target's root proves it is there (a redirect too: it is not followed);
+        no answer means no load is sent."""
         session = self._require_session()
         try:
             async with asyncio.timeout(PREFLIGHT_TIMEOUT_S + self.scenario.client.connect_timeout_ms / 1000.0):
-                async with session.get(self.base_url + "/", headers=self.headers) as response:
+                async with session.get(self.base_url + "/", headers=self.headers, allow_redirects=False) as response:
                     await response.content.read(MAX_ERROR_BODY)
         except TimeoutError as exc:
             raise TargetUnreachable(self.base_url, f"no answer within {PREFLIGHT_TIMEOUT_S:g}s") from exc
@@ -139,17 +161,11 @@ class HttpExecutor:
         self.in_flight += 1
         try:
             async with asyncio.timeout(timeout_s):
-                async with session.request(
-                    self.method, self.url, data=body, headers=self.headers, trace_request_ctx=timing
-                ) as response:
-                    state.first_byte = time.perf_counter_ns()
-                    state.status = response.status
-                    if not 200 <= response.status < 300:
-                        await self._read_error(response, state)
-                    elif self.stream:
-                        await self._read_stream(response, state)
-                    else:
-                        await self._read_body(response, state)
+                hop: Hop | None = Hop(method=self.method, url=self.url, body=body, headers=self.headers)
+                hops = 0
+                while hop is not None:
+                    hop = await self._exchange(session, hop, hops, state, timing)
+                    hops += 1
         except aiohttp.ServerTimeoutError as exc:
             # aiohttp's own limits (connect, read gap) are TimeoutErrors too, but not the attempt's limit.
             state.fail(FailureKind.TIMEOUT, self._socket_timeout_text(exc))
@@ -164,6 +180,11 @@ class HttpExecutor:
                 )
         except aiohttp.ClientPayloadError as exc:
             state.fail(FailureKind.TRUNCATED, f"response body cut off: {_describe(exc)}")
+        except aiohttp.ClientConnectorDNSError as exc:
+            if isinstance(exc.os_error, PinRefused):  # our resolver: nothing was sent, and a retry would not be
+                state.fail(FailureKind.REFUSED, str(exc.os_error))
+            else:
+                state.fail(FailureKind.CONNECTION, _describe(exc))
         except aiohttp.ClientError as exc:
             state.fail(FailureKind.CONNECTION, _describe(exc))
         except OSError as exc:
@@ -188,6 +209,55 @@ class HttpExecutor:
             token_source=state.token_source,
             retry_after_s=state.retry_after_s,
         )
+
+    async def _exchange(
+        self, session: aiohttp.ClientSession, hop: Hop, hops: int, state: _AttemptState, timing: _Timing
+    ) -> Hop | None:
+        """Sends one hop and reads its answer into ``state``; returns the next hop when the answer is a
+        redirect the scenario follows and the allowlist admits, else None (the attempt is over)."""
+        async with session.request(
+            hop.method, hop.url, data=hop.body, headers=hop.headers, trace_request_ctx=timing, allow_redirects=False
+        ) as response:
+            state.first_byte = time.perf_counter_ns()
+            state.status = response.status
+            if 300 <= response.status < 400:
+                return await self._redirected(response, hop, hops, state)
+            if not 200 <= response.status < 300:
+                await self._read_error(response, state)
+            elif self.stream:
+                await self._read_stream(response, state)
+            else:
+                await self._read_body(response, state)
+        return None
+
+    async def _redirected(
+        self, response: aiohttp.ClientResponse, hop: Hop, hops: int, state: _AttemptState
+    ) -> Hop | None:
+        """A 3xx answer: the next hop when followed and admitted; otherwise the attempt ends as a redirect
+        (or, for a hop the allowlist refuses, as refused, naming the URL), and nothing more is sent."""
+        client = self.scenario.client
+        location = response.headers.get("Location")
+        status = f"HTTP {response.status}"
+        following: Hop | str | None = None
+        if not client.follow_redirects:
+            where = f" to {shown_url(location)}" if location else ""
+            state.fail(FailureKind.REDIRECT, f"{status} redirect{where}, not followed (client.follow_redirects)")
+        elif hops >= client.max_redirects:
+            state.fail(FailureKind.REDIRECT, f"{status}: still redirected after {hops} hops (client.max_redirects)")
+        else:
+            following = next_hop(hop, response.status, location, origin=self.url, headers=self.headers)
+            if isinstance(following, str):
+                state.fail(FailureKind.REDIRECT, f"{status} not followed: {following}")
+        await _drain(response)  # a small body, read so the connection is reused
+        if not isinstance(following, Hop):
+            return None
+        try:
+            await self.destinations.admit(following.url)
+        except CliffwatchError as exc:  # outside the allowlist, or a name that does not resolve: nothing sent
+            reason = getattr(exc, "reason", str(exc))
+            state.fail(FailureKind.REFUSED, f"{status} redirect to {shown_url(following.url)} refused: {reason}")
+            return None
+        return following
 
     def _socket_timeout_text(self, exc: aiohttp.ServerTimeoutError) -> str:
         client = self.scenario.client
@@ -329,6 +399,12 @@ def _default_header(headers: dict[str, str], name: str, value: str) -> None:
     """Sets ``name`` unless the headers already carry it under any capitalisation."""
     if not any(key.lower() == name.lower() for key in headers):
         headers[name] = value
+
+
+def _loopback() -> Allowlist:
+    allowlist, _ = parse_allowlist(DEFAULT_ALLOWLIST)
+    assert allowlist is not None
+    return allowlist
 
 
 def _describe(exc: BaseException) -> str:

@@ -13,6 +13,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from cliffwatch.domain.outcomes import OUTCOMES as ALL_OUTCOMES
+from cliffwatch.domain.outcomes import Outcome
+
 # Okabe & Ito (2008), "Color Universal Design".
 BLACK, ORANGE, SKY_BLUE, GREEN, YELLOW, BLUE, VERMILLION, PURPLE = (
     "#000000", "#E69F00", "#56B4E9", "#009E73", "#F0E442", "#0072B2", "#D55E00", "#CC79A7",
@@ -22,15 +25,23 @@ DASHED = (8, 4)
 DOTTED = (2, 3)
 DASH_DOT = (10, 3, 2, 3)
 LONG_DASH = (14, 5)
+DASH_DOT_DOT = (10, 3, 2, 3, 2, 3)
 SLO_DASH = (4, 4)
-OUTCOMES: tuple[tuple[str, str, str, tuple[int, ...]], ...] = (
-    # key, label, colour, dash — stacked bottom to top
-    ("on_time", "on time", GREEN, SOLID),
-    ("late", "late", ORANGE, DASHED),
-    ("shed", "shed (429/503)", SKY_BLUE, DOTTED),
-    ("timeout", "timeout", VERMILLION, DASH_DOT),
-    ("error", "error", PURPLE, LONG_DASH),
-    ("not_sent", "not sent", BLACK, SLO_DASH),
+# Each outcome class's band in the stacked outcome chart: label, colour, dash. Every class needs one (the
+# table below is built at import, so a class without a style fails every report test at once).
+_OUTCOME_STYLE: dict[Outcome, tuple[str, str, tuple[int, ...]]] = {
+    Outcome.ON_TIME: ("on time", GREEN, SOLID),
+    Outcome.LATE: ("late", ORANGE, DASHED),
+    Outcome.SHED: ("shed (429/503)", SKY_BLUE, DOTTED),
+    Outcome.TIMEOUT: ("timeout", VERMILLION, DASH_DOT),
+    Outcome.ERROR: ("error", PURPLE, LONG_DASH),
+    Outcome.REDIRECT: ("redirect (3xx)", BLUE, DASH_DOT_DOT),
+    Outcome.NOT_SENT: ("not sent", BLACK, SLO_DASH),
+}
+OUTCOMES: tuple[tuple[str, str, str, tuple[int, ...]], ...] = tuple(
+    # key, label, colour, dash — stacked bottom to top, in the classes' own order
+    (outcome.value, *_OUTCOME_STYLE[outcome])
+    for outcome in ALL_OUTCOMES
 )
 PERCENTILES = (("p50", BLUE, SOLID), ("p90", ORANGE, DASHED), ("p99", VERMILLION, DOTTED))
 

@@ -17,6 +17,7 @@ from cliffwatch.adapters.report.markup import ms as _ms
 from cliffwatch.adapters.report.markup import num as _num
 from cliffwatch.adapters.report.markup import pct as _pct
 from cliffwatch.adapters.report.markup import table as _table
+from cliffwatch.domain.outcomes import NOT_ON_TIME, OUTCOME_TEXT
 
 
 def evidence(items: Mapping[str, Any]) -> str:
@@ -124,12 +125,11 @@ def phase_results(doc: Mapping[str, Any]) -> str:
             f"{_e(phase.get('name'))} <span class='muted'>({_e(phase.get('role'))})</span>",
             _num(phase.get("offered_rps"), 1), _pct(phase.get("on_time_ratio")), _num(phase.get("goodput_rps"), 2),
             _num(phase.get("output_tokens_per_s"), 0), _ms(_map(latency.get("ttft")).get("p99")),
-            _ms(_map(latency.get("e2e")).get("p99")), share(outcomes.get("late")), share(outcomes.get("shed")),
-            share(outcomes.get("timeout")), share(outcomes.get("error")), share(outcomes.get("not_sent")),
+            _ms(_map(latency.get("e2e")).get("p99")), *(share(outcomes.get(o.value)) for o in NOT_ON_TIME),
             _num(phase.get("amplification"), 2),
         ))  # fmt: skip
-    head = ("phase", "offered/s", "on time", "goodput/s", "tokens/s", "p99 TTFT", "p99 e2e", "late", "shed",
-            "timeout", "error", "not sent", "attempts per request")  # fmt: skip
+    head = ("phase", "offered/s", "on time", "goodput/s", "tokens/s", "p99 TTFT", "p99 e2e",
+            *(OUTCOME_TEXT[o].label for o in NOT_ON_TIME), "attempts per request")  # fmt: skip
     return f'<section id="phases"><h2>Phases</h2>{_table(head, rows, cls="numbers")}</section>'
 
 

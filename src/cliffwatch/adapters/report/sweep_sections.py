@@ -12,6 +12,7 @@ from typing import Any
 
 from cliffwatch.adapters.report.markup import DASH, as_list, as_map, esc, ms, num, table
 from cliffwatch.adapters.report.sections import evidence
+from cliffwatch.domain.outcomes import FAILED, OUTCOME_TEXT
 
 
 def pct1(value: Any) -> str:
@@ -20,6 +21,15 @@ def pct1(value: Any) -> str:
         return DASH
     text = f"{value * 100:.1f}"
     return f"{value * 100:.2f} %" if text == "100.0" and value < 1 else f"{text} %"
+
+
+def _share(step: Mapping[str, Any], outcome: str) -> float | None:
+    """The share of a step's offered requests that ended in ``outcome``; None where the document has no count
+    (a step stored before that class existed)."""
+    count, offered = step.get(outcome), step.get("offered")
+    if not isinstance(count, int) or not isinstance(offered, int) or offered <= 0:
+        return None
+    return count / offered
 
 
 def interval(value: Any) -> str:
@@ -180,12 +190,12 @@ def steps_table(result: Mapping[str, Any]) -> str:
             num(step.get("rate")), num(step.get("trial")), num(step.get("offered")), num(step.get("sent_rate"), 2),
             num(step.get("goodput_rps"), 2), pct1(step.get("attainment")), interval(step.get("interval")),
             num(step.get("tokens_per_s"), 1), num(step.get("completions_per_s"), 2), ms(ttft.get("p50")),
-            ms(ttft.get("p99")), ms(e2e.get("p50")), ms(e2e.get("p99")), pct1(step.get("shed_share")),
-            pct1(step.get("timeout_share")), pct1(step.get("error_share")), num(step.get("amplification"), 2),
+            ms(ttft.get("p99")), ms(e2e.get("p50")), ms(e2e.get("p99")),
+            *(pct1(_share(step, o.value)) for o in FAILED), num(step.get("amplification"), 2),
             generator, _verdict_cell(as_map(settled.get(step.get("rate")))),
         ))  # fmt: skip
     head = (f"rate ({esc(unit)})", "trial", "offered", "sent/s", "goodput/s", "attainment", "CI", "tokens/s",
-            "completions/s", "TTFT p50", "TTFT p99", "e2e p50", "e2e p99", "shed", "timeout", "error",
+            "completions/s", "TTFT p50", "TTFT p99", "e2e p50", "e2e p99", *(OUTCOME_TEXT[o].label for o in FAILED),
             "attempts per request", "generator", "rate verdict")  # fmt: skip
     return (
         "<h3>Steps: every trial</h3><p class='muted'>A rate's verdict is settled on its pooled trials; "

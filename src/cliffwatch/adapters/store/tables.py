@@ -73,9 +73,17 @@ def _json() -> sa.JSON:
     return sa.JSON(none_as_null=True)
 
 
+# The outcome classes of migration 0001. A class added since comes with a migration that adds its column
+# with a server default of 0, so rows stored before it existed read as none of it.
+_FIRST_OUTCOMES = ("on_time", "late", "shed", "timeout", "error", "not_sent")
+
+
 def _outcome_counts() -> list[sa.Column[int]]:
     """A count column per outcome class, named by it (``on_time``, ``late``, ...)."""
-    return [sa.Column(outcome.value, sa.Integer, nullable=False) for outcome in OUTCOMES]
+    return [
+        sa.Column(o.value, sa.Integer, nullable=False, server_default=None if o.value in _FIRST_OUTCOMES else "0")
+        for o in OUTCOMES
+    ]
 
 
 def _run_fk() -> sa.ForeignKey:

@@ -32,6 +32,7 @@ from cliffwatch.domain.metrics import RunAggregator
 from cliffwatch.domain.outcomes import NS_PER_MS, Attempt, Outcome, RequestRecord, TokenSource
 from cliffwatch.domain.plan import iter_plan, phase_windows
 from cliffwatch.domain.result import RunResult, RunStatus
+from cliffwatch.domain.retry import FailureKind
 from cliffwatch.domain.runs import Role, Run, Schedule
 from cliffwatch.domain.scenario import parse_scenario
 from cliffwatch.domain.scoring import score_run
@@ -189,9 +190,12 @@ class Api:
         run: dict[str, Any] = reply.body
         return run
 
-    async def finish(self, run_id: str, *, document: Mapping[str, Any] | None = None) -> list[RequestRecord]:
+    async def finish(
+        self, run_id: str, *, document: Mapping[str, Any] | None = None, redirect_every: int = 0
+    ) -> list[RequestRecord]:
         """Claims and ends the run as a worker would (it must be the oldest queued one, as claims take that):
-        its outcomes stored, a real result recorded."""
+        its outcomes stored, a real result recorded; every ``redirect_every``-th request (by id) was answered
+        with a 307 that was not followed, the others on time."""
         run = await self.store.get_run(run_id)
         assert run is not None
         scenario = parse_scenario(document or small_scenario(run.scenario_name))
@@ -200,7 +204,12 @@ class Api:
         )
         assert claimed is not None
         assert claimed.id == run_id
-        records = [_on_time(r.id, r.phase, r.scheduled_ns) for r in iter_plan(scenario)]
+        records = [
+            _redirected(r.id, r.phase, r.scheduled_ns)
+            if redirect_every and r.id % redirect_every == 0
+            else _on_time(r.id, r.phase, r.scheduled_ns)
+            for r in iter_plan(scenario)
+        ]
         aggregator = RunAggregator(phase_windows(scenario), e2e_ms=scenario.slo.e2e_ms, fast_fail_ms=100)
         for record in records:
             aggregator.add(record)
@@ -227,6 +236,15 @@ def _on_time(request_id: int, phase: int, scheduled_ns: int) -> RequestRecord:
     )  # fmt: skip
     return RequestRecord(id=request_id, phase=phase, scheduled_ns=scheduled_ns, prompt_tokens=10, max_tokens=10,
                          attempts=(attempt,), outcome=Outcome.ON_TIME)  # fmt: skip
+
+
+def _redirected(request_id: int, phase: int, scheduled_ns: int) -> RequestRecord:
+    start = scheduled_ns + NS_PER_MS
+    error = "HTTP 307 redirect to http://127.0.0.1:9/, not followed (client.follow_redirects)"
+    attempt = Attempt(number=1, sent_ns=start, end_ns=start + 5 * NS_PER_MS, failure=FailureKind.REDIRECT, status=307,
+                      error=error)  # fmt: skip
+    return RequestRecord(id=request_id, phase=phase, scheduled_ns=scheduled_ns, prompt_tokens=10, max_tokens=10,
+                         attempts=(attempt,), outcome=Outcome.REDIRECT)  # fmt: skip
 
 
 def provisional_sweep(run_id: str, spec: SweepSpec, rates: Sequence[float], *, capacity: float = 6.0,
@@ -271,7 +289,8 @@ async def build_parts(settings: Settings) -> Parts:
         return list(not_ready)
 
     services = ApiServices(
-        runs=RunsService(runs=store, control=store, catalog=catalog, policy=AllowlistPolicy(settings.allowlist),
+        runs=RunsService(runs=store, control=store, catalog=catalog,
+                         policy=AllowlistPolicy(settings.allowlist, listen=settings.proxy_listen),
                          caps=settings.caps, now=clock),
         catalog=catalog,
         tokens=tokens,

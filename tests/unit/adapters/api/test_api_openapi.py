@@ -19,6 +19,7 @@ from cliffwatch.adapters.api.app import ROUTE_TABLE, create_app
 from cliffwatch.adapters.api.problems import ERRORS
 from cliffwatch.domain import errors
 from cliffwatch.domain.errors import CliffwatchError
+from cliffwatch.domain.outcomes import Outcome
 from cliffwatch.domain.runs import Role
 
 
@@ -112,3 +113,11 @@ def test_every_cliffwatch_error_has_a_status(error: type[CliffwatchError]) -> No
     documented = {int(code) for item in DOCUMENT["paths"].values() for op in item.values()
                   for code in op["responses"] if code.isdigit()}  # fmt: skip
     assert mapping.status in documented | {500, 502}  # 5xx beyond the documented ones fall under "default"
+
+
+def test_an_outcomes_class_is_one_of_the_domains_redirect_included() -> None:
+    """The document's outcome enum is the domain's outcome classes, so a redirect record conforms."""
+    page = DOCUMENT["components"]["schemas"]["OutcomePage"]
+    enum = page["properties"]["outcomes"]["items"]["properties"]["outcome"]["enum"]
+    assert enum == [o.value for o in Outcome]
+    assert "redirect" in enum

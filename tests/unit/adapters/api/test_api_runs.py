@@ -82,6 +82,40 @@ async def test_a_target_outside_the_allowlist_is_refused_with_the_reason(api: Ap
     assert await api.store.active_runs() == []
 
 
+@pytest.mark.parametrize("listen", ["0.0.0.0:18000", "[::]:0", "10.0.0.1:18000"])
+async def test_a_proxy_listening_beyond_loopback_is_refused_with_the_reason(api: Api, listen: str) -> None:
+    """A proxy that would listen on the network (a tunnel to its upstream) is refused at submit, naming the
+    proxy and the setting that would allow it; nothing is queued."""
+    document = small_scenario("tunnel")
+    document["proxies"] = [{"name": "llm", "listen": listen}]
+    reply = await api.call("POST", "/api/v1/runs", json={"document": document})
+    assert reply.status == 422
+    assert reply.body["type"].endswith(":target-not-allowed")
+    assert "proxy llm listen address" in reply.body["reason"]
+    assert "CLIFFWATCH_ALLOWED_PROXY_LISTEN" in reply.body["reason"]
+    assert await api.store.active_runs() == []
+
+
+async def test_a_run_with_redirects_shows_them_in_its_phases_outcomes_and_report(api: Api) -> None:
+    """Redirects are a class of their own in the run's phases, in its outcomes (status and error kept) and
+    in its report's phase table."""
+    run_id = (await api.queue({"document": small_scenario("moved")}))["id"]
+    records = await api.finish(run_id, redirect_every=4)
+    redirected = [r.id for r in records if r.id % 4 == 0]
+
+    run = (await api.call("GET", f"/api/v1/runs/{run_id}")).body
+    assert sum(p["outcomes"]["redirect"] for p in run["result"]["phases"]) == len(redirected) == 5
+    listed = (await api.call("GET", f"/api/v1/runs/{run_id}/outcomes", params={"limit": "100"})).body["outcomes"]
+    moved = [o for o in listed if o["outcome"] == "redirect"]
+    assert [o["request_id"] for o in moved] == redirected
+    assert {(o["status"], o["error"].split(",")[0]) for o in moved} == {
+        (307, "HTTP 307 redirect to http://127.0.0.1:9/")
+    }
+    report = await api.call("GET", f"/api/v1/runs/{run_id}/report")
+    assert report.status == 200
+    assert "<th>redirect</th>" in report.body
+
+
 @pytest.mark.parametrize("target", ["builtin", "http://127.0.0.1:8000", "http://localhost:9000/v1"])
 async def test_the_builtin_target_and_loopback_are_accepted(api: Api, target: str) -> None:
     run = await api.queue({"scenario": "burst-storm", "overrides": {"target_url": target}})
