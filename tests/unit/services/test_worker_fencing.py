@@ -211,8 +211,8 @@ def runs_service(made: Rig) -> RunsService:
     allowlist, _ = parse_allowlist(DEFAULT_ALLOWLIST)
     assert allowlist is not None
     return RunsService(runs=made.outage, control=made.outage, catalog=ScenarioCatalog(made.outage, now=now),  # type: ignore[arg-type]
-                       policy=AllowlistPolicy(allowlist), caps=Caps(max_concurrent_runs=2, max_offered_rate=1000,
-                                                                     max_duration_s=3600),
+                       policy=AllowlistPolicy(allowlist, listen=allowlist),
+                       caps=Caps(max_concurrent_runs=2, max_offered_rate=1000, max_duration_s=3600),
                        now=now, local=made.worker)  # fmt: skip
 
 

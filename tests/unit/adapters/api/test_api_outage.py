@@ -52,7 +52,8 @@ async def served(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[Api, In
     assert run.id == queued[0].id
     instance = Instance(running={run.id: run})
     runs = RunsService(runs=parts.store, control=parts.store, catalog=parts.services.catalog,
-                       policy=AllowlistPolicy(settings.allowlist), caps=settings.caps, now=parts.clock,
+                       policy=AllowlistPolicy(settings.allowlist, listen=settings.proxy_listen), caps=settings.caps,
+                       now=parts.clock,
                        local=instance)  # fmt: skip
     parts.services = replace(parts.services, runs=runs)
     down = [False]
