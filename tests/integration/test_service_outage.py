@@ -25,13 +25,12 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pytest
 from aiohttp import web
 
-if TYPE_CHECKING:
-    from conftest import PostgresCluster
+from postgres_kit import PostgresCluster, postgres_cluster
 
 REPO = Path(__file__).resolve().parents[2]
 RATE = 20
@@ -212,21 +211,19 @@ def outage_longer_than_the_lease(
 def outage_shorter_than_the_lease(
     service: Service, target: RecordingTarget, *, outage_s: float, down: Callable[[], None], up: Callable[[], None]
 ) -> None:
-    run_id = start_run(service, target, duration_s=8)
+    run_id = start_run(service, target, duration_s=10)
     time.sleep(1.5)
     down()
     time.sleep(outage_s)
     up()
     run = service.wait_for(run_id, ("interrupted", "succeeded", "failed", "aborted"), within_s=40)
     assert run["status"] == "succeeded", run
-    assert len(service.outcomes(run_id)) == 8 * RATE == sum(p["offered"] for p in run["result"]["phases"])
+    assert len(service.outcomes(run_id)) == 10 * RATE == sum(p["offered"] for p in run["result"]["phases"])
     assert any("could not store outcomes" in line for line in service.logs), "the outage missed the outcome writes"
 
 
 @pytest.fixture
 def cluster() -> Iterator[PostgresCluster]:
-    from conftest import postgres_cluster
-
     with postgres_cluster() as made:
         asyncio.run(made.server.create_database("cliffwatch"))
         yield made
@@ -272,9 +269,10 @@ def test_a_sqlite_lock_longer_than_the_lease_fences_the_run_and_loses_no_outcome
 
 
 def test_a_sqlite_lock_past_the_busy_timeout_but_shorter_than_the_lease_loses_nothing(tmp_path: Path) -> None:
-    """Held 5.5 s, past the 5 s busy timeout: outcome batches fail and are written again once it is gone."""
+    """Held 7 s, past the 5 s busy timeout (a flush every second meets it early enough to fail): outcome batches
+    fail and are written again once it is gone; a 15 s lease outlasts it wherever it falls."""
     path = tmp_path / "service.db"
     lock = SqliteLock(path)
-    with RecordingTarget().running() as target, served(f"sqlite+aiosqlite:///{path}", tmp_path, lease_s=12,
+    with RecordingTarget().running() as target, served(f"sqlite+aiosqlite:///{path}", tmp_path, lease_s=15,
                                                        grace_s=2) as service:  # fmt: skip
-        outage_shorter_than_the_lease(service, target, outage_s=5.5, down=lock.take, up=lock.release)
+        outage_shorter_than_the_lease(service, target, outage_s=7, down=lock.take, up=lock.release)
