@@ -104,7 +104,7 @@ async def open_service(settings: Settings) -> AsyncIterator[Service]:
         catalog = ScenarioCatalog(store, now=utc_now)
         await catalog.load_bundled({path.name: load_document(str(path)) for path in sorted(BUNDLED_DIR.glob("*.yaml"))})
         runs = RunsService(runs=store, control=store, catalog=catalog, policy=AllowlistPolicy(settings.allowlist),
-                           caps=settings.caps, now=utc_now)  # fmt: skip
+                           caps=settings.caps, quotas=settings.quotas, now=utc_now)  # fmt: skip
         metrics = ServiceMetrics()
 
         def prepare(scenario: Scenario, run_id: str, sink: RecordSink) -> AbstractAsyncContextManager[PreparedRun]:
