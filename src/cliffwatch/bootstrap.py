@@ -3,7 +3,9 @@
 Everything a run needs is started here and stopped in reverse order when the run's block ends: the
 built-in target, Toxiproxy (an existing server, or a private one started for the run), the run's proxies,
 the HTTP client. The fault ledger brackets the run, so a crash at any point leaves a record the next
-start-up acts on (``clean_up_leftover_faults``).
+start-up acts on (``clean_up_leftover_faults``). Before any of it, the scenario's worst case is judged
+against the caps (``check_caps``), here for ``cliffwatch run`` and the service's worker alike, and the
+generator gets the run's attempt cap.
 """
 
 from __future__ import annotations
@@ -27,9 +29,12 @@ from cliffwatch.adapters.toxiproxy_faults import ToxiproxyFaultInjector
 from cliffwatch.adapters.toxiproxy_server import ManagedToxiproxy, find_toxiproxy_server
 from cliffwatch.config import Settings
 from cliffwatch.domain.allowlist import Allowlist
-from cliffwatch.domain.errors import CliffwatchError, FaultInjectionFailed, TargetNotAllowed
-from cliffwatch.domain.ports import FaultInjector, FaultLedger, ProgressObserver, RecordSink, ToxiproxyApi
+from cliffwatch.domain.caps import cap_violations, sweep_cap_violations
+from cliffwatch.domain.errors import CliffwatchError, FaultInjectionFailed, RunRefused, TargetNotAllowed
+from cliffwatch.domain.ports import Clock, FaultInjector, FaultLedger, ProgressObserver, RecordSink, ToxiproxyApi
+from cliffwatch.domain.rate_limit import TokenBucket
 from cliffwatch.domain.scenario import Scenario
+from cliffwatch.domain.sweep_spec import SweepSpec
 from cliffwatch.services.memory import NoFaultInjector, NullSink
 from cliffwatch.services.reconcile import ReconcileReport, reconcile_faults
 from cliffwatch.services.runner import RunService
@@ -49,6 +54,20 @@ class PreparedRun:
 
 def new_run_id() -> str:
     return uuid.uuid4().hex[:12]
+
+
+def check_caps(settings: Settings, scenario: Scenario, sweep: SweepSpec | None = None) -> None:
+    """Raises ``RunRefused`` when the scenario's worst case (or the sweep's) is over the caps; the same check
+    the service makes before it queues a run, made again before any load (the settings may have changed)."""
+    caps = settings.caps
+    problems = cap_violations(scenario, caps) if sweep is None else sweep_cap_violations(scenario, sweep, caps)
+    if problems:
+        raise RunRefused(problems)
+
+
+def attempt_cap(settings: Settings, clock: Clock) -> TokenBucket:
+    """The run's attempt cap: a full bucket at the settings' attempt limit, on the run's clock."""
+    return TokenBucket(settings.caps.attempt_limit, clock.now_ns())
 
 
 async def start_target(
@@ -108,8 +127,10 @@ async def prepare_run(
     ledger: FaultLedger | None = None,
 ) -> AsyncIterator[PreparedRun]:
     """Starts what the run needs and stops it afterwards; raises before any load when something is missing
-    (a target or proxy outside the allowlist, an unreachable Toxiproxy). Every place the run connects to is
-    admitted here and pinned (``Destinations``): the HTTP client reaches nothing else."""
+    (a target or proxy outside the allowlist, a worst case over the caps, an unreachable Toxiproxy). Every
+    place the run connects to is admitted here and pinned (``Destinations``): the HTTP client reaches nothing
+    else."""
+    check_caps(settings, scenario)
     run_id = run_id or new_run_id()
     clock = MonotonicClock()
     async with AsyncExitStack() as stack:
@@ -136,7 +157,7 @@ async def prepare_run(
         executor = await stack.enter_async_context(HttpExecutor(scenario, load_url, destinations=destinations))
         service = RunService(
             clock=clock,
-            generator=OpenLoopGenerator(scenario, executor, clock),
+            generator=OpenLoopGenerator(scenario, executor, clock, cap=attempt_cap(settings, clock)),
             faults=faults,
             sink=sink or NullSink(),
             observer=observer,

@@ -123,8 +123,8 @@ async def open_service(settings: Settings) -> AsyncIterator[Service]:
         # The worker is this instance's runs: an abort or an emergency stop reaches them through it at once,
         # even while the database cannot be reached.
         policy = AllowlistPolicy(settings.allowlist, listen=settings.proxy_listen)
-        runs = RunsService(runs=store, control=store, catalog=catalog, policy=policy, caps=settings.caps, now=utc_now,
-                           local=worker)  # fmt: skip
+        runs = RunsService(runs=store, control=store, catalog=catalog, policy=policy, caps=settings.caps,
+                           quotas=settings.quotas, now=utc_now, local=worker)  # fmt: skip
 
         async def make_run(schedule: Schedule, fire_time: datetime) -> Run:
             return await runs.build(RunRequest(scenario=schedule.scenario_name, overrides=schedule.overrides,

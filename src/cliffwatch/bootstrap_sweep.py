@@ -14,7 +14,7 @@ from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
 from cliffwatch.adapters.sweep_steps import HttpStepRunner
 from cliffwatch.adapters.target_access import Destinations
-from cliffwatch.bootstrap import new_run_id, start_target
+from cliffwatch.bootstrap import attempt_cap, check_caps, new_run_id, start_target
 from cliffwatch.config import Settings
 from cliffwatch.domain.errors import CliffwatchError
 from cliffwatch.domain.ports import Clock, ProgressObserver
@@ -91,12 +91,15 @@ async def prepare_sweep(
 ) -> AsyncIterator[SweepHandle]:
     """Starts what the sweep needs (the built-in target, one HTTP session) and stops it afterwards.
 
-    Raises before any load: ``TargetNotAllowed`` for a target outside the allowlist, ``TargetUnreachable``
+    Raises before any load: ``RunRefused`` for a sweep over the caps, ``TargetNotAllowed`` for a target
+    outside the allowlist, ``TargetUnreachable``
     when it does not answer, ``BuiltinTargetFailed`` when the simulator does not start. The scenario's
     proxies and faults are not used (a sweep measures the target as it is), so Toxiproxy is not needed.
     """
+    check_caps(settings, scenario, spec)
     sweep_id = sweep_id or new_run_id()
     clock = MonotonicClock()
+    cap = attempt_cap(settings, clock)  # one for the whole sweep: back-to-back steps share its burst
     async with AsyncExitStack() as stack:
         destinations = Destinations(settings.allowlist)
         url = await start_target(stack, scenario, observer, destinations)
@@ -118,6 +121,7 @@ async def prepare_sweep(
                     observer=observer,
                     target_url=url,
                     sweep_id=sweep_id,
+                    cap=cap,
                 )
             )
 

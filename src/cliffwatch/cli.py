@@ -37,6 +37,7 @@ from cliffwatch.domain.errors import (
     CliffwatchError,
     FaultInjectionFailed,
     Problem,
+    RunRefused,
     ScenarioInvalid,
     StoreUnavailable,
     TargetConfigInvalid,
@@ -53,7 +54,7 @@ from cliffwatch.services.tokens import TokenService
 EXIT_PASS, EXIT_FAIL, EXIT_INVALID, EXIT_ENVIRONMENT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 DEMO_SCENARIOS = ("burst-storm", "retry-storm")
 FAULT_DEMO = "slow-backend"  # runs when Toxiproxy is available
-_INPUT_ERRORS = (ScenarioInvalid, TargetConfigInvalid, SettingsInvalid, TargetNotAllowed)
+_INPUT_ERRORS = (ScenarioInvalid, TargetConfigInvalid, SettingsInvalid, TargetNotAllowed, RunRefused)
 _ENVIRONMENT_ERRORS = (TargetUnreachable, BuiltinTargetFailed, FaultInjectionFailed, StoreUnavailable)
 
 

@@ -21,8 +21,10 @@ from urllib.parse import urlsplit
 import yaml
 
 from cliffwatch.domain.allowlist import DEFAULT_ALLOWLIST, Allowlist, parse_allowlist
+from cliffwatch.domain.caps import Caps
 from cliffwatch.domain.errors import CliffwatchError
-from cliffwatch.domain.runs import Caps
+from cliffwatch.domain.runs import Quotas
+from cliffwatch.domain.target_spec import MAX_OUTPUT_TOKENS, MAX_PROMPT_TOKENS
 
 LOG_FORMATS = ("auto", "json", "console")
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -61,7 +63,20 @@ class Settings:
     instance_id: str = field(default_factory=lambda: _default_instance_id())
     max_concurrent_runs: int = 2
     max_offered_rate: float = 1_000.0
+    max_attempt_rate: float | None = None  # None: the same as max_offered_rate
+    attempt_burst_s: float = 1.0
     max_run_duration_s: float = 3_600.0
+    max_concurrency: int = 1_000
+    max_prompt_tokens: int = 131_072
+    max_output_tokens: int = 32_768
+    max_pool_size: int = 1_000
+    max_in_flight: int = 10_000
+    max_queued_runs_per_token: int = 10
+    max_documents_per_token: int = 100  # new inline scenario documents per token per day
+    api_rate_per_token: float = 20.0
+    api_burst_per_token: int = 40
+    ui_login_per_minute: float = 10.0
+    ui_login_burst: int = 10
     lease_s: float = 30.0
     lease_grace_s: float = 10.0
     outcome_buffer: int = 100_000
@@ -82,8 +97,19 @@ class Settings:
         return Caps(
             max_concurrent_runs=self.max_concurrent_runs,
             max_offered_rate=self.max_offered_rate,
+            max_attempt_rate=self.max_offered_rate if self.max_attempt_rate is None else self.max_attempt_rate,
+            attempt_burst_s=self.attempt_burst_s,
             max_duration_s=self.max_run_duration_s,
+            max_concurrency=self.max_concurrency,
+            max_prompt_tokens=self.max_prompt_tokens,
+            max_output_tokens=self.max_output_tokens,
+            max_pool_size=self.max_pool_size,
+            max_in_flight=self.max_in_flight,
         )
+
+    @property
+    def quotas(self) -> Quotas:
+        return Quotas(max_queued_runs=self.max_queued_runs_per_token, max_documents=self.max_documents_per_token)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -272,8 +298,45 @@ SPECS: tuple[Spec, ...] = (
          help="Runs one instance executes at once; default 2."),
     Spec(field="max_offered_rate", env="CLIFFWATCH_MAX_OFFERED_RATE", parse=_number(low=0, high=100_000),
          help="Highest arrival rate (requests/s, at any phase's peak) a run may offer; default 1000."),
+    Spec(field="max_attempt_rate", env="CLIFFWATCH_MAX_ATTEMPT_RATE", parse=_number(low=0, high=100_000),
+         help="Most attempts/s one run sends, retries included: a run whose worst case (peak rate × (1 + retries)) "
+              "is higher is refused, and the generator never sends more (excess attempts are recorded not_sent, "
+              "reason cap); default the maximum offered rate."),
+    Spec(field="attempt_burst_s", env="CLIFFWATCH_ATTEMPT_BURST_S", parse=_number(low=0, high=60, unit="seconds"),
+         help="The attempt limiter's burst, in seconds of the attempt rate (at least one attempt): over any T "
+              "seconds a run sends at most max attempt rate × (T + this); default 1."),
     Spec(field="max_run_duration_s", env="CLIFFWATCH_MAX_RUN_DURATION_S", parse=_number(low=0, high=7 * 86_400),
          help="Longest run accepted, in seconds; default 3600."),
+    Spec(field="max_concurrency", env="CLIFFWATCH_MAX_CONCURRENCY", parse=_number(low=1, high=100_000, integer=True),
+         help="Most closed-loop clients a concurrency sweep may run at once; default 1000."),
+    Spec(field="max_prompt_tokens", env="CLIFFWATCH_MAX_PROMPT_TOKENS",
+         parse=_number(low=1, high=MAX_PROMPT_TOKENS, integer=True),
+         help="Largest prompt a run may send (the largest value its prompt_tokens can draw); default 131072."),
+    Spec(field="max_output_tokens", env="CLIFFWATCH_MAX_OUTPUT_TOKENS",
+         parse=_number(low=1, high=MAX_OUTPUT_TOKENS, integer=True),
+         help="Largest answer a run may ask for (the largest value its max_tokens can draw); default 32768."),
+    Spec(field="max_pool_size", env="CLIFFWATCH_MAX_POOL_SIZE", parse=_number(low=1, high=100_000, integer=True),
+         help="Most connections one run may open (client.pool_size, and a concurrency sweep's clients); "
+              "default 1000."),
+    Spec(field="max_in_flight", env="CLIFFWATCH_MAX_IN_FLIGHT", parse=_number(low=1, high=1_000_000, integer=True),
+         help="Most requests one run may have in flight (client.max_in_flight); default 10000."),
+    Spec(field="max_queued_runs_per_token", env="CLIFFWATCH_MAX_QUEUED_RUNS_PER_TOKEN",
+         parse=_number(low=1, high=10_000, integer=True),
+         help="Runs one API token may have queued at once; beyond, 429 with Retry-After. Default 10."),
+    Spec(field="max_documents_per_token", env="CLIFFWATCH_MAX_DOCUMENTS_PER_TOKEN",
+         parse=_number(low=1, high=100_000, integer=True),
+         help="New inline scenario documents one API token may have stored in 24 hours; beyond, 429 with "
+              "Retry-After. Default 100."),
+    Spec(field="api_rate_per_token", env="CLIFFWATCH_API_RATE_PER_TOKEN", parse=_number(low=0, high=100_000),
+         help="API requests/s one token may make, sustained; beyond, 429 with Retry-After. Default 20."),
+    Spec(field="api_burst_per_token", env="CLIFFWATCH_API_BURST_PER_TOKEN",
+         parse=_number(low=1, high=100_000, integer=True),
+         help="API requests one token may make at once above its rate; default 40."),
+    Spec(field="ui_login_per_minute", env="CLIFFWATCH_UI_LOGIN_PER_MINUTE", parse=_number(low=0, high=10_000),
+         help="Dashboard login attempts per minute, sustained, from one client address and with one token; "
+              "beyond, 429 with Retry-After. Default 10."),
+    Spec(field="ui_login_burst", env="CLIFFWATCH_UI_LOGIN_BURST", parse=_number(low=1, high=10_000, integer=True),
+         help="Dashboard login attempts at once above that rate; default 10."),
     Spec(field="lease_s", env="CLIFFWATCH_LEASE_S", parse=_number(low=1, high=3_600, unit="seconds"),
          help="A worker's lease on a run, renewed every third of it; an instance silent this long loses its "
               "runs (they become interrupted). Default 30."),

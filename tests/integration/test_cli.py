@@ -109,6 +109,24 @@ def test_run_refuses_a_target_outside_the_allowlist_before_sending(tmp_path: Pat
     assert "CLIFFWATCH_ALLOWED_TARGETS" in result.stderr
 
 
+def test_run_and_sweep_apply_the_services_caps_before_sending(tmp_path: Path) -> None:
+    """`cliffwatch run` and `cliffwatch sweep` judge the worst case against the same caps as the service:
+    over them, exit code 2 naming the field, the worst case and the cap, and nothing started."""
+    flood = json.loads(json.dumps(QUICK))
+    flood["client"] = {"retry": {"policy": "immediate", "max_retries": 100}}
+    path = str(write(tmp_path, flood))
+    env = {"CLIFFWATCH_MAX_OFFERED_RATE": "10"}
+    run = cliffwatch("run", path, env=env)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "client.retry.max_retries: phase 'push' may send up to 1010 attempts/s" in run.stderr
+    assert "at most 10 attempts/s" in run.stderr
+    assert "starting the built-in" not in run.stdout + run.stderr
+    sweep = cliffwatch("sweep", str(write(tmp_path, QUICK, "quick.yaml")), "--concurrency", "--from", "1", "--to",
+                       "50", env={"CLIFFWATCH_MAX_CONCURRENCY": "20"})  # fmt: skip
+    assert sweep.returncode == 2, sweep.stdout + sweep.stderr
+    assert "sweep.stop: the sweep may run up to 50 clients at once; this service runs at most 20" in sweep.stderr
+
+
 def test_run_against_an_unreachable_target_fails_fast_without_load(tmp_path: Path) -> None:
     """A target that does not answer gives exit code 3 and says no load was sent."""
     started = time.monotonic()

@@ -13,6 +13,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -75,13 +76,24 @@ def served_instance(database_url: str, tmp_path: Path) -> Iterator[tuple[str, st
     process = subprocess.Popen([sys.executable, "-m", "cliffwatch", "serve"], cwd=REPO, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
     base = f"http://127.0.0.1:{port}"
+    drains: list[threading.Thread] = []
     try:
         assert process.stdout is not None
+        assert process.stderr is not None
         assert "listening on" in process.stdout.readline()
+        # Its logs are read from here on: a full pipe would block the service on its next log line.
+        drains = [threading.Thread(target=stream.read, daemon=True) for stream in (process.stdout, process.stderr)]
+        for drain in drains:
+            drain.start()
         yield base, admin
     finally:
         process.terminate()
-        process.communicate(timeout=30)
+        process.wait(timeout=30)
+        for drain in drains:
+            drain.join(5)
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()
 
 
 def walk_every_endpoint(database_url: str, tmp_path: Path) -> None:

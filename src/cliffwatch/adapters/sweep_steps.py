@@ -15,6 +15,7 @@ from cliffwatch.adapters.loadgen.closed_loop import ClosedLoopGenerator
 from cliffwatch.adapters.loadgen.engine import AttemptExecutor, OpenLoopGenerator
 from cliffwatch.domain.capacity_stats import StepStats
 from cliffwatch.domain.ports import Clock, LoadGenerator, Progress, ProgressObserver
+from cliffwatch.domain.rate_limit import TokenBucket
 from cliffwatch.domain.retry import RetryPolicy
 from cliffwatch.domain.scenario import Scenario
 from cliffwatch.domain.sweep_plan import LateBounds, measured_index, step_scenario, step_stats
@@ -56,6 +57,7 @@ class HttpStepRunner:
         observer: ProgressObserver,
         target_url: str,
         sweep_id: str,
+        cap: TokenBucket | None = None,
     ) -> None:
         self.scenario = scenario
         self.spec = spec
@@ -66,6 +68,7 @@ class HttpStepRunner:
         self.observer = observer
         self.target_url = target_url
         self.sweep_id = sweep_id
+        self.cap = cap  # the sweep's attempt cap, shared by its steps
         self._service: RunService | None = None
         self._stopped = asyncio.Event()
         self._steps = 0
@@ -85,9 +88,9 @@ class HttpStepRunner:
         step = step_scenario(self.scenario, rate, self.spec, self.retry, variant=self.variant, trial=trial)
         generator: LoadGenerator
         if self.spec.mode is SweepMode.CONCURRENCY:
-            generator = ClosedLoopGenerator(step, self.executor, self.clock, clients=max(1, round(rate)))
+            generator = ClosedLoopGenerator(step, self.executor, self.clock, clients=max(1, round(rate)), cap=self.cap)
         else:
-            generator = OpenLoopGenerator(step, self.executor, self.clock)
+            generator = OpenLoopGenerator(step, self.executor, self.clock, cap=self.cap)
         late = LateBounds(measured_index(step), step.slo)
         service = RunService(
             clock=self.clock,

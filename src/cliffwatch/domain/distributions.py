@@ -2,7 +2,8 @@
 
 YAML forms: a bare integer (fixed), or a mapping with ``dist`` set to ``fixed`` (value), ``uniform``
 (min, max), ``lognormal`` (median, sigma, optional min/max clamps) or ``choice`` (values, optional weights).
-Sampling takes the caller's ``random.Random``: the domain owns no randomness.
+Sampling takes the caller's ``random.Random``: the domain owns no randomness. Every distribution knows its
+``largest`` possible value, which is what caps judge (the worst case, not the mean).
 """
 
 from __future__ import annotations
@@ -23,6 +24,10 @@ class Fixed:
         return self.value
 
     @property
+    def largest(self) -> int:
+        return self.value
+
+    @property
     def mean(self) -> float:
         return float(self.value)
 
@@ -37,6 +42,10 @@ class Uniform:
 
     def sample(self, rng: random.Random) -> int:
         return rng.randint(self.low, self.high)
+
+    @property
+    def largest(self) -> int:
+        return self.high
 
     @property
     def mean(self) -> float:
@@ -61,6 +70,10 @@ class LogNormal:
         return max(self.low, min(self.high, round(drawn)))
 
     @property
+    def largest(self) -> int:
+        return self.high  # the clamp: a draw is never above it
+
+    @property
     def mean(self) -> float:
         # Clamping shifts the mean a little; the unclamped figure is what people reason with.
         return self.median * math.exp(self.sigma**2 / 2)
@@ -78,6 +91,11 @@ class Choice:
         return rng.choices(self.values, weights=self.weights, k=1)[0]
 
     @property
+    def largest(self) -> int:
+        # a value of weight 0 is never drawn; not all weights are 0 (validation)
+        return max(v for v, w in zip(self.values, self.weights, strict=True) if w > 0)
+
+    @property
     def mean(self) -> float:
         total = sum(self.weights)
         return sum(v * w for v, w in zip(self.values, self.weights, strict=True)) / total
@@ -90,12 +108,16 @@ class Choice:
 Distribution = Fixed | Uniform | LogNormal | Choice
 
 _KINDS = ("fixed", "uniform", "lognormal", "choice")
+DEFAULT_MAXIMUM = 1_000_000
 
 
-def parse_distribution(value: object, path: str, problems: Problems, *, minimum: int = 1) -> Distribution | None:
-    """A distribution of whole numbers >= ``minimum`` from its YAML form, or None with problems recorded."""
+def parse_distribution(
+    value: object, path: str, problems: Problems, *, minimum: int = 1, maximum: int = DEFAULT_MAXIMUM
+) -> Distribution | None:
+    """A distribution of whole numbers in [``minimum``, ``maximum``] from its YAML form, or None with problems
+    recorded. ``maximum`` is also a lognormal's default clamp."""
     if not isinstance(value, Mapping):
-        number = check_number(value, path, problems, ge=minimum, integer=True)
+        number = check_number(value, path, problems, ge=minimum, le=maximum, integer=True)
         return None if number is None else Fixed(value=number)
     reader = Reader.of(value, path, problems)
     if reader is None:
@@ -103,31 +125,31 @@ def parse_distribution(value: object, path: str, problems: Problems, *, minimum:
     kind = reader.string("dist", choices=_KINDS)
     result: Distribution | None = None
     if kind == "fixed":
-        fixed = reader.number("value", ge=minimum, integer=True)
+        fixed = reader.number("value", ge=minimum, le=maximum, integer=True)
         result = None if fixed is None else Fixed(value=fixed)
     elif kind == "uniform":
-        low = reader.number("min", ge=minimum, integer=True)
-        high = reader.number("max", ge=minimum, integer=True)
+        low = reader.number("min", ge=minimum, le=maximum, integer=True)
+        high = reader.number("max", ge=minimum, le=maximum, integer=True)
         if low is not None and high is not None:
             if high < low:
                 reader.error("max", f"must be >= min ({low})")
             else:
                 result = Uniform(low=low, high=high)
     elif kind == "lognormal":
-        result = _parse_lognormal(reader, minimum)
+        result = _parse_lognormal(reader, minimum, maximum)
     elif kind == "choice":
-        result = _parse_choice(reader, minimum)
+        result = _parse_choice(reader, minimum, maximum)
     else:
         _mark_all_seen(reader)
     reader.done()
     return result
 
 
-def _parse_lognormal(reader: Reader, minimum: int) -> LogNormal | None:
-    median = reader.number("median", ge=minimum)
+def _parse_lognormal(reader: Reader, minimum: int, maximum: int) -> LogNormal | None:
+    median = reader.number("median", ge=minimum, le=maximum)
     sigma = reader.number("sigma", gt=0, le=5)
-    low = reader.number("min", minimum, ge=minimum, integer=True)
-    high = reader.number("max", 1_000_000, ge=minimum, integer=True)
+    low = reader.number("min", minimum, ge=minimum, le=maximum, integer=True)
+    high = reader.number("max", maximum, ge=minimum, le=maximum, integer=True)
     if None in (median, sigma, low, high):
         return None
     if high < low:
@@ -136,9 +158,10 @@ def _parse_lognormal(reader: Reader, minimum: int) -> LogNormal | None:
     return LogNormal(median=float(median), sigma=float(sigma), low=low, high=high)
 
 
-def _parse_choice(reader: Reader, minimum: int) -> Choice | None:
+def _parse_choice(reader: Reader, minimum: int, maximum: int) -> Choice | None:
     values = [
-        check_number(v, p, reader.problems, ge=minimum, integer=True) for p, v in reader.items("values", nonempty=True)
+        check_number(v, p, reader.problems, ge=minimum, le=maximum, integer=True)
+        for p, v in reader.items("values", nonempty=True)
     ]
     weights_given = reader.has("weights")
     weights = [check_number(w, p, reader.problems, ge=0) for p, w in reader.items("weights", None)]

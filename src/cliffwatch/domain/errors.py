@@ -100,11 +100,27 @@ class ScenarioNotFound(CliffwatchError):
 
 
 class RunRefused(CliffwatchError):
-    """A run request is valid but over a limit this service keeps (caps), so it was not queued."""
+    """A run request is valid but over a limit this service keeps (caps), so it was not queued; each problem
+    names the field to change, the worst case and the cap."""
 
-    def __init__(self, reasons: Sequence[str]) -> None:
-        self.reasons = tuple(reasons)
-        super().__init__("run refused: " + "; ".join(self.reasons))
+    def __init__(self, problems: Sequence[Problem]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("run refused: " + "; ".join(str(p) for p in self.problems))
+
+    @property
+    def reasons(self) -> tuple[str, ...]:
+        return tuple(str(p) for p in self.problems)
+
+
+class QuotaExceeded(CliffwatchError):
+    """A caller holds as much of the service as one caller may (queued runs, stored documents): nothing was
+    stored; the same request may succeed after ``retry_after_s``."""
+
+    def __init__(self, what: str, *, limit: int, retry_after_s: float) -> None:
+        self.what = what
+        self.limit = limit
+        self.retry_after_s = retry_after_s
+        super().__init__(f"quota reached: {what} (at most {limit} per token); retry in {retry_after_s:.0f}s")
 
 
 class EmergencyStopActive(CliffwatchError):

@@ -2,6 +2,8 @@
 
 An open-loop generator that falls behind sends later than planned, so its numbers describe the
 client, not the target. The verdict is a pure function of what the generator measured about itself.
+The report also says what the run's attempt cap held back (``CapReport``): a run the cap held back did not
+send the load as written, which is a verdict of its own (``capped``), not a fault of the generator.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cliffwatch.domain.histogram import Histogram
+from cliffwatch.domain.rate_limit import RateLimit
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -18,6 +21,42 @@ class GeneratorLimits:
     lag_max_ms: float = 250.0  # and none later than this
     stall_ms: float = 100.0  # longest tolerated event-loop stall
     cpu_busy: float = 0.9  # share of one core the generator process may use on average
+
+
+@dataclass(frozen=True, kw_only=True)
+class CapReport:
+    """What the run's attempt cap (a token bucket at ``limit``) held back."""
+
+    limit: RateLimit
+    first_attempts: int = 0  # requests not sent at all (not_sent, reason cap)
+    retries: int = 0  # retries not sent (the request keeps its earlier attempts)
+    delayed: int = 0  # closed-loop requests whose client waited for the cap before sending
+
+    @property
+    def capped(self) -> bool:
+        return bool(self.first_attempts or self.retries or self.delayed)
+
+    def summary(self) -> str:
+        kinds = (
+            (self.first_attempts, "request(s) not sent"),
+            (self.retries, "retry(ies) not sent"),
+            (self.delayed, "closed-loop request(s) delayed"),
+        )
+        held = ", ".join(f"{n:,} {what}" for n, what in kinds if n) or "never"
+        return (
+            f"the run's attempt cap ({self.limit.describe()}) held the load back ({held}): what was sent is not "
+            "the load as written"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rate": self.limit.rate,
+            "burst": self.limit.burst,
+            "capped": self.capped,
+            "first_attempts_not_sent": self.first_attempts,
+            "retries_not_sent": self.retries,
+            "closed_loop_delayed": self.delayed,
+        }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,6 +69,11 @@ class GeneratorReport:
     overflow: int  # requests not sent because max_in_flight was reached
     limited: bool
     reasons: tuple[str, ...]
+    cap: CapReport | None = None  # None: the run had no attempt cap
+
+    @property
+    def capped(self) -> bool:
+        return self.cap is not None and self.cap.capped
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -39,11 +83,18 @@ class GeneratorReport:
             "max_event_loop_stall_ms": round(self.max_stall_ms, 3),
             "cpu_busy": round(self.cpu_busy, 4),
             "overflow_not_sent": self.overflow,
+            "attempt_cap": None if self.cap is None else self.cap.to_dict(),
         }
 
 
 def judge_generator(
-    lag: Histogram, *, max_stall_ms: float, cpu_busy: float, overflow: int, limits: GeneratorLimits
+    lag: Histogram,
+    *,
+    max_stall_ms: float,
+    cpu_busy: float,
+    overflow: int,
+    limits: GeneratorLimits,
+    cap: CapReport | None = None,
 ) -> GeneratorReport:
     """The generator's verdict: limited when any measured figure crossed its limit, with every reason."""
     reasons: list[str] = []
@@ -65,6 +116,7 @@ def judge_generator(
         overflow=overflow,
         limited=bool(reasons),
         reasons=tuple(reasons),
+        cap=cap,
     )
 
 

@@ -55,6 +55,7 @@ class PhaseStats:
     outcomes: Counter[Outcome] = field(default_factory=Counter)
     attempts: int = 0  # every attempt made for this phase's requests, retries included
     fast_shed: int = 0  # shed within the fast-fail bound of the scheduled time
+    capped: int = 0  # requests an attempt of which the run's attempt cap refused (RequestRecord.capped)
     output_tokens: float = 0.0  # received during the phase's time window, from any request
     completions: int = 0  # successful finishes during the window
     on_time_completions: int = 0
@@ -149,6 +150,7 @@ def merge_phases(phases: Sequence[PhaseStats]) -> PhaseStats | None:
         pooled.outcomes.update(p.outcomes)
         pooled.attempts += p.attempts
         pooled.fast_shed += p.fast_shed
+        pooled.capped += p.capped
         pooled.output_tokens += p.output_tokens
         pooled.completions += p.completions
         pooled.on_time_completions += p.on_time_completions
@@ -183,6 +185,7 @@ class RunAggregator:
         scheduled = self._second(record.scheduled_ns)
         phase.offered += 1
         phase.outcomes[record.outcome] += 1
+        phase.capped += record.capped
         scheduled.offered += 1
         scheduled.outcomes[record.outcome] += 1
         final = record.final

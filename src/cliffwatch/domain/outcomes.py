@@ -21,6 +21,7 @@ from cliffwatch.domain.retry import FailureKind
 NS_PER_MS = 1_000_000
 NS_PER_S = 1_000_000_000
 SHED_STATUSES = frozenset({429, 503})
+CAP_REASON = "cap: the run's attempt cap was reached"
 
 
 class Outcome(StrEnum):
@@ -116,7 +117,11 @@ class RequestRecord:
     max_tokens: int
     attempts: tuple[Attempt, ...]
     outcome: Outcome
-    not_sent_reason: str | None = None
+    not_sent_reason: str | None = None  # why it was never attempted (``CAP_REASON`` for the attempt cap)
+    # An attempt of it was refused by the run's attempt cap: the first (it is not_sent, ``not_sent_reason`` says
+    # why) or a retry its policy asked for (its earlier attempts stand and decide its outcome; the retry was
+    # never sent).
+    capped: bool = False
 
     @property
     def final(self) -> Attempt | None:

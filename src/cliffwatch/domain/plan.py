@@ -25,8 +25,11 @@ class PlannedRequest:
     prompt_tokens: int
     max_tokens: int
 
-    def record(self, attempts: tuple[Attempt, ...], *, slo: Slo, not_sent_reason: str | None = None) -> RequestRecord:
-        """This request's record after ``attempts``, its outcome classified against ``slo``."""
+    def record(
+        self, attempts: tuple[Attempt, ...], *, slo: Slo, not_sent_reason: str | None = None, capped: bool = False
+    ) -> RequestRecord:
+        """This request's record after ``attempts``, its outcome classified against ``slo``; ``capped``: the
+        attempt cap refused its next attempt (``RequestRecord.capped``)."""
         return RequestRecord(
             id=self.id,
             phase=self.phase,
@@ -36,6 +39,7 @@ class PlannedRequest:
             attempts=attempts,
             outcome=classify(attempts, scheduled_ns=self.scheduled_ns, slo=slo),
             not_sent_reason=not_sent_reason if not attempts else None,
+            capped=capped,
         )
 
     def not_sent(self, reason: str) -> RequestRecord:

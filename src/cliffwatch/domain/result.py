@@ -64,8 +64,15 @@ class RunResult:
 
     @property
     def passed(self) -> bool:
-        """A pass needs a complete run, a generator that kept its schedule, and a passing score."""
-        return self.status is RunStatus.SUCCEEDED and not self.generator.limited and self.score.passed
+        """A pass needs a complete run, a generator that kept its schedule, the load as written (nothing held
+        back by the attempt cap), and a passing score."""
+        return (self.status is RunStatus.SUCCEEDED and not self.generator.limited and not self.capped
+                and self.score.passed)  # fmt: skip
+
+    @property
+    def capped(self) -> bool:
+        """Whether the run's attempt cap held back any attempt (``GeneratorReport.cap``)."""
+        return self.generator.capped
 
     def verdicts(self) -> list[Verdict]:
         found = [Verdict(name=f.name, summary=f.summary) for f in self.score.flags if f.raised]
@@ -77,6 +84,8 @@ class RunResult:
                     "client, not the target: " + "; ".join(self.generator.reasons),
                 )
             )
+        if self.generator.cap is not None and self.generator.cap.capped:
+            found.append(Verdict(name="capped", summary=self.generator.cap.summary()))
         left = [e for e in self.fault_events if e.action == "off" and not e.ok]
         if left:
             found.append(
@@ -101,6 +110,7 @@ class RunResult:
             "run_id": self.run_id,
             "status": self.status.value,
             "passed": self.passed,
+            "capped": self.capped,
             "abort_reason": self.abort_reason,
             "started_at": self.started_at.isoformat(),
             "finished_at": self.finished_at.isoformat(),
@@ -176,6 +186,7 @@ def _phase_dict(stats: PhaseStats, timing: PhaseTiming | None) -> dict[str, Any]
         "retries": stats.retries,
         "amplification": _ratio(stats.amplification),
         "fast_shed": stats.fast_shed,
+        "capped": stats.capped,
         "token_count_source": dict(stats.token_sources),
         "latency_ms": {name: hist.summary() for name, hist in stats.latency.items()},
     }

@@ -12,10 +12,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from cliffwatch.domain.outcomes import NS_PER_MS, RequestRecord, TokenSource
+from cliffwatch.domain.outcomes import CAP_REASON, NS_PER_MS, RequestRecord, TokenSource
 from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.scenario import Scenario
-from cliffwatch.domain.sweep_spec import SweepMode, SweepSpec
+from cliffwatch.domain.sweep_spec import SweepSpec
 
 
 class Trigger(StrEnum):
@@ -61,49 +60,6 @@ class Overrides:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Overrides:
         return cls(target_url=data.get("target_url"), seed=data.get("seed"), threshold=data.get("threshold"))
-
-
-@dataclass(frozen=True, kw_only=True)
-class Caps:
-    """Limits on what one service instance will run."""
-
-    max_concurrent_runs: int = 2
-    max_offered_rate: float = 1_000.0  # requests/s at the peak of any phase
-    max_duration_s: float = 3_600.0
-
-
-def cap_violations(scenario: Scenario, caps: Caps) -> list[str]:
-    """Why ``scenario`` is over the caps (empty when it is within them)."""
-    problems: list[str] = []
-    peak = max((p.arrival.peak_rate() for p in scenario.phases), default=0.0)
-    if peak > caps.max_offered_rate:
-        problems.append(f"offers up to {peak:g} requests/s; this service runs at most {caps.max_offered_rate:g}/s")
-    if scenario.duration_s > caps.max_duration_s:
-        problems.append(f"lasts {scenario.duration_s:g}s; this service runs at most {caps.max_duration_s:g}s")
-    return problems
-
-
-def sweep_cap_violations(spec: SweepSpec, caps: Caps) -> list[str]:
-    """Why a sweep with ``spec`` is over the caps (empty when it is within them), naming the fields to change.
-
-    A sweep is judged by what it may do, not by what it will probably do: its highest rate (``stop``, or
-    ``max_rate`` with ``auto``) and its longest possible length (every variant taking ``max_steps`` steps).
-    """
-    problems: list[str] = []
-    field_name = "sweep.stop" if spec.stop is not None else "sweep.max_rate"
-    unit = "clients" if spec.mode is SweepMode.CONCURRENCY else "requests/s"
-    if spec.highest_rate > caps.max_offered_rate:
-        problems.append(f"{field_name}: the sweep may offer up to {spec.highest_rate:g} {unit}; this service runs at "
-                        f"most {caps.max_offered_rate:g}")  # fmt: skip
-    longest = spec.max_duration_s()
-    if longest > caps.max_duration_s:
-        problems.append(
-            f"sweep.max_steps: the sweep may last up to {longest:g}s ({len(spec.variants)} variant(s) × "
-            f"{spec.max_steps} steps × {spec.warmup_s + spec.step_s + spec.cooldown_s:g}s of warm-up, step and "
-            "cool-down); this "
-            f"service runs at most {caps.max_duration_s:g}s: lower max_steps, step_s, warmup_s or the variants"
-        )
-    return problems
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -157,6 +113,24 @@ class RunEnd:
     result: Mapping[str, Any] | None = None  # ``RunResult.to_dict()`` without "timeseries"
     timeseries: tuple[Mapping[str, Any], ...] = ()  # its rows, one per second
     usable_rps: float | None = None  # a sweep's usable capacity (its result is the sweep document)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CallerUsage:
+    """How much of the service one API caller (runs ``triggered_by`` it) holds, for its quotas."""
+
+    queued: int  # its runs waiting for a worker
+    documents: tuple[datetime, ...]  # per inline scenario document its runs used since the window's start, the
+    # first such run's creation, oldest first
+
+
+@dataclass(frozen=True, kw_only=True)
+class Quotas:
+    """What one API token may hold at once: queued runs, and new inline scenario documents over a window."""
+
+    max_queued_runs: int = 10
+    max_documents: int = 100
+    documents_window_s: float = 24 * 3_600.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -231,8 +205,16 @@ class StoredOutcome:
                     "error": a.error,
                 }
                 for a in record.attempts
-            ),
+            )
+            + _refused_retry(record),
         )
+
+
+def _refused_retry(record: RequestRecord) -> tuple[Mapping[str, Any], ...]:
+    """A retry the attempt cap refused, logged as the attempt that was not sent, and why (none otherwise)."""
+    if not (record.capped and record.attempts):
+        return ()
+    return ({"number": len(record.attempts) + 1, "not_sent": CAP_REASON},)
 
 
 class Role(StrEnum):

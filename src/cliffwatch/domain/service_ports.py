@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from cliffwatch.domain.outcomes import RequestRecord
 from cliffwatch.domain.runs import (
     ApiToken,
+    CallerUsage,
     Run,
     RunEnd,
     RunPage,
@@ -79,6 +80,11 @@ class RunStore(Protocol):
 
     async def count_runs(self) -> Mapping[str, int]:
         """How many runs are in each status (every status present, zeros included), for /metrics."""
+
+    async def caller_usage(self, triggered_by: str, *, since: datetime) -> CallerUsage:
+        """What the API caller ``triggered_by`` holds: its queued runs (trigger api), and the distinct inline
+        scenario versions its runs created at or after ``since`` point at, each with its first such run's
+        creation time, oldest first."""
 
     async def add_outcomes(self, run_id: str, records: Sequence[RequestRecord]) -> None:
         """Appends finished requests in one batch (called every second or so during a run)."""

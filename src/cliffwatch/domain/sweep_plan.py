@@ -216,7 +216,9 @@ def step_stats(
         ttft_ms=percentiles("ttft"),
         itl_ms=percentiles("itl"),
         e2e_ms=percentiles("e2e"),
-        generator_limited=generator.limited,
-        generator_reasons=generator.reasons,
+        # A step the attempt cap held back measured the cap, not the target: invalid, as a lagging generator's.
+        generator_limited=generator.limited or generator.capped,
+        generator_reasons=generator.reasons
+        + ((generator.cap.summary(),) if generator.cap and generator.capped else ()),
         late_by=dict(late_by or {}),
     )

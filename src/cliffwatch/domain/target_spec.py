@@ -18,6 +18,11 @@ from cliffwatch.domain.target_model import TargetModel, parse_target_model
 from cliffwatch.domain.validation import Problems, Reader, short_repr
 
 BUILTIN = "builtin"
+# Hard limits of one request's size, whatever the service's caps: a prompt is built (and held) in memory before
+# it is sent, so its size must be bounded for building it to stay cheap (docs/security.md). A million is
+# above every served context window but the largest few, and an output no server produces in one answer.
+MAX_PROMPT_TOKENS = 1_000_000
+MAX_OUTPUT_TOKENS = 1_000_000
 BUILTIN_SPEAKS_OPENAI = "the built-in target speaks the OpenAI API: use openai-chat or openai-completions"
 _HEADER = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
 # The allowlist checks the URL's host; a Host header of another name would reach a different virtual host
@@ -138,8 +143,10 @@ def _parse_request(reader: Reader, api: str | None) -> RequestTemplate | None:
     headers = _parse_headers(reader)
     if openai:
         model = reader.string("model")
-        prompt = parse_distribution(reader.raw("prompt_tokens", 128), reader.child("prompt_tokens"), reader.problems)
-        max_tokens = parse_distribution(reader.raw("max_tokens", 128), reader.child("max_tokens"), reader.problems)
+        prompt = parse_distribution(reader.raw("prompt_tokens", 128), reader.child("prompt_tokens"), reader.problems,
+                                    maximum=MAX_PROMPT_TOKENS)  # fmt: skip
+        max_tokens = parse_distribution(reader.raw("max_tokens", 128), reader.child("max_tokens"), reader.problems,
+                                        maximum=MAX_OUTPUT_TOKENS)  # fmt: skip
         stream = reader.boolean("stream", True)
         usage = reader.boolean("include_usage", False)
         extra = reader.raw("extra_body", None)

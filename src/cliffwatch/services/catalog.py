@@ -44,6 +44,9 @@ class ScenarioCatalog:
             raise ScenarioNotFound(name)
         return version
 
+    async def has_version(self, name: str, content_hash: str) -> bool:
+        return await self.store.scenario_version(name, content_hash) is not None
+
     async def version(self, name: str, content_hash: str) -> ScenarioVersion:
         version = await self.store.scenario_version(name, content_hash)
         if version is None:

@@ -41,6 +41,7 @@ from cliffwatch.domain.outcomes import RequestRecord
 from cliffwatch.domain.result import RunStatus
 from cliffwatch.domain.runs import (
     ApiToken,
+    CallerUsage,
     Overrides,
     Run,
     RunEnd,
@@ -51,6 +52,7 @@ from cliffwatch.domain.runs import (
     ScenarioVersion,
     Schedule,
     StoredOutcome,
+    Trigger,
 )
 from cliffwatch.services.memory_ledger import InMemoryLeaderLock, InMemoryStoreFaultLedger, LedgerState
 from cliffwatch.services.store_values import (
@@ -252,6 +254,17 @@ class InMemoryStore:
     async def count_runs(self) -> Mapping[str, int]:
         counts = Counter(r.status.value for r in self._runs.values())
         return {status.value: counts[status.value] for status in RunStatus}
+
+    async def caller_usage(self, triggered_by: str, *, since: datetime) -> CallerUsage:
+        mine = [r for r in self._runs.values() if r.trigger is Trigger.API and r.triggered_by == triggered_by]
+        queued = sum(1 for r in mine if r.status is RunStatus.QUEUED)
+        first: dict[tuple[str, str], datetime] = {}
+        for run in mine:
+            version = self._versions.get((run.scenario_name, run.scenario_hash))
+            if run.created_at >= as_utc(since) and version is not None and version.source is ScenarioSource.INLINE:
+                key = (run.scenario_name, run.scenario_hash)
+                first[key] = min(first.get(key, run.created_at), run.created_at)
+        return CallerUsage(queued=queued, documents=tuple(sorted(first.values())))
 
     async def add_outcomes(self, run_id: str, records: Sequence[RequestRecord]) -> None:
         if run_id not in self._runs:

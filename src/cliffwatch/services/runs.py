@@ -1,8 +1,10 @@
 """Run requests: from a scenario (by name or inline) and overrides to a queued run, or a clear refusal.
 
 Everything that can refuse a run is checked here, before it is queued: the emergency stop, the scenario's
-validity, the target allowlist (the service must never aim load at an arbitrary host) and the caps. A sweep
-is a run of kind sweep: the same checks, with the caps applied to the sweep's highest rate and length.
+validity, the target allowlist (the service must never aim load at an arbitrary host), the caps (the worst
+case the scenario allows, ``domain.caps``) and, for API callers, their quotas. A sweep is a run of kind
+sweep: the same checks, with the caps applied to the sweep's highest step and length. A refused request
+stores nothing: an inline document is kept only once every check has passed.
 """
 
 from __future__ import annotations
@@ -10,39 +12,31 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 import structlog
 
+from cliffwatch.domain.caps import Caps, cap_violations, sweep_cap_violations
 from cliffwatch.domain.errors import (
     EmergencyStopActive,
     EmergencyStopNotRecorded,
+    QuotaExceeded,
     RunNotFound,
     RunRefused,
     StoreUnavailable,
     TargetNotAllowed,
 )
 from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.runs import (
-    Caps,
-    Overrides,
-    Run,
-    RunKind,
-    RunPage,
-    RunQuery,
-    ScenarioVersion,
-    Trigger,
-    cap_violations,
-    sweep_cap_violations,
-)
-from cliffwatch.domain.scenario import Scenario, parse_scenario, with_overrides
+from cliffwatch.domain.runs import Overrides, Quotas, Run, RunKind, RunPage, RunQuery, ScenarioVersion, Trigger
+from cliffwatch.domain.scenario import Scenario, content_hash, parse_scenario, with_overrides
 from cliffwatch.domain.service_ports import ControlStore, RunStore
 from cliffwatch.domain.sweep_plan import sweep_warnings
 from cliffwatch.domain.sweep_spec import SweepSpec
 from cliffwatch.services.catalog import ScenarioCatalog
 
 log = structlog.get_logger(__name__)
+QUEUED_RETRY_AFTER_S = 30.0  # when a queued run will start is unknown; half a minute keeps pollers polite
 
 
 class LocalRuns(Protocol):
@@ -92,6 +86,7 @@ class RunsService:
         policy: TargetPolicy,
         caps: Caps,
         now: Callable[[], datetime],
+        quotas: Quotas | None = None,
         local: LocalRuns | None = None,
     ) -> None:
         self.local = local
@@ -101,14 +96,19 @@ class RunsService:
         self.policy = policy
         self.caps = caps
         self.now = now
+        self.quotas = quotas or Quotas()
 
     async def submit(self, request: RunRequest) -> tuple[Run, bool]:
         """Queues the run (True), or returns the run an earlier identical request queued (False).
 
         Raises ``EmergencyStopActive``, ``ScenarioNotFound``, ``ScenarioInvalid`` (the document or an
-        override), ``TargetNotAllowed`` or ``RunRefused`` (over the caps), all before anything is stored.
+        override), ``TargetNotAllowed``, ``RunRefused`` (over the caps) or, for an API caller, ``QuotaExceeded``
+        (its queued runs or its new documents), all before anything is stored.
         """
-        run = await self.build(request)
+        run, inline = await self._checked(request)
+        if request.trigger is Trigger.API:
+            await self._check_quotas(request.triggered_by, run, inline)
+        await self._keep(inline)
         stored, created = await self.runs.create_run(run)
         if created:
             log.info("run queued", run_id=stored.id, scenario=stored.scenario_name, trigger=stored.trigger.value)
@@ -116,28 +116,40 @@ class RunsService:
 
     async def build(self, request: RunRequest) -> Run:
         """The queued run a request would make, every check passed, not stored (schedules insert it with
-        their own key). Raises as ``submit`` does."""
+        their own key; an inline document is stored, once the checks passed). Raises as ``submit`` does,
+        quotas aside."""
+        run, inline = await self._checked(request)
+        await self._keep(inline)
+        return run
+
+    async def _checked(self, request: RunRequest) -> tuple[Run, Mapping[str, Any] | None]:
+        """The run a request would make and the inline document it carries (to be kept), every check but the
+        quotas passed; nothing stored."""
         stop = await self.control.emergency_stop()
         if stop is not None:
             raise EmergencyStopActive(stop)
         if (request.scenario is None) == (request.document is None):
             raise ValueError("a run request names a scenario or carries a document, not both")
         if request.document is not None:
-            version, _ = await self.catalog.keep_inline(request.document)
+            parsed = parse_scenario(request.document)
+            name, digest = parsed.name, content_hash(request.document)
+            o = request.overrides
+            scenario = with_overrides(parsed, target_url=o.target_url, seed=o.seed, threshold=o.threshold)
         else:
             assert request.scenario is not None
             version = await self.catalog.latest(request.scenario)
-        scenario = _resolved(version, request.overrides)
+            name, digest = version.name, version.content_hash
+            scenario = _resolved(version, request.overrides)
         await self._check_targets(scenario)
-        # A sweep replaces the phases with its own steps: its caps are the sweep's highest rate and length.
+        # A sweep replaces the phases with its own steps: its caps are the sweep's highest step and length.
         problems = cap_violations(scenario, self.caps) if request.sweep is None else (
-            sweep_cap_violations(request.sweep, self.caps))  # fmt: skip
+            sweep_cap_violations(scenario, request.sweep, self.caps))  # fmt: skip
         if problems:
             raise RunRefused(problems)
-        return Run(
+        run = Run(
             id=uuid.uuid4().hex[:12],
-            scenario_name=version.name,
-            scenario_hash=version.content_hash,
+            scenario_name=name,
+            scenario_hash=digest,
             status=RunStatus.QUEUED,
             trigger=request.trigger,
             triggered_by=request.triggered_by,
@@ -151,6 +163,30 @@ class RunsService:
             idempotency_key=request.idempotency_key,
             kind=request.kind,
             sweep=request.sweep,
+        )
+        return run, request.document
+
+    async def _keep(self, document: Mapping[str, Any] | None) -> None:
+        if document is not None:
+            await self.catalog.keep_inline(document)
+
+    async def _check_quotas(self, caller: str, run: Run, document: Mapping[str, Any] | None) -> None:
+        """Raises ``QuotaExceeded`` when ``caller`` already has its most queued runs, or would store a new inline
+        document beyond its most in the window. Checked before the run is inserted, so two requests racing may
+        both pass: a quota bounds what one caller holds, give or take its concurrent requests."""
+        now = self.now()
+        usage = await self.runs.caller_usage(caller, since=now - timedelta(seconds=self.quotas.documents_window_s))
+        if usage.queued >= self.quotas.max_queued_runs:
+            raise QuotaExceeded("queued runs", limit=self.quotas.max_queued_runs, retry_after_s=QUEUED_RETRY_AFTER_S)
+        if document is None or len(usage.documents) < self.quotas.max_documents:
+            return
+        if await self.catalog.has_version(run.scenario_name, run.scenario_hash):
+            return  # stored already: this request adds nothing
+        expires = usage.documents[0] + timedelta(seconds=self.quotas.documents_window_s)
+        raise QuotaExceeded(
+            f"new scenario documents in {self.quotas.documents_window_s / 3600:g} h",
+            limit=self.quotas.max_documents,
+            retry_after_s=max(1.0, (expires - now).total_seconds()),
         )
 
     async def warnings(self, run: Run) -> tuple[str, ...]:

@@ -217,3 +217,41 @@ def test_the_declared_mean_is_the_distributions_mean(distribution: Distribution,
 )
 def test_describe_names_the_distribution_and_its_parameters(distribution: Distribution, text: str) -> None:
     assert distribution.describe() == text
+
+
+@pytest.mark.parametrize(
+    ("distribution", "largest"),
+    [
+        (Fixed(value=128), 128),
+        (Uniform(low=10, high=20), 20),
+        (LogNormal(median=200, sigma=1, low=16, high=4096), 4096),
+        (Choice(values=(64, 2048, 512), weights=(1, 1, 1)), 2048),
+        (Choice(values=(64, 2048, 512), weights=(1, 0, 1)), 512),  # a value of weight 0 is never drawn
+    ],
+)
+def test_the_largest_value_bounds_every_sample(distribution: Distribution, largest: int) -> None:
+    """``largest`` is what caps judge: no sample is ever above it, and it is reachable."""
+    assert distribution.largest == largest
+    samples = _samples(distribution, seed=3, n=2_000)
+    assert max(samples) <= largest
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        (101, "d: must be <= 100"),
+        ({"dist": "uniform", "min": 1, "max": 101}, "d.max: must be <= 100"),
+        ({"dist": "lognormal", "median": 50, "sigma": 1, "max": 101}, "d.max: must be <= 100"),
+        ({"dist": "choice", "values": [1, 101]}, "d.values[1]: must be <= 100"),
+    ],
+)
+def test_a_maximum_bounds_every_form(value: object, problem: str) -> None:
+    problems = Problems()
+    assert parse_distribution(value, "d", problems, maximum=100) is None
+    assert [str(p) for p in problems.items] == [problem]
+
+
+def test_a_lognormal_without_max_is_clamped_at_the_maximum() -> None:
+    problems = Problems()
+    parsed = parse_distribution({"dist": "lognormal", "median": 50, "sigma": 1}, "d", problems, maximum=100)
+    assert parsed == LogNormal(median=50, sigma=1, low=1, high=100)

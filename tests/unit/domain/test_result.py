@@ -10,12 +10,13 @@ import pytest
 
 from cliffwatch import __version__
 from cliffwatch.domain.faults import FaultSpec, Stream, ToxicType
-from cliffwatch.domain.generator_health import GeneratorLimits, judge_generator
+from cliffwatch.domain.generator_health import CapReport, GeneratorLimits, judge_generator
 from cliffwatch.domain.histogram import Histogram
 from cliffwatch.domain.metrics import RunAggregator
 from cliffwatch.domain.outcomes import NS_PER_MS, NS_PER_S, OUTCOMES, Attempt, Outcome, RequestRecord, TokenSource
 from cliffwatch.domain.plan import iter_plan, phase_windows
 from cliffwatch.domain.ports import FaultEvent
+from cliffwatch.domain.rate_limit import RateLimit
 from cliffwatch.domain.result import RESULT_FORMAT, PhaseTiming, RunResult, RunStatus
 from cliffwatch.domain.retry import FailureKind
 from cliffwatch.domain.scenario import Scenario, parse_scenario
@@ -100,6 +101,11 @@ def _limited() -> Any:
     return judge_generator(Histogram(), max_stall_ms=400.0, cpu_busy=0.2, overflow=2, limits=GeneratorLimits())
 
 
+def _capped(**held: int) -> Any:
+    cap = CapReport(limit=RateLimit(rate=5, burst=5), **held)
+    return judge_generator(Histogram(), max_stall_ms=3.0, cpu_busy=0.2, overflow=0, limits=GeneratorLimits(), cap=cap)
+
+
 def _document(result: RunResult) -> dict[str, Any]:
     document: dict[str, Any] = json.loads(json.dumps(result.to_dict(), allow_nan=False))
     return document
@@ -119,6 +125,7 @@ def test_a_complete_on_time_run_passes() -> None:
         pytest.param({"generator": _limited()}, "generator_limited", id="generator-limited"),
         pytest.param({"status": RunStatus.ABORTED, "abort_reason": "too many errors"}, "aborted", id="aborted"),
         pytest.param({"status": RunStatus.INTERRUPTED}, "interrupted", id="interrupted"),
+        pytest.param({"generator": _capped(retries=3)}, "capped", id="capped"),
     ],
 )
 def test_a_run_that_cannot_be_trusted_does_not_pass(overrides: dict[str, Any], verdict: str) -> None:
@@ -149,6 +156,25 @@ def test_the_verdicts_explain_themselves() -> None:
     assert "event loop stalled 400 ms > 100 ms" in summaries["generator_limited"]
     assert "2 request(s) not sent: max_in_flight reached" in summaries["generator_limited"]
     assert summaries["aborted"] == "baseline unhealthy"
+
+
+def test_a_capped_run_says_what_its_attempt_cap_held_back() -> None:
+    """The capped verdict names the cap and each kind of attempt held back; the document says capped at its
+    top and the numbers under generator.attempt_cap. A cap that held nothing back is no verdict."""
+    result = _result(_scenario(), generator=_capped(first_attempts=2, retries=7, delayed=1))
+    [verdict] = result.verdicts()
+    assert verdict.summary == (
+        "the run's attempt cap (5/s, burst 5) held the load back (2 request(s) not sent, 7 retry(ies) not sent, "
+        "1 closed-loop request(s) delayed): what was sent is not the load as written"
+    )
+    document = _document(result)
+    assert document["capped"] is True
+    assert document["generator"]["attempt_cap"] == {"rate": 5, "burst": 5, "capped": True,
+                                                    "first_attempts_not_sent": 2, "retries_not_sent": 7,
+                                                    "closed_loop_delayed": 1}  # fmt: skip
+    untouched = _result(_scenario(), generator=_capped())
+    assert (untouched.capped, untouched.passed, untouched.verdicts()) == (False, True, [])
+    assert _document(untouched)["generator"]["attempt_cap"]["capped"] is False
 
 
 def test_a_failing_score_fails_the_run() -> None:
@@ -183,6 +209,8 @@ def test_the_document_is_strict_json_with_every_section() -> None:
         "retry_containment",
     ]
     assert document["generator"]["generator_limited"] is False
+    assert document["generator"]["attempt_cap"] is None
+    assert document["capped"] is False
     assert document["verdicts"] == []
 
 

@@ -574,6 +574,23 @@ _INVALID: list[tuple[dict[str, Any], list[str]]] = [
             "abort.error_rate.outcomes[3]: must be one of late, shed, timeout, error, redirect, got 'bogus'",
         ],
     ),
+    # request sizes: a hard limit, so that building one request's body stays bounded
+    (
+        {"target.request.prompt_tokens": 1_000_000_000},
+        ["target.request.prompt_tokens: must be <= 1e+06"],
+    ),
+    (
+        {"target.request.max_tokens": {"dist": "uniform", "min": 1, "max": 2_000_000}},
+        ["target.request.max_tokens.max: must be <= 1e+06"],
+    ),
+    (
+        {"target.request.prompt_tokens": {"dist": "lognormal", "median": 5_000_000, "sigma": 1}},
+        ["target.request.prompt_tokens.median: must be <= 1e+06"],
+    ),
+    (
+        {"target.request.prompt_tokens": {"dist": "choice", "values": [64, 10_000_000]}},
+        ["target.request.prompt_tokens.values[1]: must be <= 1e+06"],
+    ),
     # the plan's size
     (
         {"phases[1].arrival": {"process": "constant", "rate": 40_000}},

@@ -18,12 +18,12 @@ from worker_kit import WorkerRig, now, working
 from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.adapters.target_access import AllowlistPolicy
 from cliffwatch.domain.allowlist import DEFAULT_ALLOWLIST, parse_allowlist
+from cliffwatch.domain.caps import Caps
 from cliffwatch.domain.errors import EmergencyStopNotRecorded, StoreUnavailable
 from cliffwatch.domain.outcomes import NS_PER_MS, Attempt, Outcome, RequestRecord, classify
 from cliffwatch.domain.plan import PlannedRequest
 from cliffwatch.domain.ports import RecordSink
 from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.runs import Caps
 from cliffwatch.domain.scenario import Scenario
 from cliffwatch.services.catalog import ScenarioCatalog
 from cliffwatch.services.memory import CollectingObserver, RecordingFaultInjector, ScriptedGenerator
@@ -212,7 +212,7 @@ def runs_service(made: Rig) -> RunsService:
     assert allowlist is not None
     return RunsService(runs=made.outage, control=made.outage, catalog=ScenarioCatalog(made.outage, now=now),  # type: ignore[arg-type]
                        policy=AllowlistPolicy(allowlist, listen=allowlist),
-                       caps=Caps(max_concurrent_runs=2, max_offered_rate=1000, max_duration_s=3600),
+                       caps=Caps(),
                        now=now, local=made.worker)  # fmt: skip
 
 

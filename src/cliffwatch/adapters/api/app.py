@@ -10,9 +10,19 @@ from __future__ import annotations
 from aiohttp import web
 
 from cliffwatch.adapters.api import admin, ops, reports, runs, scenarios, schedules
-from cliffwatch.adapters.api.context import EXPENSIVE, ROUTES, SERVICES, SETTINGS, ApiServices, ConcurrencyGate, Route
+from cliffwatch.adapters.api.context import (
+    EXPENSIVE,
+    ROUTES,
+    SERVICES,
+    SETTINGS,
+    TOKEN_RATES,
+    ApiServices,
+    ConcurrencyGate,
+    Route,
+)
 from cliffwatch.adapters.api.middleware import guard, observe, problems
 from cliffwatch.config import Settings
+from cliffwatch.domain.rate_limit import KeyedBuckets, RateLimit
 from cliffwatch.domain.runs import Role
 
 V1 = "/api/v1"
@@ -74,6 +84,7 @@ def create_app(services: ApiServices, *, settings: Settings) -> web.Application:
     app[SERVICES] = services
     app[SETTINGS] = settings
     app[EXPENSIVE] = ConcurrencyGate(settings.api_max_expensive)
+    app[TOKEN_RATES] = KeyedBuckets(RateLimit(rate=settings.api_rate_per_token, burst=settings.api_burst_per_token))
     table: dict[web.AbstractRoute, Route] = {}
     for route in ROUTE_TABLE:
         # "validate" is the validation endpoint, never a scenario name: without this, GET and PUT on

@@ -15,6 +15,7 @@ from aiohttp import web
 
 from cliffwatch.adapters.api.metrics import ServiceMetrics
 from cliffwatch.config import Settings
+from cliffwatch.domain.rate_limit import KeyedBuckets
 from cliffwatch.domain.runs import ApiToken, Role
 from cliffwatch.domain.service_ports import RunStore
 from cliffwatch.services.catalog import ScenarioCatalog
@@ -83,6 +84,8 @@ SERVICES = web.AppKey("services", ApiServices)
 SETTINGS = web.AppKey("settings", Settings)
 ROUTES = web.AppKey[Mapping[web.AbstractRoute, Route]]("routes")
 EXPENSIVE = web.AppKey("expensive", ConcurrencyGate)
+# The request rate of each bearer credential presented (its SHA-256: a token's own hash when it is one).
+TOKEN_RATES = web.AppKey("token_rates", KeyedBuckets)
 # Set on a sub-application that authenticates its own requests (the dashboard's sessions): the bearer-token
 # guard leaves them to it.
 SELF_GUARDED = web.AppKey("self_guarded", bool)

@@ -6,8 +6,10 @@ binds it to structlog's context, echoes it, logs one line per request and times 
 ``problems``: the one place an exception becomes an HTTP answer; every error leaves as
 ``application/problem+json``, and an unexpected one as a 500 that names nothing internal (it is logged).
 
-``guard``: bearer authentication and the route's role, the body size limit, and the gate on expensive
-endpoints, in that order; so an unauthenticated caller learns nothing, not even which paths exist.
+``guard``: the token's request rate, bearer authentication and the route's role, the body size limit, and
+the gate on expensive endpoints, in that order; so an unauthenticated caller learns nothing, not even which
+paths exist, and a token over its rate is turned away before it costs a database lookup (its bucket is found
+by the SHA-256 of the credential, which is the token's own stored hash when it is a token).
 """
 
 from __future__ import annotations
@@ -28,11 +30,14 @@ from cliffwatch.adapters.api.context import (
     SELF_GUARDED,
     SERVICES,
     SETTINGS,
+    TOKEN_RATES,
     Handler,
 )
 from cliffwatch.adapters.api.problems import ApiError, from_error, problem_response
 from cliffwatch.domain.errors import CliffwatchError
+from cliffwatch.domain.rate_limit import retry_after_s
 from cliffwatch.domain.runs import ApiToken, Role
+from cliffwatch.services.tokens import token_hash
 
 log = structlog.get_logger(__name__)
 
@@ -139,7 +144,9 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         return await handler(request)  # a sub-application with its own authentication (the dashboard)
     # Everything else needs a token, paths that do not exist included: 404 versus 401 would tell a caller
     # without a token which paths are real.
-    token = await _authenticate(request)
+    credentials = _credentials(request)
+    _within_rate(request, credentials)
+    token = await _authenticate(request, credentials)
     if route is None:
         return await handler(request)  # the router's 404 or 405
     needed = route.role or Role.VIEWER  # never None here: public routes returned above
@@ -176,7 +183,7 @@ async def _limited(request: web.Request, handler: Handler, *, expensive: bool) -
         gate.release()
 
 
-async def _authenticate(request: web.Request) -> ApiToken:
+def _credentials(request: web.Request) -> str:
     header = request.headers.get("Authorization", "")
     scheme, _, credentials = header.partition(" ")
     if not header or scheme.lower() != "bearer" or not credentials.strip():
@@ -187,7 +194,27 @@ async def _authenticate(request: web.Request) -> ApiToken:
             "this endpoint needs a bearer token: Authorization: Bearer <token>",
             headers={"WWW-Authenticate": REALM},
         )
-    token = await request.app[SERVICES].tokens.authenticate(credentials.strip())
+    return credentials.strip()
+
+
+def _within_rate(request: web.Request, credentials: str) -> None:
+    """Takes one request from the credential's bucket; raises 429 ``rate-limited`` when it is empty."""
+    buckets = request.app[TOKEN_RATES]
+    wait_s = buckets.take(token_hash(credentials), time.monotonic_ns())
+    if wait_s is None:
+        return
+    limit, seconds = buckets.limit, retry_after_s(wait_s)
+    raise ApiError(
+        429,
+        "rate-limited",
+        "Too many requests",
+        f"this token may make {limit.rate:g} requests/s (bursts of {limit.burst:g}); retry in {seconds}s",
+        headers={"Retry-After": str(seconds)},
+    )
+
+
+async def _authenticate(request: web.Request, credentials: str) -> ApiToken:
+    token = await request.app[SERVICES].tokens.authenticate(credentials)
     if token is None:
         # The same answer for unknown and revoked tokens, and the token is never echoed or logged.
         raise ApiError(

@@ -41,8 +41,12 @@ RESPONSES: dict[str, Any] = {
         "Well-formed, but breaks the rules (the body; for next fire times, a time zone this host lacks); "
         "`problems` lists each."
     ),
-    "Overloaded": _problem(
-        "Too many expensive requests are in progress (CLIFFWATCH_API_MAX_EXPENSIVE); retry later.", _RETRY_AFTER
+    "TooManyRequests": _problem(
+        "Too many requests: this token's request rate is spent (CLIFFWATCH_API_RATE_PER_TOKEN, "
+        "CLIFFWATCH_API_BURST_PER_TOKEN: rate-limited); on expensive endpoints, too many are in progress "
+        "(CLIFFWATCH_API_MAX_EXPENSIVE: overloaded); on queueing a run or a sweep, the token's quota of queued runs "
+        "or new scenario documents is reached (quota-exceeded). Retry after Retry-After seconds.",
+        _RETRY_AFTER,
     ),
     "Unavailable": _problem(
         "Not now: the emergency stop is on, the database does not answer, or (readyz) this instance is not ready.",
@@ -79,11 +83,12 @@ def _op(
     """One operation; the problem responses every operation of its kind can give are added here."""
     codes = set(errors)
     if role is not None:  # the public probes read no query; every other operation refuses unknown parameters
-        codes |= {400, 401} | ({403} if role != "viewer" else set())
+        # and counts against its token's request rate (429)
+        codes |= {400, 401, 429} | ({403} if role != "viewer" else set())
     if body is not None:
         codes |= {413, 415, 422}
     names = {400: "BadRequest", 401: "Unauthenticated", 403: "Forbidden", 404: "NotFound", 413: "TooLarge",
-             415: "UnsupportedMedia", 422: "Unprocessable", 429: "Overloaded", 503: "Unavailable"}  # fmt: skip
+             415: "UnsupportedMedia", 422: "Unprocessable", 429: "TooManyRequests", 503: "Unavailable"}  # fmt: skip
     responses = {**ok, **{str(c): {"$ref": f"#/components/responses/{names[c]}"} for c in sorted(codes)}}
     responses["default"] = {"$ref": "#/components/responses/Error"}
     operation: dict[str, Any] = {"summary": summary, "tags": [tag], "responses": responses}
@@ -138,8 +143,11 @@ def _runs_paths() -> dict[str, Any]:
                 errors=(404, 503),
                 description="A scenario by name or a whole document, with optional overrides. Refused with 422 "
                 "when the document is invalid, the target is outside the allowlist (target-not-allowed) or the "
-                "run is over the caps (run-refused); 503 while the emergency stop is on. With kind sweep and "
-                "sweep, queues a capacity sweep as POST /api/v1/sweeps does (answered with its warnings).",
+                "run's worst case is over the caps (run-refused: each problem's path is the field to change, its "
+                "message the worst case and the cap); 429 quota-exceeded when the token already has its most "
+                "queued runs or new scenario documents; 503 while the emergency stop is on. A refused request "
+                "stores nothing. With kind sweep and sweep, queues a capacity sweep as POST /api/v1/sweeps does "
+                "(answered with its warnings).",
             ),
             "get": _op("List runs, newest first", tag="runs", role="viewer", params=list_params,
                        ok={"200": _json(ref("RunPage"), "One page.", LINK)}),
@@ -152,9 +160,11 @@ def _runs_paths() -> dict[str, Any]:
                 errors=(404, 503),
                 description="Finds the scenario target's usable capacity (docs/sweep.md). Refused with 422 "
                 "sweep-invalid naming each sweep.… field, target-not-allowed as for runs, or run-refused when "
-                "the sweep's highest rate (stop, or max_rate with auto) is over the service's maximum offered "
-                "rate or its longest length (variants × max_steps × (warmup_s + step_s + cooldown_s)) over its "
-                "maximum duration. The sweep is then read at /api/v1/runs/{run_id}. warnings: what the sweep "
+                "the sweep's highest step (stop, or max_rate with auto) is over the service's maximum offered "
+                "rate (or, in concurrency mode, its maximum concurrency), a retry variant's attempts at that rate "
+                "over the attempt cap, or its longest length (variants × max_steps × (warmup_s + step_s + "
+                "cooldown_s)) over its maximum duration; 429 as for runs. The sweep is then read at "
+                "/api/v1/runs/{run_id}. warnings: what the sweep "
                 "as asked should be warned about (steps too short for the SLO, say), as the CLI warns; the "
                 "sweep document carries them too.",
             ),

@@ -163,8 +163,11 @@ RESULT = obj(
         "verdicts": nullable({"type": "array", "items": obj({"name": {"type": "string"},
                                                              "summary": {"type": "string"}})}),
         "phases": nullable({"type": "array", "items": {**ANY_OBJECT, "description": "one phase's metrics"}}),
-        "generator": nullable(ANY_OBJECT),
+        "generator": nullable({**ANY_OBJECT, "description": "the generator's own verdict, and attempt_cap: what "
+                               "the run's attempt cap (rate, burst) held back"}),
         "faults": nullable({"type": "array", "items": ANY_OBJECT}),
+        "capped": {"type": "boolean", "description": "the attempt cap held back attempts: what was sent is not "
+                   "the load as written (verdict capped; the run cannot pass)"},
     }
 )  # fmt: skip
 OUTCOME = obj(

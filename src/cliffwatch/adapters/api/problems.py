@@ -23,6 +23,7 @@ from cliffwatch.domain.errors import (
     EmergencyStopNotRecorded,
     FaultInjectionFailed,
     Problem,
+    QuotaExceeded,
     RunNotFound,
     RunRefused,
     ScenarioInvalid,
@@ -35,6 +36,7 @@ from cliffwatch.domain.errors import (
     TargetNotAllowed,
     TargetUnreachable,
 )
+from cliffwatch.domain.rate_limit import retry_after_s
 
 PROBLEM_JSON = "application/problem+json"
 TYPE_PREFIX = "tag:cliffwatch.dev,2026:problem:"
@@ -125,8 +127,18 @@ def _schedule_invalid(exc: ScheduleInvalid) -> ApiError:
 
 
 def _run_refused(exc: RunRefused) -> ApiError:
-    problems = [Problem(path="", message=reason) for reason in exc.reasons]
-    return invalid(422, "run-refused", "Run refused", problems, "the run")
+    return invalid(422, "run-refused", "Run refused", exc.problems, "the run")
+
+
+def _quota_exceeded(exc: QuotaExceeded) -> ApiError:
+    return ApiError(
+        429,
+        "quota-exceeded",
+        "Quota reached",
+        str(exc),
+        headers={"Retry-After": str(retry_after_s(exc.retry_after_s))},
+        extensions={"quota": exc.what, "limit": exc.limit},
+    )
 
 
 def _emergency_stop(exc: EmergencyStopActive) -> ApiError:
@@ -174,6 +186,7 @@ ERRORS: dict[type[CliffwatchError], _Mapping] = {
         status=422, slug="target-not-allowed", title="Target not allowed", extend=_target_not_allowed
     ),
     RunRefused: _Mapping(status=422, slug="run-refused", title="Run refused", extend=_run_refused),
+    QuotaExceeded: _Mapping(status=429, slug="quota-exceeded", title="Quota reached", extend=_quota_exceeded),
     EmergencyStopActive: _Mapping(
         status=503, slug="emergency-stop", title="Emergency stop active", extend=_emergency_stop
     ),

@@ -14,10 +14,18 @@ from aiohttp import web
 
 from cliffwatch.adapters.api.context import ROUTES, SELF_GUARDED, Route
 from cliffwatch.adapters.dashboard import auth, pages, runs
-from cliffwatch.adapters.dashboard.context import UI_ROUTES, UI_SERVICES, UI_SETTINGS, DashboardServices, UiRoute
+from cliffwatch.adapters.dashboard.context import (
+    LOGIN_LIMITS,
+    UI_ROUTES,
+    UI_SERVICES,
+    UI_SETTINGS,
+    DashboardServices,
+    UiRoute,
+)
 from cliffwatch.adapters.dashboard.security import see_other, ui_guard
 from cliffwatch.adapters.dashboard.static_files import static_file
 from cliffwatch.config import Settings
+from cliffwatch.domain.rate_limit import KeyedBuckets, RateLimit
 from cliffwatch.domain.runs import Role
 
 PREFIX = "/ui"
@@ -57,6 +65,7 @@ def create_dashboard(services: DashboardServices, *, settings: Settings) -> web.
     app = web.Application(middlewares=[ui_guard])
     app[UI_SERVICES] = services
     app[UI_SETTINGS] = settings
+    app[LOGIN_LIMITS] = KeyedBuckets(RateLimit(rate=settings.ui_login_per_minute / 60, burst=settings.ui_login_burst))
     app[SELF_GUARDED] = True
     table: dict[web.AbstractRoute, UiRoute] = {}
     for route in UI_ROUTE_TABLE:

@@ -4,16 +4,22 @@ The login form takes an API token (never in a URL: POST only, and the field is n
 unrevoked token gets a new session (a new id at every login, so a planted cookie is worthless). The form
 itself is protected against login CSRF by a double-submit value: a random nonce in an HttpOnly,
 SameSite=Strict cookie and in a hidden field, which must match.
+
+Login attempts are rate-limited per client address and per token tried (token buckets, settings
+``CLIFFWATCH_UI_LOGIN_PER_MINUTE`` and ``CLIFFWATCH_UI_LOGIN_BURST``), before anything else is done with them:
+over either, 429 with Retry-After. Every attempt counts, a good one too: each makes a session row, and one
+stolen token tried from many addresses is held back as one guessed from a single address is.
 """
 
 from __future__ import annotations
 
 import hmac
+import time
 
 import structlog
 from aiohttp import web
 
-from cliffwatch.adapters.dashboard.context import current_user, ui_services
+from cliffwatch.adapters.dashboard.context import LOGIN_LIMITS, current_user, ui_services
 from cliffwatch.adapters.dashboard.render import render
 from cliffwatch.adapters.dashboard.security import (
     LOGIN_COOKIE,
@@ -25,15 +31,24 @@ from cliffwatch.adapters.dashboard.security import (
     see_other,
     set_session_cookie,
 )
+from cliffwatch.domain.rate_limit import KeyedBuckets, retry_after_s
+from cliffwatch.services.tokens import token_hash
 
 log = structlog.get_logger(__name__)
 MAX_TOKEN_LENGTH = 200
 
 
-def _login_page(request: web.Request, *, status: int = 200, error: str | None = None, next_path: str) -> web.Response:
+def _login_page(
+    request: web.Request,
+    *,
+    status: int = 200,
+    error: str | None = None,
+    next_path: str,
+    headers: dict[str, str] | None = None,
+) -> web.Response:
     response = web.Response()  # only to carry the new cookie into the page's response
     nonce = new_login_nonce(request, response)
-    page = render("login.html", status=status, nonce=nonce, error=error, next_path=next_path)
+    page = render("login.html", status=status, headers=headers, nonce=nonce, error=error, next_path=next_path)
     for cookie in response.cookies.values():
         page.cookies[cookie.key] = cookie
     return page
@@ -43,9 +58,25 @@ async def login_form(request: web.Request) -> web.Response:
     return _login_page(request, next_path=safe_next(request.query.get("next")))
 
 
+def login_wait(limits: KeyedBuckets, *, address: str | None, token: str | None, now_ns: int) -> float | None:
+    """None when a login attempt from ``address`` with ``token`` may go ahead (counted against both), else the
+    seconds until it may; an attempt the address's limit refuses is not counted against the token."""
+    wait = limits.take(("address", address or "?"), now_ns)
+    if wait is None and token:
+        wait = limits.take(("token", token_hash(token)), now_ns)
+    return wait
+
+
 async def login(request: web.Request) -> web.Response:
     form = await request.post()
     token, nonce, next_path = form.get("token"), form.get("nonce"), safe_next(_text(form.get("next")))
+    tried = token.strip() if isinstance(token, str) and len(token) <= MAX_TOKEN_LENGTH else None
+    wait = login_wait(request.app[LOGIN_LIMITS], address=request.remote, token=tried, now_ns=time.monotonic_ns())
+    if wait is not None:
+        seconds = retry_after_s(wait)
+        log.warning("dashboard login rate-limited", retry_after_s=seconds)  # neither the token nor a guess of it
+        return _login_page(request, status=429, error=f"Too many login attempts: try again in {seconds} s.",
+                           next_path=next_path, headers={"Retry-After": str(seconds)})  # fmt: skip
     expected = request.cookies.get(LOGIN_COOKIE)
     if not isinstance(nonce, str) or not expected or not hmac.compare_digest(nonce, expected):
         detail = "the login form expired or was not sent from this site: reload it and try again"

@@ -10,6 +10,7 @@ from aiohttp import web
 
 from cliffwatch.adapters.api.context import ApiServices, Handler
 from cliffwatch.config import Settings
+from cliffwatch.domain.rate_limit import KeyedBuckets
 from cliffwatch.domain.runs import ApiToken, Role
 from cliffwatch.services.sessions import SessionService, csrf_token
 
@@ -49,6 +50,8 @@ class User:
 UI_SERVICES = web.AppKey("ui_services", DashboardServices)
 UI_SETTINGS = web.AppKey("ui_settings", Settings)
 UI_ROUTES = web.AppKey[Mapping[web.AbstractRoute, UiRoute]]("ui_routes")
+# Login attempts, per client address and per token tried (auth.login_wait).
+LOGIN_LIMITS = web.AppKey("login_limits", KeyedBuckets)
 # As in the API's middlewares: set for one request by the guard and reset when it ends.
 USER: ContextVar[User | None] = ContextVar("cliffwatch_ui_user", default=None)
 

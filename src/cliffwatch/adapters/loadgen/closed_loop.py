@@ -5,6 +5,11 @@ interactive benchmark (a fixed pool of users) does. Requests, retries and record
 generator's own (same executor, same retry decisions, same records); only the schedule differs: a
 request is scheduled when its client is free, so queueing ahead of the target cannot happen here, and
 latency under load shows up as fewer requests sent rather than as late ones.
+
+Clients answered instantly (a target refusing everything) would send as fast as the loop turns, so the
+attempt cap paces them: a client takes a token before each new request and, when there is none, waits
+for one (the wait is counted: the step is capped). Such a request does not exist until it is sent, so
+nothing is recorded not_sent; a retry the cap refuses is not sent, as in the open loop.
 """
 
 from __future__ import annotations
@@ -20,7 +25,10 @@ from cliffwatch.domain.generator_health import GeneratorLimits
 from cliffwatch.domain.outcomes import NS_PER_S
 from cliffwatch.domain.plan import PlannedRequest, phase_windows
 from cliffwatch.domain.ports import Clock, GeneratorListener
+from cliffwatch.domain.rate_limit import TokenBucket
 from cliffwatch.domain.scenario import Scenario
+
+CAP_POLL_S = 0.1  # a client waiting for the cap looks at the stop and the clock at least this often
 
 
 class ClosedLoopGenerator(OpenLoopGenerator):
@@ -35,10 +43,11 @@ class ClosedLoopGenerator(OpenLoopGenerator):
         *,
         clients: int,
         limits: GeneratorLimits | None = None,
+        cap: TokenBucket | None = None,
     ) -> None:
         if clients < 1:
             raise ValueError(f"a closed loop needs at least one client, got {clients}")
-        super().__init__(scenario, executor, clock, limits)
+        super().__init__(scenario, executor, clock, limits, cap=cap)
         self.clients = clients
         self._next_id = 0
 
@@ -63,6 +72,9 @@ class ClosedLoopGenerator(OpenLoopGenerator):
             at_ns = self.clock.now_ns() - start_ns
             if at_ns >= end_ns:
                 return
+            if not await self._cap_token(start_ns + end_ns):
+                continue  # stopped, or the step ended while waiting: the loop's own checks end it
+            at_ns = self.clock.now_ns() - start_ns
             request = PlannedRequest(
                 id=self._next_id,
                 phase=max(0, bisect.bisect_right(starts, at_ns) - 1),
@@ -75,7 +87,19 @@ class ClosedLoopGenerator(OpenLoopGenerator):
             self._budgets[request.phase].on_new_request()
             listener.dispatched(request, at_ns)
             self._unstarted.add(request.id)
-            task = asyncio.create_task(self._run_request(request, start_ns, listener))
+            task = asyncio.create_task(self._run_request(request, start_ns, listener, prepaid=True))
             self._tasks.add(task)
             task.add_done_callback(functools.partial(self._task_done, request, listener))
             await asyncio.wait([task])  # a cancelled request ends this client's turn, not the client
+
+    async def _cap_token(self, until_ns: int) -> bool:
+        """Takes a token of the attempt cap for the client's next request, waiting for one while the run goes
+        on; False when the run stopped or ``until_ns`` came first."""
+        if self.cap is None or self.cap.try_take(self.clock.now_ns()):
+            return True
+        self._cap_delays += 1
+        while self._stop_reason is None and (now := self.clock.now_ns()) < until_ns:
+            await asyncio.sleep(min(self.cap.wait_s(now), CAP_POLL_S, (until_ns - now) / NS_PER_S))
+            if self.cap.try_take(self.clock.now_ns()):
+                return True
+        return False

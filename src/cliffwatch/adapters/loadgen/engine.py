@@ -3,6 +3,11 @@
 Each logical request runs in its own task: attempts (through an ``AttemptExecutor``), retries decided by
 the domain's retry policy, then one ``RequestRecord`` to the listener. The generator also watches itself
 (schedule lag, event-loop stalls, CPU) so a run it could not drive faithfully says so.
+
+Every attempt, first or retry, takes a token from the run's attempt cap (a ``TokenBucket`` on the
+generator's monotonic clock) just before it is sent; with none left it is not sent: a first attempt makes
+the request ``not_sent`` (reason ``CAP_REASON``), a refused retry ends the request with the attempts it made
+(marked ``capped``). So what leaves never exceeds the cap, retries included, whatever the plan says.
 """
 
 from __future__ import annotations
@@ -17,11 +22,12 @@ from typing import Protocol
 
 import structlog
 
-from cliffwatch.domain.generator_health import GeneratorLimits, GeneratorReport, judge_generator
+from cliffwatch.domain.generator_health import CapReport, GeneratorLimits, GeneratorReport, judge_generator
 from cliffwatch.domain.histogram import Histogram
-from cliffwatch.domain.outcomes import NS_PER_MS, NS_PER_S, Attempt
+from cliffwatch.domain.outcomes import CAP_REASON, NS_PER_MS, NS_PER_S, Attempt
 from cliffwatch.domain.plan import PlannedRequest
 from cliffwatch.domain.ports import Clock, GeneratorListener, LiveCounters
+from cliffwatch.domain.rate_limit import TokenBucket
 from cliffwatch.domain.retry import FailureKind, RetryBudgetState, RetryKind, decide_retry
 from cliffwatch.domain.scenario import Scenario
 
@@ -46,15 +52,26 @@ class AttemptExecutor(Protocol):
 
 
 class OpenLoopGenerator:
-    """Implements the ``LoadGenerator`` port on an ``AttemptExecutor``."""
+    """Implements the ``LoadGenerator`` port on an ``AttemptExecutor``; ``cap``: the run's attempt cap (a
+    bucket on ``clock``, shared by every generator of one sweep), None for none."""
 
     def __init__(
-        self, scenario: Scenario, executor: AttemptExecutor, clock: Clock, limits: GeneratorLimits | None = None
+        self,
+        scenario: Scenario,
+        executor: AttemptExecutor,
+        clock: Clock,
+        limits: GeneratorLimits | None = None,
+        *,
+        cap: TokenBucket | None = None,
     ) -> None:
         self.scenario = scenario
         self.executor = executor
         self.clock = clock
         self.limits = limits or GeneratorLimits()
+        self.cap = cap
+        self._capped_first = 0
+        self._capped_retries = 0
+        self._cap_delays = 0
         self._tasks: set[asyncio.Task[None]] = set()
         self._stop_reason: str | None = None
         self._cancel_reason: str | None = None
@@ -108,7 +125,10 @@ class OpenLoopGenerator:
             cpu_busy=(time.process_time() - cpu_start) / wall_s,
             overflow=self._overflow,
             limits=self.limits,
-        )
+            cap=None if self.cap is None else CapReport(
+                limit=self.cap.limit, first_attempts=self._capped_first, retries=self._capped_retries,
+                delayed=self._cap_delays),
+        )  # fmt: skip
 
     async def _dispatch(self, plan: Iterable[PlannedRequest], start_ns: int, listener: GeneratorListener) -> None:
         loop = asyncio.get_running_loop()
@@ -143,7 +163,20 @@ class OpenLoopGenerator:
             self._unstarted.discard(request.id)
             listener.finished(request.not_sent(self._cancel_reason or self._stop_reason or "cancelled"))
 
-    async def _run_request(self, request: PlannedRequest, start_ns: int, listener: GeneratorListener) -> None:
+    def _may_send(self, attempts: list[Attempt], prepaid: bool) -> bool:
+        """Takes a token of the attempt cap for the next attempt (``prepaid``: the caller took it for the
+        first); False, counted, when the cap has none."""
+        if self.cap is None or (prepaid and not attempts) or self.cap.try_take(self.clock.now_ns()):
+            return True
+        if attempts:
+            self._capped_retries += 1
+        else:
+            self._capped_first += 1
+        return False
+
+    async def _run_request(
+        self, request: PlannedRequest, start_ns: int, listener: GeneratorListener, *, prepaid: bool = False
+    ) -> None:
         scenario = self.scenario
         policy = scenario.retry_for(request.phase)
         attempt_timeout_s = scenario.attempt_timeout_ms / 1000.0
@@ -152,6 +185,7 @@ class OpenLoopGenerator:
         rng: random.Random | None = None
         number = 1
         began_ns: int | None = None
+        capped = False
         self._unstarted.discard(request.id)
         try:
             while True:
@@ -159,6 +193,9 @@ class OpenLoopGenerator:
                 if remaining_s <= 0:
                     if not attempts:  # the generator was so late the deadline passed: that is schedule lag too
                         self._lag.add((self.clock.now_ns() - start_ns - request.scheduled_ns) / NS_PER_MS)
+                    break
+                if not self._may_send(attempts, prepaid):
+                    capped = True
                     break
                 began_ns = self.clock.now_ns()
                 attempt = await self.executor.attempt(
@@ -201,7 +238,7 @@ class OpenLoopGenerator:
                         error=self._cancel_reason or self._stop_reason or "cancelled",
                     )
                 )
-            self._finish(request, attempts, listener)
+            self._finish(request, attempts, listener, capped=capped)
             raise
         except Exception as exc:
             # The executor turns every target failure into an Attempt; reaching here is our own bug. The
@@ -216,17 +253,16 @@ class OpenLoopGenerator:
                     error=f"cliffwatch internal error: {type(exc).__name__}: {exc}",
                 )
             )
-        self._finish(request, attempts, listener)
+        self._finish(request, attempts, listener, capped=capped)
 
-    def _finish(self, request: PlannedRequest, attempts: list[Attempt], listener: GeneratorListener) -> None:
+    def _finish(
+        self, request: PlannedRequest, attempts: list[Attempt], listener: GeneratorListener, *, capped: bool = False
+    ) -> None:
         record_attempts = tuple(attempts)
         if record_attempts:
             self._lag.add(max(0.0, (record_attempts[0].sent_ns - request.scheduled_ns) / NS_PER_MS))
-        listener.finished(
-            request.record(
-                record_attempts, slo=self.scenario.slo, not_sent_reason="deadline passed before the first attempt"
-            )
-        )
+        reason = CAP_REASON if capped else "deadline passed before the first attempt"
+        listener.finished(request.record(record_attempts, slo=self.scenario.slo, not_sent_reason=reason, capped=capped))
 
     async def _watch_loop(self) -> None:
         """Measures event-loop stalls: how much later than asked a short sleep wakes up."""

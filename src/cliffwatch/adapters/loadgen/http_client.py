@@ -14,17 +14,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import email.utils
-import json
 import time
 from types import SimpleNamespace
-from typing import Any
 
 import aiohttp
 
 from cliffwatch import __version__
+from cliffwatch.adapters.loadgen.bodies import RequestBodies
 from cliffwatch.adapters.loadgen.openai_stream import OpenAIStream, error_message, parse_completion
 from cliffwatch.adapters.loadgen.pinned_resolver import PinnedResolver, PinRefused
-from cliffwatch.adapters.loadgen.prompts import prompt_text
 from cliffwatch.adapters.loadgen.redirects import Hop, next_hop, shown_url
 from cliffwatch.adapters.target_access import Destinations
 from cliffwatch.domain.allowlist import DEFAULT_ALLOWLIST, Allowlist, parse_allowlist
@@ -90,6 +88,7 @@ class HttpExecutor:
             _default_header(self.headers, "Accept", "text/event-stream")
         self.in_flight = 0
         self.tokens = 0.0
+        self._bodies = RequestBodies(scenario)
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> HttpExecutor:
@@ -135,20 +134,7 @@ class HttpExecutor:
             raise TargetUnreachable(self.base_url, _describe(exc)) from exc
 
     def body(self, request: PlannedRequest) -> bytes | None:
-        template = self.scenario.target.request
-        if not self.openai:
-            return None if template.body is None else json.dumps(template.body).encode()
-        document: dict[str, Any] = {"model": template.model, "max_tokens": request.max_tokens, "stream": self.stream}
-        prompt = prompt_text(request.id, request.prompt_tokens)
-        if self.scenario.target.api is Api.OPENAI_CHAT:
-            document["messages"] = [{"role": "user", "content": prompt}]
-        else:
-            document["prompt"] = prompt
-        if self.stream and template.include_usage:
-            document["stream_options"] = {"include_usage": True}
-        if template.extra_body:
-            document.update(template.extra_body)
-        return json.dumps(document).encode()
+        return self._bodies.render(request)  # prepared ahead: one copy per request (bodies.py)
 
     async def attempt(
         self, request: PlannedRequest, number: int, timeout_s: float, *, origin_ns: int, deadline_bound: bool

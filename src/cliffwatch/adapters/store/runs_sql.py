@@ -19,10 +19,17 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from cliffwatch.adapters.store.database import Database
 from cliffwatch.adapters.store.rows import end_values, phase_rows, run_of, run_row, second_rows
-from cliffwatch.adapters.store.tables import run_phases, run_seconds, runs
+from cliffwatch.adapters.store.tables import run_phases, run_seconds, runs, scenario_versions
 from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.runs import Run, RunEnd, RunKind, RunPage, RunQuery
-from cliffwatch.services.store_values import check_limit, decode_cursor, encode_cursor, lease_reason, result_document
+from cliffwatch.domain.runs import CallerUsage, Run, RunEnd, RunKind, RunPage, RunQuery, ScenarioSource, Trigger
+from cliffwatch.services.store_values import (
+    as_utc,
+    check_limit,
+    decode_cursor,
+    encode_cursor,
+    lease_reason,
+    result_document,
+)
 
 QUEUED, RUNNING, INTERRUPTED = RunStatus.QUEUED.value, RunStatus.RUNNING.value, RunStatus.INTERRUPTED.value
 NO_GRACE = timedelta(0)
@@ -171,6 +178,23 @@ class SqlRuns:
         async with self._db.read() as conn:
             found: dict[str, int] = dict((await conn.execute(counts)).all())
         return {status.value: found.get(status.value, 0) for status in RunStatus}
+
+    async def caller_usage(self, triggered_by: str, *, since: datetime) -> CallerUsage:
+        mine = (runs.c.trigger == Trigger.API.value, runs.c.triggered_by == triggered_by)
+        queued = select(func.count()).select_from(runs).where(*mine, runs.c.status == QUEUED)
+        first = func.min(runs.c.created_at).label("first")
+        documents = (
+            select(first)
+            .select_from(runs.join(scenario_versions, and_(scenario_versions.c.name == runs.c.scenario_name,
+                                                           scenario_versions.c.content_hash == runs.c.scenario_hash)))
+            .where(*mine, runs.c.created_at >= since, scenario_versions.c.source == ScenarioSource.INLINE.value)
+            .group_by(runs.c.scenario_name, runs.c.scenario_hash)
+            .order_by(first)
+        )  # fmt: skip
+        async with self._db.read() as conn:
+            count = (await conn.execute(queued)).scalar_one()
+            times = [as_utc(t) for t in (await conn.execute(documents)).scalars()]
+        return CallerUsage(queued=count, documents=tuple(times))
 
     async def finished_runs(self, *, scenario: str | None, target_url: str | None, since: datetime | None) -> list[Run]:
         scored = (runs.c.status.in_(TERMINAL), runs.c.score.is_not(None))

@@ -291,7 +291,7 @@ async def build_parts(settings: Settings) -> Parts:
     services = ApiServices(
         runs=RunsService(runs=store, control=store, catalog=catalog,
                          policy=AllowlistPolicy(settings.allowlist, listen=settings.proxy_listen),
-                         caps=settings.caps, now=clock),
+                         caps=settings.caps, quotas=settings.quotas, now=clock),
         catalog=catalog,
         tokens=tokens,
         schedules=ScheduleService(schedules=store, runs=store, scenarios=store, calendar=ApschedulerCron(),

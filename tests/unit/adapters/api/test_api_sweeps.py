@@ -110,15 +110,18 @@ async def test_a_sweep_over_the_caps_is_refused_naming_the_fields_and_why(api: A
     reply = await api.call("POST", "/api/v1/sweeps", json={"scenario": "burst-storm", "sweep": too_much})
     assert reply.status == 422
     assert reply.body["type"].endswith(":run-refused")
-    messages = [p["message"] for p in reply.body["problems"]]
-    assert messages[0].startswith(
-        "sweep.stop: the sweep may offer up to 5000 requests/s; this service runs at most 1000"
-    )
-    assert messages[1].startswith("sweep.max_steps: the sweep may last up to 18045s (1 variant(s) × 30 steps ×")
+    problems = reply.body["problems"]
+    assert problems[0] == {
+        "path": "sweep.stop",
+        "message": "the sweep may offer up to 5000 requests/s; this service runs at most 1000",
+    }
+    assert problems[1]["path"] == "sweep.max_steps"
+    assert problems[1]["message"].startswith("the sweep may last up to 18045s (1 variant(s) × 30 steps ×")
     auto_body = {"scenario": "burst-storm", "sweep": {"auto": True, "max_rate": 2_000}}
     auto = await api.call("POST", "/api/v1/sweeps", json=auto_body)
     assert auto.status == 422
-    assert auto.body["problems"][0]["message"].startswith("sweep.max_rate: the sweep may offer up to 2000")
+    assert auto.body["problems"][0]["path"] == "sweep.max_rate"
+    assert auto.body["problems"][0]["message"].startswith("the sweep may offer up to 2000")
 
 
 async def test_a_sweep_aimed_outside_the_allowlist_is_refused(api: Api) -> None:

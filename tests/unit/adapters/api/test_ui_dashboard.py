@@ -24,8 +24,10 @@ from api_harness import Api, Parts, TickingClock, build_parts, make_settings, pr
 from cliffwatch.adapters.api import create_app
 from cliffwatch.adapters.api.reports import report_headers
 from cliffwatch.adapters.dashboard import mount_dashboard
+from cliffwatch.adapters.dashboard.auth import login_wait
 from cliffwatch.adapters.dashboard.context import DashboardServices
 from cliffwatch.adapters.report.render import sweep_parts
+from cliffwatch.domain.rate_limit import KeyedBuckets, RateLimit
 from cliffwatch.domain.result import RunStatus
 from cliffwatch.domain.runs import Role, RunEnd
 from cliffwatch.domain.sweep_spec import parse_sweep_spec
@@ -135,6 +137,38 @@ async def test_a_wrong_token_or_a_forged_login_form_gets_no_session(ui: Ui) -> N
                                               cookie=f"cw_login={nonce}")  # fmt: skip
     assert status == 403
     assert "cw_session" not in set_cookies
+
+
+async def test_login_attempts_beyond_the_limit_get_429_with_retry_after_and_no_session(ui: Ui) -> None:
+    """By default (bursts of 10, 10 a minute) ten wrong tokens from one address spend its attempts: the next,
+    even with a good token, is refused at once (429, Retry-After, the wait on the page) and gets no session."""
+    _, _, _, cookies = await ui.get("/ui/login")
+    nonce = cookies["cw_login"].value
+    for guess in range(10):
+        status, _, _, _ = await ui.post(
+            "/ui/login", {"token": f"cw_{guess}", "nonce": nonce}, cookie=f"cw_login={nonce}"
+        )
+        assert status == 401
+    status, headers, page, set_cookies = await ui.post(
+        "/ui/login", {"token": ui.parts.tokens[Role.ADMIN], "nonce": nonce}, cookie=f"cw_login={nonce}"
+    )
+    assert status == 429
+    assert 1 <= int(headers["Retry-After"]) <= 6
+    assert f"try again in {headers['Retry-After']} s" in page
+    assert "cw_session" not in set_cookies
+
+
+def test_login_attempts_are_limited_per_address_and_per_token_tried() -> None:
+    """One address is held to its burst whatever tokens it tries; one token is held to its burst from whatever
+    addresses it comes; an attempt an address's limit refuses does not count against the token."""
+    limits = KeyedBuckets(RateLimit(rate=1 / 60, burst=2))
+    at = 0
+    assert [login_wait(limits, address="10.0.0.1", token=t, now_ns=at) for t in ("a", "b")] == [None, None]
+    assert login_wait(limits, address="10.0.0.1", token="c", now_ns=at) == pytest.approx(60.0)
+    assert login_wait(limits, address="10.0.0.2", token="c", now_ns=at) is None  # "c" was not counted above
+    assert login_wait(limits, address="10.0.0.3", token="c", now_ns=at) is None
+    assert login_wait(limits, address="10.0.0.4", token="c", now_ns=at) == pytest.approx(60.0)
+    assert login_wait(limits, address="10.0.0.5", token=None, now_ns=at) is None  # an empty form: the address
 
 
 async def test_pages_need_a_session(ui: Ui) -> None:

@@ -1,10 +1,10 @@
-"""Prompt text: exact lengths, a per-request opening, the same text for the same request."""
+"""Prompt text: exact lengths, a per-request opening, the same text for the same request, cheap at any length."""
 
 from __future__ import annotations
 
 import pytest
 
-from cliffwatch.adapters.loadgen.prompts import prompt_text
+from cliffwatch.adapters.loadgen.prompts import prepare, prompt_bytes, prompt_text
 
 
 @pytest.mark.parametrize("words", [0, 1, 2, 64, 4095, 4096, 4097, 20_000])
@@ -24,3 +24,25 @@ def test_the_same_request_always_gets_the_same_prompt_and_others_differ_beyond_t
     assert prompt_text(7, 100) == prompt_text(7, 100)
     bodies = {prompt_text(i, 50).split(" ", 1)[1] for i in range(20)}
     assert len(bodies) == 20
+
+
+def _reference(request_id: int, words: int) -> str:
+    """The prompt as it was first defined: the words joined one by one from the cycle (slow, but plain)."""
+    from cliffwatch.adapters.loadgen.prompts import _CYCLE_LENGTH, _WORDS
+
+    start = (request_id * 131) % _CYCLE_LENGTH
+    rest = [_WORDS[(start + i) % _CYCLE_LENGTH] for i in range(max(0, words - 1))]
+    return " ".join([f"req-{request_id}", *rest])
+
+
+@pytest.mark.parametrize("words", [0, 1, 2, 3, 4095, 4096, 4097, 8193, 50_000])
+@pytest.mark.parametrize("request_id", [0, 1, 31, 4095, 12_345, 2**40])
+def test_a_prompt_is_the_word_cycle_from_its_requests_offset_however_long(request_id: int, words: int) -> None:
+    """Prompts made from the prepared text are exactly the words of the cycle from the request's offset,
+    wrapping round it as often as the length needs."""
+    assert prompt_text(request_id, words) == _reference(request_id, words)
+
+
+def test_prepared_text_serves_every_length_up_to_what_was_prepared() -> None:
+    prepare(10_000)
+    assert prompt_bytes(4095, 10_000).decode() == _reference(4095, 10_000)

@@ -1,0 +1,78 @@
+"""Request bodies prepared ahead: the JSON of a run's requests, built once and filled in per request by copying.
+
+An OpenAI body differs between requests only in its prompt and its ``max_tokens``; everything else (model,
+stream flags, ``extra_body``) is the scenario's. So the body is encoded once, with placeholders where those
+go, and split around them; a request's body is then the template's parts joined with its prompt's bytes
+(``prompts.fragments``, already JSON-safe) and its number, which costs one copy of its length and never
+holds the event loop for longer than that. ``extra_body`` is merged as before and wins, as before: a key it
+sets (say ``max_tokens``) simply has no placeholder. The bytes are exactly those ``json.dumps`` of the
+whole document gave. A plain ``http`` body is the same for every request and encoded once.
+
+Prompt sources to come (token-exact prompts, datasets) fit in by giving JSON-escaped fragments per request,
+prepared ahead like these.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from cliffwatch.adapters.loadgen import prompts
+from cliffwatch.domain.plan import PlannedRequest
+from cliffwatch.domain.scenario import Scenario
+from cliffwatch.domain.target_spec import Api
+
+# Per process, random: no scenario can contain them by chance, so a split never lands in the user's values.
+_PROMPT = f"cliffwatch-prompt-{uuid.uuid4().hex}"
+_MAX_TOKENS = f"cliffwatch-max-tokens-{uuid.uuid4().hex}"
+
+
+class RequestBodies:
+    """Every request body of one scenario: ``render(request)``, None for a plain request without a body."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        template = scenario.target.request
+        self._constant: bytes | None = None
+        self._parts: list[bytes | str] = []  # literal bytes, or which placeholder goes there
+        if scenario.target.api is Api.HTTP:
+            self._constant = None if template.body is None else json.dumps(template.body).encode()
+            self._parts = [] if self._constant is None else [self._constant]
+            return
+        if template.prompt_tokens is not None:
+            prompts.prepare(template.prompt_tokens.largest)
+        stream = template.stream
+        document: dict[str, Any] = {"model": template.model, "max_tokens": _MAX_TOKENS, "stream": stream}
+        if scenario.target.api is Api.OPENAI_CHAT:
+            document["messages"] = [{"role": "user", "content": _PROMPT}]
+        else:
+            document["prompt"] = _PROMPT
+        if stream and template.include_usage:
+            document["stream_options"] = {"include_usage": True}
+        if template.extra_body:
+            document.update(template.extra_body)
+        text = json.dumps(document)
+        slots = {json.dumps(_PROMPT): _PROMPT, json.dumps(_MAX_TOKENS): _MAX_TOKENS}
+        at = 0
+        while True:
+            found = [(text.find(quoted, at), quoted) for quoted in slots if text.find(quoted, at) >= 0]
+            if not found:
+                break
+            position, quoted = min(found)
+            self._parts += [text[at:position].encode(), slots[quoted]]
+            at = position + len(quoted)
+        self._parts.append(text[at:].encode())
+
+    def render(self, request: PlannedRequest) -> bytes | None:
+        if self._constant is not None or not self._parts:
+            return self._constant
+        pieces: list[bytes | memoryview] = []
+        for part in self._parts:
+            if part is _PROMPT:
+                pieces += (b'"', *prompts.fragments(request.id, request.prompt_tokens), b'"')
+            elif part is _MAX_TOKENS:
+                pieces.append(b"%d" % request.max_tokens)
+            else:
+                assert isinstance(part, bytes)
+                pieces.append(part)
+        return b"".join(pieces)

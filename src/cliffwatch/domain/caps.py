@@ -1,0 +1,192 @@
+"""The caps: limits on what one run may send, judged before it is queued by the worst case it allows.
+
+A run is judged by what it may do, not by what it will probably do: a phase's peak rate times every attempt
+its retry policy allows, the largest prompt and answer its distributions can draw, the most connections and
+requests in flight its client may hold; a sweep by its highest step. Each refusal is a ``Problem`` naming
+the field to change, the worst case and the cap. The one worst case that cannot be known before a run, the
+attempt rate of closed-loop clients (it depends on how fast the target answers), is held at run time by the
+generator's attempt limiter (a token bucket at ``attempt_limit``), which also holds every other run to the
+attempt cap whatever this module let through (docs/security.md, "Caps count what is really sent").
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from cliffwatch.domain.errors import Problem
+from cliffwatch.domain.rate_limit import RateLimit
+from cliffwatch.domain.retry import RetryKind, RetryPolicy
+from cliffwatch.domain.scenario import ClientSpec, Role, Scenario
+from cliffwatch.domain.sweep_spec import AS_WRITTEN, SweepMode, SweepSpec, variant_policy
+
+
+@dataclass(frozen=True, kw_only=True)
+class Caps:
+    """Limits on what one service instance (or one ``cliffwatch run``) will send."""
+
+    max_concurrent_runs: int = 2
+    max_offered_rate: float = 1_000.0  # logical requests/s at the peak of any phase
+    max_attempt_rate: float = 1_000.0  # attempts/s of one run, retries included: what really leaves
+    attempt_burst_s: float = 1.0  # the attempt limiter's bucket holds this many seconds of the attempt cap
+    max_duration_s: float = 3_600.0
+    max_concurrency: int = 1_000  # closed-loop clients at once (concurrency sweeps)
+    max_prompt_tokens: int = 131_072
+    max_output_tokens: int = 32_768
+    max_pool_size: int = 1_000  # connections one run may open
+    max_in_flight: int = 10_000  # requests one run may have outstanding
+
+    @property
+    def attempt_limit(self) -> RateLimit:
+        """What the generator's attempt limiter holds a run to: over any T seconds, at most
+        ``max_attempt_rate × (T + attempt_burst_s)`` attempts."""
+        return RateLimit.over(self.max_attempt_rate, self.attempt_burst_s)
+
+
+def retries_per_request(policy: RetryPolicy) -> tuple[float, str]:
+    """The most retries a policy adds per request, sustained, and the field that bounds it.
+
+    Without a budget, every request may use all ``max_retries``. A budget bounds retries to ``ratio`` per new
+    request over any stretch of time, plus its ``reserve`` once (a token bucket that new requests refill):
+    the sustained rate is bounded by ``ratio``, and the reserve is a one-off burst the run-time limiter absorbs.
+    """
+    if policy.kind is RetryKind.NONE or policy.max_retries == 0:
+        return 0.0, ""
+    if policy.budget is not None and policy.budget.ratio < policy.max_retries:
+        return policy.budget.ratio, "budget.ratio"
+    return float(policy.max_retries), "max_retries"
+
+
+def cap_violations(scenario: Scenario, caps: Caps) -> list[Problem]:
+    """Why ``scenario`` is over the caps (empty when it is within them), each naming the field to change."""
+    problems = request_size_violations(scenario, caps) + client_violations(scenario.client, caps)
+    peaks = [(p.arrival.peak_rate(), i) for i, p in enumerate(scenario.phases)]
+    peak, hottest = max(peaks, default=(0.0, 0))
+    if peak > caps.max_offered_rate:
+        message = (
+            f"phase {scenario.phases[hottest].name!r} offers up to {peak:g} requests/s; this service runs at most "
+            f"{caps.max_offered_rate:g}/s"
+        )
+        problems.append(Problem(path=f"phases[{hottest}].arrival", message=message))
+    worst, index, factor, field = 0.0, 0, 0.0, ""
+    for rate, i in peaks:
+        extra, bound_by = retries_per_request(scenario.retry_for(i))
+        if rate * (1 + extra) > worst:
+            worst, index, factor, field = rate * (1 + extra), i, extra, bound_by
+    # Without retries the offered-rate problem already says it, unless the attempt cap is the stricter one.
+    covered = factor == 0 and peak > caps.max_offered_rate and caps.max_attempt_rate >= caps.max_offered_rate
+    if worst > caps.max_attempt_rate and not covered:
+        phase = scenario.phases[index]
+        where = f"phases[{index}].retry" if phase.retry is not None else "client.retry"
+        path = f"{where}.{field}" if factor else f"phases[{index}].arrival"
+        message = (
+            f"phase {phase.name!r} may send up to {worst:g} attempts/s ({peaks[index][0]:g} requests/s × "
+            f"(1 + {factor:g} retries each)); this service sends at most {caps.max_attempt_rate:g} attempts/s "
+            "in one run"
+        )
+        problems.append(Problem(path=path, message=message))
+    if scenario.duration_s > caps.max_duration_s:
+        message = f"the phases last {scenario.duration_s:g}s; this service runs at most {caps.max_duration_s:g}s"
+        problems.append(Problem(path="phases", message=message))
+    return problems
+
+
+def request_size_violations(scenario: Scenario, caps: Caps) -> list[Problem]:
+    """The largest prompt and the largest answer the scenario may ask for, against the caps."""
+    template = scenario.target.request
+    problems = []
+    for key, distribution, cap, what in (
+        ("prompt_tokens", template.prompt_tokens, caps.max_prompt_tokens, "prompt"),
+        ("max_tokens", template.max_tokens, caps.max_output_tokens, "answer"),
+    ):
+        if distribution is not None and distribution.largest > cap:
+            message = (
+                f"may ask for a {what} of up to {distribution.largest:,} tokens ({distribution.describe()}); "
+                f"this service sends at most {cap:,}"
+            )
+            problems.append(Problem(path=f"target.request.{key}", message=message))
+    return problems
+
+
+def client_violations(client: ClientSpec, caps: Caps) -> list[Problem]:
+    """The client's connection pool and in-flight limit against the service's maxima."""
+    problems = []
+    if client.pool_size > caps.max_pool_size:
+        message = (
+            f"opens up to {client.pool_size:,} connections; this service opens at most {caps.max_pool_size:,} "
+            "in one run"
+        )
+        problems.append(Problem(path="client.pool_size", message=message))
+    if client.max_in_flight > caps.max_in_flight:
+        message = (
+            f"allows up to {client.max_in_flight:,} requests in flight; this service allows at most "
+            f"{caps.max_in_flight:,} in one run"
+        )
+        problems.append(Problem(path="client.max_in_flight", message=message))
+    return problems
+
+
+def sweep_cap_violations(scenario: Scenario, spec: SweepSpec, caps: Caps) -> list[Problem]:
+    """Why a sweep of ``scenario`` with ``spec`` is over the caps (empty when it is within them).
+
+    Its highest step (``stop``, or ``max_rate`` with ``auto``) is judged as a rate or as a number of clients
+    at once; in rate mode every retry variant's attempts at that rate; its longest possible length (every
+    variant taking ``max_steps`` steps); and the scenario's request sizes and client, which every step keeps.
+    """
+    problems = request_size_violations(scenario, caps) + client_violations(scenario.client, caps)
+    field = "sweep.stop" if spec.stop is not None else "sweep.max_rate"
+    highest = spec.highest_rate
+    if spec.mode is SweepMode.CONCURRENCY:
+        if highest > caps.max_concurrency:
+            message = (
+                f"the sweep may run up to {highest:g} clients at once; this service runs at most "
+                f"{caps.max_concurrency:,}"
+            )
+            problems.append(Problem(path=field, message=message))
+        elif (needed := math.ceil(highest)) > min(caps.max_pool_size, caps.max_in_flight):
+            message = (
+                f"the sweep's {needed:,} clients need as many connections and requests in flight; this service "
+                f"allows at most {caps.max_pool_size:,} connections and {caps.max_in_flight:,} in flight"
+            )
+            problems.append(Problem(path=field, message=message))
+    else:
+        if highest > caps.max_offered_rate:
+            message = (
+                f"the sweep may offer up to {highest:g} requests/s; this service runs at most {caps.max_offered_rate:g}"
+            )
+            problems.append(Problem(path=field, message=message))
+        problems += _variant_violations(scenario, spec, caps)
+    longest = spec.max_duration_s()
+    if longest > caps.max_duration_s:
+        message = (
+            f"the sweep may last up to {longest:g}s ({len(spec.variants)} variant(s) × {spec.max_steps} steps × "
+            f"{spec.warmup_s + spec.step_s + spec.cooldown_s:g}s of warm-up, step and cool-down); this service "
+            f"runs at most {caps.max_duration_s:g}s: lower max_steps, step_s, warmup_s or the variants"
+        )
+        problems.append(Problem(path="sweep.max_steps", message=message))
+    return problems
+
+
+def _variant_violations(scenario: Scenario, spec: SweepSpec, caps: Caps) -> list[Problem]:
+    """Each retry variant's attempts at the sweep's highest rate, against the attempt cap."""
+    problems = []
+    for index, variant in enumerate(spec.variants):
+        policy = variant_policy(variant) or _as_written(scenario)
+        extra, _ = retries_per_request(policy)
+        worst = spec.highest_rate * (1 + extra)
+        if extra and worst > caps.max_attempt_rate:
+            shown = "the scenario's own policy" if variant == AS_WRITTEN else variant
+            message = (
+                f"the sweep may send up to {worst:g} attempts/s ({spec.highest_rate:g} requests/s × (1 + {extra:g} "
+                f"retries each) under {shown}); this service sends at most {caps.max_attempt_rate:g} attempts/s "
+                "in one run"
+            )
+            problems.append(Problem(path=f"sweep.variants[{index}]", message=message))
+    return problems
+
+
+def _as_written(scenario: Scenario) -> RetryPolicy:
+    """The policy a sweep step keeps as written (``sweep_plan.step_scenario``): the first stress phase's
+    override, else the client's."""
+    stressed = (p.retry for p in scenario.phases if p.role is Role.STRESS and p.retry is not None)
+    return next(stressed, scenario.client.retry)

@@ -1,0 +1,90 @@
+"""Request bodies prepared ahead: the same bytes ``json.dumps`` of each request's document gave, for every API
+and option, and cheap at the largest prompt validation allows."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import pytest
+
+from cliffwatch.adapters.loadgen.http_client import HttpExecutor
+from cliffwatch.adapters.loadgen.prompts import prompt_text
+from cliffwatch.domain.plan import PlannedRequest
+from cliffwatch.domain.scenario import Scenario, parse_scenario
+from cliffwatch.domain.target_spec import MAX_PROMPT_TOKENS
+
+URL = "http://127.0.0.1:9"
+
+
+def scenario(api: str = "openai-chat", **request: Any) -> Scenario:
+    template = {} if api == "http" else {"model": "m", "prompt_tokens": 40, "max_tokens": 8}
+    return parse_scenario({
+        "name": "bodies",
+        "slo": {"e2e_ms": 1000, "timeout_ms": 2000},
+        "target": {"url": URL, "api": api, "request": {**template, **request}},
+        "phases": [{"name": "p", "role": "stress", "duration_s": 1, "arrival": {"process": "constant", "rate": 1}}],
+    })  # fmt: skip
+
+
+def document_of(plan: Scenario, request: PlannedRequest) -> bytes:
+    """The body as it was first built: the whole document encoded for each request."""
+    template = plan.target.request
+    stream = template.stream
+    document: dict[str, Any] = {"model": template.model, "max_tokens": request.max_tokens, "stream": stream}
+    prompt = prompt_text(request.id, request.prompt_tokens)
+    if plan.target.api.value == "openai-chat":
+        document["messages"] = [{"role": "user", "content": prompt}]
+    else:
+        document["prompt"] = prompt
+    if stream and template.include_usage:
+        document["stream_options"] = {"include_usage": True}
+    if template.extra_body:
+        document.update(template.extra_body)
+    return json.dumps(document).encode()
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [
+        scenario(),
+        scenario("openai-completions"),
+        scenario(stream=False),
+        scenario(include_usage=True),
+        scenario(extra_body={"ignore_eos": True, "temperature": 0.5, "note": 'ünïcode "quoted" \\ back'}),
+        scenario(extra_body={"max_tokens": 3}),  # the scenario's own value wins, as before
+        scenario("openai-completions", extra_body={"prompt": "fixed"}),
+    ],
+    ids=["chat", "completions", "no-stream", "usage", "extra", "extra-max-tokens", "extra-prompt"],
+)
+@pytest.mark.parametrize("words", [0, 1, 5, 5000])
+def test_a_body_is_byte_for_byte_the_encoded_document(plan: Scenario, words: int) -> None:
+    executor = HttpExecutor(plan, URL)
+    for request_id in (0, 7, 4096, 123_456):
+        request = PlannedRequest(id=request_id, phase=0, scheduled_ns=0, prompt_tokens=words, max_tokens=17)
+        assert executor.body(request) == document_of(plan, request)
+
+
+@pytest.mark.parametrize(("body", "sent"), [(None, None), ({"q": [1, "two"]}, b'{"q": [1, "two"]}')])
+def test_a_plain_http_body_is_the_scenarios_as_given(body: object, sent: bytes | None) -> None:
+    plan = scenario("http", **({} if body is None else {"method": "POST", "body": body}))
+    assert HttpExecutor(plan, URL).body(PlannedRequest(id=3, phase=0, scheduled_ns=0, prompt_tokens=0,
+                                                       max_tokens=0)) == sent  # fmt: skip
+
+
+def test_a_body_at_the_hard_limit_is_built_in_a_few_milliseconds() -> None:
+    """The largest prompt validation allows (1,000,000 words, ~6 MB of body) is joined from text prepared when
+    the executor was made: under 5 ms (the fastest of five; about 0.3 ms here) where encoding the document
+    took 22-43 ms on the event loop for every attempt, and a 10-million-word one 0.3-1.4 s."""
+    executor = HttpExecutor(scenario(prompt_tokens=MAX_PROMPT_TOKENS), URL)
+    fastest = float("inf")
+    for request_id in range(5):
+        request = PlannedRequest(id=request_id * 7919, phase=0, scheduled_ns=0, prompt_tokens=MAX_PROMPT_TOKENS,
+                                 max_tokens=8)  # fmt: skip
+        started = time.perf_counter()
+        body = executor.body(request)
+        fastest = min(fastest, time.perf_counter() - started)
+    assert body is not None
+    assert len(json.loads(body)["messages"][0]["content"].split(" ")) == MAX_PROMPT_TOKENS
+    assert fastest < 0.005
