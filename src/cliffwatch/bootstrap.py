@@ -19,17 +19,28 @@ from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.adapters.fault_ledger import FileFaultLedger
 from cliffwatch.adapters.loadgen.engine import OpenLoopGenerator
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
+from cliffwatch.adapters.logs import remember_secrets
+from cliffwatch.adapters.secret_sources import LocalSecrets
 from cliffwatch.adapters.target_access import ensure_allowed
 from cliffwatch.adapters.toxiproxy import ToxiproxyClient
 from cliffwatch.adapters.toxiproxy_faults import ToxiproxyFaultInjector
 from cliffwatch.adapters.toxiproxy_server import ManagedToxiproxy, find_toxiproxy_server
 from cliffwatch.config import Settings
 from cliffwatch.domain.errors import FaultInjectionFailed
-from cliffwatch.domain.ports import FaultInjector, FaultLedger, ProgressObserver, RecordSink, ToxiproxyApi
+from cliffwatch.domain.masking import mask_url
+from cliffwatch.domain.ports import (
+    FaultInjector,
+    FaultLedger,
+    ProgressObserver,
+    RecordSink,
+    SecretResolver,
+    ToxiproxyApi,
+)
 from cliffwatch.domain.scenario import Scenario
 from cliffwatch.services.memory import NoFaultInjector, NullSink
 from cliffwatch.services.reconcile import ReconcileReport, reconcile_faults
 from cliffwatch.services.runner import RunService
+from cliffwatch.services.secrets import resolve_secrets, secret_values
 
 NO_FAULTS = "this scenario declares no proxies or faults"
 
@@ -38,12 +49,27 @@ NO_FAULTS = "this scenario declares no proxies or faults"
 class PreparedRun:
     service: RunService
     run_id: str
-    target_url: str  # the target itself
-    load_url: str  # where the load goes: the target, or the proxy in front of it
+    target_url: str  # the target itself, as shown (its password masked)
+    load_url: str  # where the load goes: the target, or the proxy in front of it (as shown)
 
 
 def new_run_id() -> str:
     return uuid.uuid4().hex[:12]
+
+
+def secret_resolver(settings: Settings) -> SecretResolver:
+    """Reads secret references from what config.py handed over: the allowed variables, the allowed directories."""
+    return LocalSecrets(
+        environment=settings.secret_environment, env_names=settings.secret_env, directories=settings.secret_dirs
+    )
+
+
+def with_secrets(settings: Settings, scenario: Scenario, secrets: SecretResolver | None = None) -> Scenario:
+    """The scenario as its run sends it, every secret reference read now (``SecretsUnavailable`` before any
+    load when one cannot be); the secrets it sends are masked in log lines from now on."""
+    resolved = resolve_secrets(scenario, secrets or secret_resolver(settings))
+    remember_secrets(secret_values(scenario, resolved, settings.redaction))
+    return resolved
 
 
 async def start_target(
@@ -68,11 +94,17 @@ async def prepare_run(
     sink: RecordSink | None = None,
     run_id: str | None = None,
     ledger: FaultLedger | None = None,
+    secrets: SecretResolver | None = None,
 ) -> AsyncIterator[PreparedRun]:
     """Starts what the run needs and stops it afterwards; raises before any load when something is missing
-    (a target outside the allowlist, an unreachable Toxiproxy)."""
+    (a secret, a target outside the allowlist, an unreachable Toxiproxy).
+
+    The scenario's secret references are read first, into the HTTP client's copy only: the run's result
+    and everything it shows come from ``scenario`` as given, and every URL it shows has no password.
+    """
     run_id = run_id or new_run_id()
     clock = MonotonicClock()
+    sent = with_secrets(settings, scenario, secrets)
     async with AsyncExitStack() as stack:
         url = await start_target(stack, settings, scenario, observer)
         for proxy in scenario.proxies:
@@ -93,7 +125,7 @@ async def prepare_run(
             stack.push_async_callback(_tear_down, injector, observer)
             load_url = await injector.set_up(url)
             faults = injector
-        executor = await stack.enter_async_context(HttpExecutor(scenario, load_url))
+        executor = await stack.enter_async_context(HttpExecutor(sent, load_url))
         service = RunService(
             clock=clock,
             generator=OpenLoopGenerator(scenario, executor, clock),
@@ -101,7 +133,7 @@ async def prepare_run(
             sink=sink or NullSink(),
             observer=observer,
         )
-        yield PreparedRun(service=service, run_id=run_id, target_url=url, load_url=load_url)
+        yield PreparedRun(service=service, run_id=run_id, target_url=mask_url(url), load_url=mask_url(load_url))
 
 
 @asynccontextmanager
