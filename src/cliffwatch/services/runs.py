@@ -15,7 +15,8 @@ from typing import Any, Protocol
 
 import structlog
 
-from cliffwatch.domain.errors import EmergencyStopActive, RunNotFound, RunRefused, TargetNotAllowed
+from cliffwatch.domain.errors import EmergencyStopActive, RunNotFound, RunRefused, ScenarioInvalid, TargetNotAllowed
+from cliffwatch.domain.masking import mask_url
 from cliffwatch.domain.result import RunStatus
 from cliffwatch.domain.runs import (
     Caps,
@@ -84,6 +85,8 @@ class RunsService:
         Raises ``EmergencyStopActive``, ``ScenarioNotFound``, ``ScenarioInvalid`` (the document or an
         override), ``TargetNotAllowed`` or ``RunRefused`` (over the caps), all before anything is stored.
         """
+        if problems := request.overrides.credential_problems():
+            raise ScenarioInvalid(problems)
         run = await self.build(request)
         stored, created = await self.runs.create_run(run)
         if created:
@@ -118,7 +121,7 @@ class RunsService:
             trigger=request.trigger,
             triggered_by=request.triggered_by,
             created_at=self.now(),
-            target_url=scenario.target.url,
+            target_url=mask_url(scenario.target.url),  # shown everywhere runs are; the run reads its scenario's
             seed=scenario.seed,
             threshold=scenario.score.threshold,
             overrides=request.overrides,

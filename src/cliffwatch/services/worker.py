@@ -17,7 +17,7 @@ import contextlib
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Protocol, TypeVar
 
@@ -26,6 +26,7 @@ import structlog
 from cliffwatch.domain.errors import CliffwatchError
 from cliffwatch.domain.outcomes import RequestRecord
 from cliffwatch.domain.ports import RecordSink
+from cliffwatch.domain.redaction import restore
 from cliffwatch.domain.result import RunResult, RunStatus
 from cliffwatch.domain.runs import Run, RunEnd, RunKind
 from cliffwatch.domain.scenario import Scenario, parse_scenario, with_overrides
@@ -280,9 +281,14 @@ class Worker:
         version = await self.scenarios.scenario_version(run.scenario_name, run.scenario_hash)
         if version is None:
             raise CliffwatchError(f"the stored scenario {run.scenario_name}@{run.scenario_hash[:12]} is gone")
-        scenario = parse_scenario(version.document, source=f"{run.scenario_name}@{run.scenario_hash[:12]}")
+        # Stored masked: the run alone gets the credentials kept apart, and reads its secret references at
+        # its start (bootstrap's prepare); the hash it shows is the version's.
+        credentials = await self.scenarios.scenario_credentials(run.scenario_name, run.scenario_hash)
+        document = restore(version.document, credentials)
+        scenario = parse_scenario(document, source=f"{run.scenario_name}@{run.scenario_hash[:12]}")
         o = run.overrides
-        return with_overrides(scenario, target_url=o.target_url, seed=o.seed, threshold=o.threshold)
+        scenario = with_overrides(scenario, target_url=o.target_url, seed=o.seed, threshold=o.threshold)
+        return replace(scenario, content_hash=run.scenario_hash)
 
     async def _keep_lease(self, run: Run, service: Stoppable) -> None:
         every = self.settings.lease_s / 3
