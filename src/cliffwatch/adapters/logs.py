@@ -27,7 +27,7 @@ LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNI
 
 
 MIN_REMEMBERED = 4  # shorter values would mask ordinary words; no credential is that short
-MAX_REMEMBERED = 1_024  # the latest secrets resolved; a long-lived service resolves them run after run
+MAX_REMEMBERED = 256  # the latest secrets resolved (a long-lived service resolves them run after run)
 
 
 class _KnownSecrets:
@@ -35,16 +35,17 @@ class _KnownSecrets:
 
     def __init__(self) -> None:
         self._values: deque[str] = deque(maxlen=MAX_REMEMBERED)
+        self._longest_first: tuple[str, ...] = ()  # a secret that contains another is masked whole
 
     def add(self, values: Iterable[str]) -> None:
         for value in values:
             for part in (value, value.partition(" ")[2]):  # "Bearer sk-…" is also logged as "sk-…"
                 if len(part) >= MIN_REMEMBERED and part not in self._values:
                     self._values.append(part)
+        self._longest_first = tuple(sorted(self._values, key=len, reverse=True))
 
     def mask(self, text: str) -> str:
-        # longest first: a secret that contains another is masked whole
-        for value in sorted(self._values, key=len, reverse=True):
+        for value in self._longest_first:
             if value in text:
                 text = text.replace(value, MASK)
         return text
