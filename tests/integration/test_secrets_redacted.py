@@ -33,11 +33,13 @@ from cliffwatch.adapters.dashboard.app import UI_ROUTE_TABLE
 from cliffwatch.adapters.logs import configure_logging
 from cliffwatch.bootstrap import prepare_run
 from cliffwatch.bootstrap_service import open_service
+from cliffwatch.bootstrap_sweep import prepare_sweep
 from cliffwatch.config import Settings
 from cliffwatch.domain.allowlist import DEFAULT_ALLOWLIST, parse_allowlist
 from cliffwatch.domain.runs import Role
 from cliffwatch.domain.scenario import parse_scenario
 from cliffwatch.domain.secrets import SecretsUnavailable
+from cliffwatch.domain.sweep_spec import parse_sweep_spec
 from cliffwatch.services.memory import CollectingObserver
 
 pytestmark = pytest.mark.slow
@@ -312,10 +314,11 @@ def _filled(path: str, values: dict[str, list[str]], inline_run: dict[str, Any])
         yield path.replace("{run_id}", inline_run["id"]) + "?limit=500"
 
 
-async def test_a_missing_secret_stops_a_cli_run_and_a_prepared_run_before_anything_is_sent(
+async def test_a_missing_secret_stops_a_cli_run_and_a_prepared_run_or_sweep_before_anything_is_sent(
     target: tuple[Recorder, str], tmp_path: Path
 ) -> None:
-    """The CLI exits 3 naming the reference; ``prepare_run`` raises before even the pre-flight request."""
+    """The CLI exits 3 naming the reference; ``prepare_run`` and ``prepare_sweep`` raise before even the
+    pre-flight request, and once the variable is there, the pre-flight carries its value."""
     recorder, address = target
     document = missing(address)
     path = tmp_path / "missing.yaml"
@@ -333,11 +336,18 @@ async def test_a_missing_secret_stops_a_cli_run_and_a_prepared_run_before_anythi
     allowlist, _ = parse_allowlist(DEFAULT_ALLOWLIST)
     assert allowlist is not None
     settings = Settings(allowlist=allowlist, state_dir=tmp_path / "state")
+    spec = parse_sweep_spec({"start": 1, "stop": 2, "arrival": "constant"})
     with pytest.raises(SecretsUnavailable, match="env:TARGET_WALK_UNSET is not set"):
         async with prepare_run(settings, parse_scenario(document), observer=CollectingObserver()):
             pass
+    with pytest.raises(SecretsUnavailable, match="env:TARGET_WALK_UNSET is not set"):
+        async with prepare_sweep(settings, parse_scenario(document), spec, observer=CollectingObserver()):
+            pass
+    assert recorder.received == []
     fine = replace(settings, secret_environment={"TARGET_WALK_UNSET": "now-set"})
     async with prepare_run(fine, parse_scenario(document), observer=CollectingObserver()) as prepared:
         await prepared.service.generator.preflight()
-    assert [h["Authorization"] for _, h in recorder.received] == ["now-set"]
+    async with prepare_sweep(fine, parse_scenario(document), spec, observer=CollectingObserver()) as sweep:
+        assert sweep.target_url == f"http://{address}"  # prepare_sweep sends its pre-flight itself
+    assert [h["Authorization"] for _, h in recorder.received] == ["now-set", "now-set"]
     assert time.monotonic() - started < 60
