@@ -23,6 +23,8 @@ from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.adapters.fault_ledger import FileFaultLedger
 from cliffwatch.adapters.loadgen.engine import OpenLoopGenerator
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
+from cliffwatch.adapters.logs import remember_secrets
+from cliffwatch.adapters.secret_sources import LocalSecrets
 from cliffwatch.adapters.target_access import Destinations, Place, first_reachable
 from cliffwatch.adapters.toxiproxy import ToxiproxyClient
 from cliffwatch.adapters.toxiproxy_faults import ToxiproxyFaultInjector
@@ -31,13 +33,23 @@ from cliffwatch.config import Settings
 from cliffwatch.domain.allowlist import Allowlist
 from cliffwatch.domain.caps import cap_violations, sweep_cap_violations
 from cliffwatch.domain.errors import CliffwatchError, FaultInjectionFailed, RunRefused, TargetNotAllowed
-from cliffwatch.domain.ports import Clock, FaultInjector, FaultLedger, ProgressObserver, RecordSink, ToxiproxyApi
+from cliffwatch.domain.masking import mask_url
+from cliffwatch.domain.ports import (
+    Clock,
+    FaultInjector,
+    FaultLedger,
+    ProgressObserver,
+    RecordSink,
+    SecretResolver,
+    ToxiproxyApi,
+)
 from cliffwatch.domain.rate_limit import TokenBucket
 from cliffwatch.domain.scenario import Scenario
 from cliffwatch.domain.sweep_spec import SweepSpec
 from cliffwatch.services.memory import NoFaultInjector, NullSink
 from cliffwatch.services.reconcile import ReconcileReport, reconcile_faults
 from cliffwatch.services.runner import RunService
+from cliffwatch.services.secrets import resolve_secrets, secret_values
 
 log = structlog.get_logger(__name__)
 
@@ -48,8 +60,8 @@ NO_FAULTS = "this scenario declares no proxies or faults"
 class PreparedRun:
     service: RunService
     run_id: str
-    target_url: str  # the target itself
-    load_url: str  # where the load goes: the target, or the proxy in front of it
+    target_url: str  # the target itself, as shown (its password masked)
+    load_url: str  # where the load goes: the target, or the proxy in front of it (as shown)
 
 
 def new_run_id() -> str:
@@ -68,6 +80,21 @@ def check_caps(settings: Settings, scenario: Scenario, sweep: SweepSpec | None =
 def attempt_cap(settings: Settings, clock: Clock) -> TokenBucket:
     """The run's attempt cap: a full bucket at the settings' attempt limit, on the run's clock."""
     return TokenBucket(settings.caps.attempt_limit, clock.now_ns())
+
+
+def secret_resolver(settings: Settings) -> SecretResolver:
+    """Reads secret references from what config.py handed over: the allowed variables, the allowed directories."""
+    return LocalSecrets(
+        environment=settings.secret_environment, env_names=settings.secret_env, directories=settings.secret_dirs
+    )
+
+
+def with_secrets(settings: Settings, scenario: Scenario, secrets: SecretResolver | None = None) -> Scenario:
+    """The scenario as its run sends it, every secret reference read now (``SecretsUnavailable`` before any
+    load when one cannot be); the secrets it sends are masked in log lines from now on."""
+    resolved = resolve_secrets(scenario, secrets or secret_resolver(settings))
+    remember_secrets(secret_values(scenario, resolved, settings.redaction))
+    return resolved
 
 
 async def start_target(
@@ -125,14 +152,20 @@ async def prepare_run(
     sink: RecordSink | None = None,
     run_id: str | None = None,
     ledger: FaultLedger | None = None,
+    secrets: SecretResolver | None = None,
 ) -> AsyncIterator[PreparedRun]:
     """Starts what the run needs and stops it afterwards; raises before any load when something is missing
-    (a target or proxy outside the allowlist, a worst case over the caps, an unreachable Toxiproxy). Every
-    place the run connects to is admitted here and pinned (``Destinations``): the HTTP client reaches nothing
-    else."""
+    (a secret, a target or proxy outside the allowlist, a worst case over the caps, an unreachable Toxiproxy).
+    Every place the run connects to is admitted here and pinned (``Destinations``): the HTTP client reaches
+    nothing else.
+
+    The scenario's secret references are read first, into the HTTP client's copy only: the run's result
+    and everything it shows come from ``scenario`` as given, and every URL it shows has no password.
+    """
     check_caps(settings, scenario)
     run_id = run_id or new_run_id()
     clock = MonotonicClock()
+    sent = with_secrets(settings, scenario, secrets)
     async with AsyncExitStack() as stack:
         destinations = Destinations(settings.allowlist)
         url = await start_target(stack, scenario, observer, destinations)
@@ -154,7 +187,7 @@ async def prepare_run(
             faults = injector
             if load_url != url:  # through a proxy: the address it bound, checked above, pinned for the run
                 await destinations.admit(load_url, proxies.listen)
-        executor = await stack.enter_async_context(HttpExecutor(scenario, load_url, destinations=destinations))
+        executor = await stack.enter_async_context(HttpExecutor(sent, load_url, destinations=destinations))
         service = RunService(
             clock=clock,
             generator=OpenLoopGenerator(scenario, executor, clock, cap=attempt_cap(settings, clock)),
@@ -162,7 +195,7 @@ async def prepare_run(
             sink=sink or NullSink(),
             observer=observer,
         )
-        yield PreparedRun(service=service, run_id=run_id, target_url=url, load_url=load_url)
+        yield PreparedRun(service=service, run_id=run_id, target_url=mask_url(url), load_url=mask_url(load_url))
 
 
 @asynccontextmanager

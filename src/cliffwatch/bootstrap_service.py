@@ -101,7 +101,7 @@ async def open_service(settings: Settings) -> AsyncIterator[Service]:
         ledger = SqlFaultLedger(engine, now=utc_now, grace=timedelta(seconds=settings.lease_grace_s))
         await recover(store, ledger, settings)
 
-        catalog = ScenarioCatalog(store, now=utc_now)
+        catalog = ScenarioCatalog(store, now=utc_now, rules=settings.redaction)
         await catalog.load_bundled({path.name: load_document(str(path)) for path in sorted(BUNDLED_DIR.glob("*.yaml"))})
         metrics = ServiceMetrics()
 

@@ -14,10 +14,11 @@ from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
 from cliffwatch.adapters.sweep_steps import HttpStepRunner
 from cliffwatch.adapters.target_access import Destinations
-from cliffwatch.bootstrap import attempt_cap, check_caps, new_run_id, start_target
+from cliffwatch.bootstrap import attempt_cap, check_caps, new_run_id, start_target, with_secrets
 from cliffwatch.config import Settings
 from cliffwatch.domain.errors import CliffwatchError
-from cliffwatch.domain.ports import Clock, ProgressObserver
+from cliffwatch.domain.masking import mask_url
+from cliffwatch.domain.ports import Clock, ProgressObserver, SecretResolver
 from cliffwatch.domain.result import RunStatus
 from cliffwatch.domain.scenario import Scenario
 from cliffwatch.domain.sweep_plan import sweep_client_scenario
@@ -88,24 +89,28 @@ async def prepare_sweep(
     observer: ProgressObserver,
     sweep_id: str | None = None,
     sweep_observer: SweepObserver | None = None,
+    secrets: SecretResolver | None = None,
 ) -> AsyncIterator[SweepHandle]:
     """Starts what the sweep needs (the built-in target, one HTTP session) and stops it afterwards.
 
     Raises before any load: ``RunRefused`` for a sweep over the caps, ``TargetNotAllowed`` for a target
-    outside the allowlist, ``TargetUnreachable``
-    when it does not answer, ``BuiltinTargetFailed`` when the simulator does not start. The scenario's
-    proxies and faults are not used (a sweep measures the target as it is), so Toxiproxy is not needed.
+    outside the allowlist, ``TargetUnreachable`` when it does not answer, ``BuiltinTargetFailed`` when the
+    simulator does not start, ``SecretsUnavailable`` when a secret reference cannot be read (read once, here,
+    into the HTTP client's copy only). The scenario's proxies and faults are not used (a sweep measures the
+    target as it is), so Toxiproxy is not needed.
     """
     check_caps(settings, scenario, spec)
     sweep_id = sweep_id or new_run_id()
     clock = MonotonicClock()
     cap = attempt_cap(settings, clock)  # one for the whole sweep: back-to-back steps share its burst
+    sent = with_secrets(settings, scenario, secrets)
     async with AsyncExitStack() as stack:
         destinations = Destinations(settings.allowlist)
         url = await start_target(stack, scenario, observer, destinations)
+        shown = mask_url(url)
         # One HTTP client for every step: in concurrency mode its pool must hold the highest level's connections.
         executor = await stack.enter_async_context(
-            HttpExecutor(sweep_client_scenario(scenario, spec), url, destinations=destinations)
+            HttpExecutor(sweep_client_scenario(sent, spec), url, destinations=destinations)
         )
         await executor.preflight()
 
@@ -119,7 +124,7 @@ async def prepare_sweep(
                     executor=executor,
                     clock=clock,
                     observer=observer,
-                    target_url=url,
+                    target_url=shown,
                     sweep_id=sweep_id,
                     cap=cap,
                 )
@@ -128,7 +133,8 @@ async def prepare_sweep(
         service = SweepService(
             scenario=scenario, spec=spec, runner_for=runner_for, observer=observer, sweep_observer=sweep_observer
         )
-        yield SweepHandle(sweep_id=sweep_id, scenario=scenario, spec=spec, service=service, clock=clock, target_url=url)
+        yield SweepHandle(sweep_id=sweep_id, scenario=scenario, spec=spec, service=service, clock=clock,
+                          target_url=shown)  # fmt: skip
 
 
 @asynccontextmanager

@@ -66,7 +66,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = Settings.from_env()
         # The service logs what it does; one-shot commands keep the terminal for their output unless -v.
         quiet = not args.verbose and args.command != "serve"
-        configure_logging(level="warning" if quiet else settings.log_level, fmt=settings.log_format)
+        configure_logging(level="warning" if quiet else settings.log_level, fmt=settings.log_format,
+                          rules=settings.redaction)  # fmt: skip
         code: int = args.handler(args, settings)
         return code
     except _INPUT_ERRORS as exc:
@@ -157,8 +158,8 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _load(reference: str, args: argparse.Namespace) -> Scenario:
-    scenario = load_scenario(reference)
+def _load(reference: str, args: argparse.Namespace, settings: Settings) -> Scenario:
+    scenario = load_scenario(reference, rules=settings.redaction)
     return with_overrides(
         scenario, target_url=getattr(args, "target", None), seed=getattr(args, "seed", None),
         threshold=getattr(args, "threshold", None),
@@ -172,7 +173,7 @@ def _stdout() -> Console:
 
 
 def _run(args: argparse.Namespace, settings: Settings) -> int:
-    scenario = _load(args.scenario, args)
+    scenario = _load(args.scenario, args, settings)
     result = asyncio.run(_execute(scenario, settings))
     console = _stdout()
     console.print(scorecard(result))

@@ -76,7 +76,8 @@ def sweep_spec_from(args: argparse.Namespace) -> SweepSpec:
 
 def run_sweep(args: argparse.Namespace, settings: Settings) -> int:
     spec = sweep_spec_from(args)
-    scenario = with_overrides(load_scenario(args.scenario), target_url=args.target_url, seed=args.seed)
+    scenario = with_overrides(load_scenario(args.scenario, rules=settings.redaction), target_url=args.target_url,
+                              seed=args.seed)  # fmt: skip
     outcome = asyncio.run(_execute(scenario, spec, settings))
     console = Console(highlight=False)
     if not console.is_terminal:

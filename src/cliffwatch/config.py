@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import socket
 import uuid
 from collections.abc import Callable, Mapping
@@ -23,12 +24,16 @@ import yaml
 from cliffwatch.domain.allowlist import DEFAULT_ALLOWLIST, Allowlist, parse_allowlist
 from cliffwatch.domain.caps import Caps
 from cliffwatch.domain.errors import CliffwatchError
+from cliffwatch.domain.redaction import RedactionRules
 from cliffwatch.domain.runs import Quotas
+from cliffwatch.domain.secrets import env_name_allowed
 from cliffwatch.domain.target_spec import MAX_OUTPUT_TOKENS, MAX_PROMPT_TOKENS
 
 LOG_FORMATS = ("auto", "json", "console")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 DEFAULT_DATABASE_URL = "sqlite+aiosqlite:///./cliffwatch.db"
+DEFAULT_SECRET_ENV = ("TARGET_*",)
+DEFAULT_SECRET_DIRS = (Path("/run/secrets"),)  # where Docker and Compose mount secrets
 
 
 class _Several(ValueError):
@@ -86,11 +91,21 @@ class Settings:
     trend_regression_margin: float = 5.0
     ui_cookie_secure: bool = True  # the dashboard's session cookie is Secure (browsers keep it on loopback http)
     ui_session_ttl_s: float = 8 * 3_600.0
+    sensitive_headers: tuple[str, ...] = ()  # masked like Authorization, in addition to the built-in names
+    secret_env: tuple[str, ...] = DEFAULT_SECRET_ENV  # variables env: references may read (names, PREFIX_*)
+    secret_dirs: tuple[Path, ...] = DEFAULT_SECRET_DIRS  # directories file: references may read below
+    # The variables of the environment that ``secret_env`` allows, and nothing else: what env: references read.
+    secret_environment: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def fault_ledger_path(self) -> Path:
         """The fault ledger's file, shared by every cliffwatch process that uses this state directory."""
         return self.state_dir / "faults.jsonl"
+
+    @property
+    def redaction(self) -> RedactionRules:
+        """Which header names are credentials: the built-in ones and ``sensitive_headers``."""
+        return RedactionRules.adding(self.sensitive_headers)
 
     @property
     def caps(self) -> Caps:
@@ -138,6 +153,8 @@ class Settings:
             values["allowlist"] = _allowlist(",".join(DEFAULT_ALLOWLIST), env)
         if "state_dir" not in values:
             values["state_dir"] = _default_state_dir(env)
+        patterns = values.get("secret_env", DEFAULT_SECRET_ENV)
+        values["secret_environment"] = {k: v for k, v in env.items() if env_name_allowed(k, patterns)}
         if problems:
             raise SettingsInvalid(problems)
         return cls(**values)
@@ -262,6 +279,43 @@ def _name(raw: Any, env: Mapping[str, str]) -> str:
     return text
 
 
+def _names(check: Callable[[str], str | None]) -> Callable[[Any, Mapping[str, str]], tuple[str, ...]]:
+    """A comma-separated list (or a list in the file), each entry judged by ``check`` (its problem, or None)."""
+
+    def parse(raw: Any, env: Mapping[str, str]) -> tuple[str, ...]:
+        items = raw if isinstance(raw, list) else [raw]
+        entries = tuple(e.strip() for item in items for e in _text(item).split(",") if e.strip())
+        bad = [f"{entry!r} {problem}" for entry in entries if (problem := check(entry)) is not None]
+        if bad:
+            raise _Several(bad)
+        return entries
+
+    return parse
+
+
+def _header_name(entry: str) -> str | None:
+    return None if _HEADER_NAME.fullmatch(entry) else "is not a header name"
+
+
+def _env_pattern(entry: str) -> str | None:
+    if not _ENV_PATTERN.fullmatch(entry):
+        return "is not a variable name or a prefix ending in *"
+    if entry.upper().startswith("CLIFFWATCH_"):
+        return "names cliffwatch's own settings, which scenarios may never read"
+    return None
+
+
+def _secret_dirs(raw: Any, env: Mapping[str, str]) -> tuple[Path, ...]:
+    def check(entry: str) -> str | None:
+        return None if Path(entry).is_absolute() else "is not an absolute path"
+
+    return tuple(Path(entry) for entry in _names(check)(raw, env))
+
+
+_HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
+_ENV_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\*?$")
+
+
 SPECS: tuple[Spec, ...] = (
     Spec(field="allowlist", env="CLIFFWATCH_ALLOWED_TARGETS", parse=_allowlist,
          help="Hosts, IPs or CIDRs (optional :port), comma-separated, that runs may target; "
@@ -365,6 +419,16 @@ SPECS: tuple[Spec, ...] = (
     Spec(field="ui_session_ttl_s", env="CLIFFWATCH_UI_SESSION_TTL_S", parse=_number(low=0, high=30 * 86_400,
                                                                                   unit="seconds"),
          help="How long a dashboard login lasts before the user must log in again; default 28800 (8 hours)."),
+    Spec(field="sensitive_headers", env="CLIFFWATCH_SENSITIVE_HEADERS", parse=_names(_header_name),
+         help="Header names, comma-separated, whose values are credentials, masked in every stored document, "
+              "view, report and log line like those of Authorization, Proxy-Authorization, Cookie, api-key and "
+              "x-api-key (always masked); case-insensitive. Default none."),
+    Spec(field="secret_env", env="CLIFFWATCH_SECRET_ENV", parse=_names(_env_pattern),
+         help="Environment variables a scenario's {secret: env:NAME} may read: names, or prefixes ending in *, "
+              "comma-separated (never CLIFFWATCH_*). Default TARGET_*."),
+    Spec(field="secret_dirs", env="CLIFFWATCH_SECRET_DIRS", parse=_secret_dirs,
+         help="Directories a scenario's {secret: file:/path} may read files below (symlinks followed), "
+              "comma-separated absolute paths; empty: none. Default /run/secrets."),
 )  # fmt: skip
 
 

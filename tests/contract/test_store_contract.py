@@ -12,6 +12,7 @@ from store_kit import T0, Backend, Store, make_record, make_run, scored_end, sec
 
 from cliffwatch.domain.errors import RunNotFound
 from cliffwatch.domain.ports import LedgerEntry
+from cliffwatch.domain.redaction import Credential
 from cliffwatch.domain.result import RunStatus
 from cliffwatch.domain.runs import (
     ApiToken,
@@ -91,6 +92,37 @@ async def test_the_scenario_list_holds_each_names_latest_by_name(backend: Backen
         ("mid", "m1"),
         ("zeta", "z1"),
     ]
+
+
+async def test_credentials_are_kept_apart_from_their_version_and_only_by_it(backend: Backend) -> None:
+    """A version's credentials come back only from ``scenario_credentials``, as saved with it, and only the first
+    save of a (name, hash) counts; a version without any has none."""
+    store = backend.store
+    masked = {**DOC_V1, "target": {"request": {"headers": {"x-api-key": "***", "X-Trace": "\u00e9"}}}}
+    kept = (Credential(path=("target", "request", "headers", "x-api-key"), value="sk-é\u2028-1"),
+            Credential(path=("phases", 0, "name"), value="calm"))  # fmt: skip
+    version = await store.save_scenario(name="burst", document=masked, content_hash="c1",
+                                        source=ScenarioSource.REGISTERED, at=T0, credentials=kept)  # fmt: skip
+    await store.save_scenario(name="burst", document=masked, content_hash="c1", source=ScenarioSource.REGISTERED,
+                              at=T0 + seconds(1), credentials=(Credential(path=("x",), value="other"),))  # fmt: skip
+    await store.save_scenario(name="burst", document=DOC_V2, content_hash="v2", source=ScenarioSource.INLINE, at=T0)
+
+    assert version.document == masked
+    assert "sk-" not in repr(version)
+    assert await store.scenario_credentials("burst", "c1") == kept
+    assert await backend.another_store().scenario_credentials("burst", "c1") == kept
+    assert await store.scenario_credentials("burst", "v2") == ()
+    assert await store.scenario_credentials("burst", "nothing") == ()
+
+
+async def test_the_fingerprint_key_is_made_once_and_shared_by_every_instance(backend: Backend) -> None:
+    """The first call makes the key; every later call, on any instance of the database, gets the same one."""
+    stores = [backend.store, backend.another_store(), backend.another_store()]
+    keys = await asyncio.gather(*(s.fingerprint_key() for s in stores))
+
+    assert len(keys[0]) == 32
+    assert set(keys) == {keys[0]}
+    assert await backend.another_store().fingerprint_key() == keys[0]
 
 
 # Creating runs

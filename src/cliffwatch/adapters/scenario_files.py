@@ -9,6 +9,7 @@ from typing import Any
 import yaml
 
 from cliffwatch.domain.errors import Problem, ScenarioInvalid
+from cliffwatch.domain.redaction import DEFAULT_RULES, RedactionRules
 from cliffwatch.domain.scenario import Scenario, parse_scenario
 
 MAX_SCENARIO_BYTES = 1_000_000
@@ -38,10 +39,11 @@ def resolve(reference: str) -> Path:
     )
 
 
-def load_scenario(reference: str) -> Scenario:
-    """Reads and validates a scenario; every failure is a ``ScenarioInvalid`` naming the file."""
+def load_scenario(reference: str, *, rules: RedactionRules = DEFAULT_RULES) -> Scenario:
+    """Reads and validates a scenario; every failure is a ``ScenarioInvalid`` naming the file. Its content
+    hash is of the document with the credentials ``rules`` name masked."""
     path, text = _read(reference)
-    return parse_scenario_text(text, source=str(path))
+    return parse_scenario(_yaml(text, source=str(path)), source=str(path), rules=rules)
 
 
 def load_document(reference: str) -> Mapping[str, Any]:

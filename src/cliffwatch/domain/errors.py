@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from cliffwatch.domain.masking import mask_url
+
 
 class CliffwatchError(Exception):
     """Root of cliffwatch's errors: catching it catches everything we raise deliberately."""
@@ -49,20 +51,20 @@ class TargetConfigInvalid(CliffwatchError):
 
 
 class TargetNotAllowed(CliffwatchError):
-    """A run was aimed at a host outside the configured allowlist."""
+    """A run was aimed at a host outside the configured allowlist; names the URL without its password."""
 
     def __init__(self, url: str, reason: str) -> None:
-        self.url = url
+        self.url = mask_url(url)
         self.reason = reason
         super().__init__(f"target {url} is not allowed: {reason}")
 
 
 class TargetUnreachable(CliffwatchError):
-    """The target did not answer the pre-flight check, so no load was sent."""
+    """The target did not answer the pre-flight check, so no load was sent; names it without its password."""
 
     def __init__(self, url: str, reason: str) -> None:
-        self.url = url
-        self.reason = reason
+        self.url = mask_url(url)
+        self.reason = mask_url(reason)
         super().__init__(f"target {url} is unreachable, no load was sent: {reason}")
 
 

@@ -11,6 +11,7 @@ from cliffwatch.domain.faults import FaultSpec, ProxyState, ToxicState
 from cliffwatch.domain.generator_health import GeneratorReport
 from cliffwatch.domain.outcomes import RequestRecord
 from cliffwatch.domain.plan import PlannedRequest
+from cliffwatch.domain.secrets import SecretRef
 
 
 class Clock(Protocol):
@@ -21,6 +22,12 @@ class Clock(Protocol):
 
     def wall(self) -> datetime:
         """The current UTC wall-clock time, for timestamps people read; never for measuring."""
+
+
+class SecretResolver(Protocol):
+    def resolve(self, reference: SecretRef) -> str:
+        """The secret ``reference`` names, as read now; raises ``SecretUnavailable`` naming the reference and
+        why (unset, not allowed, unreadable), never a value."""
 
 
 class GeneratorListener(Protocol):

@@ -12,6 +12,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+from cliffwatch.domain.errors import Problem
+from cliffwatch.domain.masking import url_credentials
 from cliffwatch.domain.outcomes import CAP_REASON, NS_PER_MS, RequestRecord, TokenSource
 from cliffwatch.domain.result import RunStatus
 from cliffwatch.domain.sweep_spec import SweepSpec
@@ -60,6 +62,19 @@ class Overrides:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Overrides:
         return cls(target_url=data.get("target_url"), seed=data.get("seed"), threshold=data.get("threshold"))
+
+    def credential_problems(self) -> list[Problem]:
+        """Why the service may not keep these overrides: a target URL with a password (they are stored and
+        shown as given; credentials belong in the scenario, where they are kept apart and masked)."""
+        if self.target_url is None or not url_credentials(self.target_url):
+            return []
+        return [Problem(path="--target", message=OVERRIDE_CREDENTIALS)]
+
+
+OVERRIDE_CREDENTIALS = (
+    "must not carry a user or password: overrides are stored and shown as given; put credentials in the "
+    "scenario (a header with a secret reference {secret: env:NAME}, or the scenario's own target URL)"
+)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -6,8 +6,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -18,9 +16,20 @@ from cliffwatch.domain.arrivals import Arrival, parse_arrival
 from cliffwatch.domain.errors import Problem, ScenarioInvalid
 from cliffwatch.domain.faults import FaultSpec, ProxySpec, parse_fault, parse_proxy
 from cliffwatch.domain.outcomes import NOT_ON_TIME, Outcome, Slo
+from cliffwatch.domain.redaction import DEFAULT_RULES, RedactionRules, redact_document
+from cliffwatch.domain.redaction import content_hash as content_hash  # a document's hash, used by many
 from cliffwatch.domain.retry import RetryPolicy, parse_retry
 from cliffwatch.domain.target_model import TargetModel
-from cliffwatch.domain.target_spec import BUILTIN, BUILTIN_SPEAKS_OPENAI, Api, Target, check_url, parse_target
+from cliffwatch.domain.target_spec import (
+    BUILTIN,
+    BUILTIN_SPEAKS_OPENAI,
+    URL_AND_AUTHORIZATION,
+    Api,
+    Target,
+    check_url,
+    credentials_clash,
+    parse_target,
+)
 from cliffwatch.domain.validation import Problems, Reader, check_number, parse_each, short_repr
 
 MAX_PLANNED_REQUESTS = 2_000_000
@@ -101,7 +110,7 @@ class Scenario:
     proxies: tuple[ProxySpec, ...] = ()
     abort: AbortSpec = AbortSpec()
     score: ScoreSpec = ScoreSpec()
-    content_hash: str = ""
+    content_hash: str = ""  # of the document with its credentials masked (domain.redaction)
 
     @property
     def duration_s(self) -> float:
@@ -125,20 +134,19 @@ class Scenario:
         return any(p.faults for p in self.phases)
 
 
-def content_hash(document: Mapping[str, Any]) -> str:
-    """A stable hash of a scenario document: equal documents (whatever their key order) hash equal."""
-    canonical = json.dumps(document, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(canonical.encode()).hexdigest()
+def parse_scenario(document: object, *, source: str | None = None, rules: RedactionRules = DEFAULT_RULES) -> Scenario:
+    """A validated scenario from a mapping; raises ``ScenarioInvalid`` listing every problem.
 
-
-def parse_scenario(document: object, *, source: str | None = None) -> Scenario:
-    """A validated scenario from a mapping; raises ``ScenarioInvalid`` listing every problem."""
+    Its ``content_hash`` is that of the document with its credentials masked by ``rules``, so a result that
+    shows it never lets anyone test guesses of a credential; the service's catalog keys its versions by a
+    hash that also tells credentials apart (``Redaction.content_hash``) and passes that one on.
+    """
     problems = Problems()
     scenario = _parse(document, problems)
     if problems or scenario is None:
         raise ScenarioInvalid(problems.items or [Problem(path="", message="not a scenario")], source=source)
     assert isinstance(document, Mapping)
-    return replace(scenario, content_hash=content_hash(document))
+    return replace(scenario, content_hash=redact_document(document, rules).content_hash())
 
 
 def with_overrides(
@@ -155,6 +163,8 @@ def with_overrides(
         url = check_url(target_url, "--target", problems)
         if url == BUILTIN and target.api is Api.HTTP:
             problems.add("--target", BUILTIN_SPEAKS_OPENAI)
+        elif url is not None and credentials_clash(url, target.request.headers):
+            problems.add("--target", URL_AND_AUTHORIZATION)
         elif url is not None:
             # a real target has no simulator settings; the simulator needs them (the file's, or the defaults)
             builtin = (target.builtin or TargetModel()) if url == BUILTIN else None

@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from cliffwatch.domain.outcomes import RequestRecord
+from cliffwatch.domain.redaction import Credential
 from cliffwatch.domain.runs import (
     ApiToken,
     CallerUsage,
@@ -27,10 +28,28 @@ from cliffwatch.domain.runs import (
 
 class ScenarioStore(Protocol):
     async def save_scenario(
-        self, *, name: str, document: Mapping[str, Any], content_hash: str, source: ScenarioSource, at: datetime
+        self,
+        *,
+        name: str,
+        document: Mapping[str, Any],
+        content_hash: str,
+        source: ScenarioSource,
+        at: datetime,
+        credentials: Sequence[Credential] = (),
     ) -> ScenarioVersion:
         """Stores this version (idempotent on name and hash) and, unless its source is INLINE, makes it the
-        name's latest (an inline document sent with one run must not replace a shared scenario)."""
+        name's latest (an inline document sent with one run must not replace a shared scenario).
+
+        ``document`` is masked (``domain.redaction``); ``credentials`` are what was masked out of it, kept in
+        the same transaction apart from it, and read back only by ``scenario_credentials``."""
+
+    async def scenario_credentials(self, name: str, content_hash: str) -> tuple[Credential, ...]:
+        """The credentials masked out of a version's document, for the run to put back; () when it has none.
+        Never shown: no view reads them."""
+
+    async def fingerprint_key(self) -> bytes:
+        """The key credentials are fingerprinted with in content hashes (``Redaction.content_hash``): made
+        once, at the first call on a new store, and the same for every instance on it ever after."""
 
     async def latest_scenario(self, name: str) -> ScenarioVersion | None: ...
 

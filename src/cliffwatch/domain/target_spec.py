@@ -14,6 +14,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from cliffwatch.domain.distributions import Distribution, parse_distribution
+from cliffwatch.domain.masking import mask_url
+from cliffwatch.domain.secrets import SecretRef, parse_reference
 from cliffwatch.domain.target_model import TargetModel, parse_target_model
 from cliffwatch.domain.validation import Problems, Reader, short_repr
 
@@ -24,6 +26,7 @@ BUILTIN = "builtin"
 MAX_PROMPT_TOKENS = 1_000_000
 MAX_OUTPUT_TOKENS = 1_000_000
 BUILTIN_SPEAKS_OPENAI = "the built-in target speaks the OpenAI API: use openai-chat or openai-completions"
+URL_AND_AUTHORIZATION = "carries a user and password, and target.request.headers sets Authorization: keep one"
 _HEADER = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
 # The allowlist checks the URL's host; a Host header of another name would reach a different virtual host
 # behind an allowed shared proxy or ingress, so the request's Host is always the URL's own.
@@ -49,7 +52,8 @@ class RequestTemplate:
 
     method: str
     path: str
-    headers: tuple[tuple[str, str], ...] = ()
+    # A value is the header itself or a reference to a secret, read at the run's start (domain.secrets).
+    headers: tuple[tuple[str, str | SecretRef], ...] = ()
     model: str | None = None
     prompt_tokens: Distribution | None = None
     max_tokens: Distribution | None = None
@@ -92,7 +96,20 @@ def parse_target(reader: Reader | None) -> Target | None:
         return None
     if url == BUILTIN and builtin is None:
         builtin = TargetModel()
+    if credentials_clash(url, request.headers):
+        reader.error("url", URL_AND_AUTHORIZATION)
+        return None
     return Target(url=url, api=Api(api), request=request, builtin=builtin, via_proxy=via_proxy)
+
+
+def credentials_clash(url: str, headers: tuple[tuple[str, str | SecretRef], ...]) -> bool:
+    """Whether ``url`` carries a user (and password) while ``headers`` set Authorization: aiohttp sends the
+    former as the latter, and refuses a request with both."""
+    return (
+        url != BUILTIN
+        and urlsplit(url).username is not None
+        and any(name.lower() == "authorization" for name, _ in headers)
+    )
 
 
 def check_url(value: object, path: str, problems: Problems) -> str | None:
@@ -103,20 +120,20 @@ def check_url(value: object, path: str, problems: Problems) -> str | None:
         return value
     if any(c.isspace() or not c.isprintable() for c in value):
         # urlsplit silently drops tabs and newlines, so the URL checked would not be the URL used
-        problems.add(path, f"must not contain spaces or control characters, got {short_repr(value)}")
+        problems.add(path, f"must not contain spaces or control characters, got {short_repr(mask_url(value))}")
         return None
     try:
         parts = urlsplit(value)  # raises on a malformed IPv6 host, among others
     except ValueError as exc:
-        problems.add(path, f"is not a valid URL ({exc}): {short_repr(value)}")
+        problems.add(path, f"is not a valid URL ({mask_url(str(exc))}): {short_repr(mask_url(value))}")
         return None
     try:
         port = parts.port
     except ValueError:
-        problems.add(path, f"has an invalid port: {short_repr(value)}")
+        problems.add(path, f"has an invalid port: {short_repr(mask_url(value))}")
         return None
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        problems.add(path, f"must be {BUILTIN!r} or an http(s) URL with a host, got {short_repr(value)}")
+        problems.add(path, f"must be {BUILTIN!r} or an http(s) URL with a host, got {short_repr(mask_url(value))}")
         return None
     if parts.query or parts.fragment:
         problems.add(path, "must not carry a query or fragment")
@@ -204,17 +221,21 @@ def _check_json(value: object, path: str, problems: Problems) -> bool:
     return False
 
 
-def _parse_headers(reader: Reader) -> tuple[tuple[str, str], ...] | None:
+def _parse_headers(reader: Reader) -> tuple[tuple[str, str | SecretRef], ...] | None:
     headers = reader.mapping("headers", None)
     if headers is None:
         return None if reader.has("headers") else ()
-    out: list[tuple[str, str]] = []
+    out: list[tuple[str, str | SecretRef]] = []
     for key, value in headers.data.items():
         headers.raw(key)
         if not _HEADER.fullmatch(key):
             headers.error(key, "is not a valid header name")
         elif key.lower() == "host":
             headers.error(key, HOST_HEADER)
+        elif isinstance(value, Mapping):
+            reference = parse_reference(value, headers.child(key), headers.problems)
+            if reference is not None:
+                out.append((key, reference))
         elif not isinstance(value, str) or "\n" in value or "\r" in value:
             headers.error(key, "must be a single-line string")
         else:

@@ -1,6 +1,11 @@
 """The scenario catalog of the service: the bundled scenarios and those registered by admins, versioned.
 
 Every version is kept by its content hash, so a run always points at exactly the document it ran.
+
+Every document enters through ``_save``, and is stored redacted (``domain.redaction``): its literal
+credentials masked in the document every view shows, and kept apart (``ScenarioStore.scenario_credentials``)
+for the run alone. The version's hash fingerprints them under the store's key, so a document that differs
+only in a credential is a version of its own, and the hash shown confirms no guess of one.
 """
 
 from __future__ import annotations
@@ -10,33 +15,49 @@ from datetime import datetime
 from typing import Any
 
 from cliffwatch.domain.errors import Problem, ScenarioInvalid, ScenarioNotFound
+from cliffwatch.domain.redaction import DEFAULT_RULES, RedactionRules, redact_document
 from cliffwatch.domain.runs import ScenarioSource, ScenarioVersion
-from cliffwatch.domain.scenario import Scenario, content_hash, parse_scenario
+from cliffwatch.domain.scenario import Scenario, parse_scenario
 from cliffwatch.domain.service_ports import ScenarioStore
 
 
 class ScenarioCatalog:
-    def __init__(self, store: ScenarioStore, *, now: Callable[[], datetime]) -> None:
+    def __init__(
+        self, store: ScenarioStore, *, now: Callable[[], datetime], rules: RedactionRules = DEFAULT_RULES
+    ) -> None:
         self.store = store
         self.now = now
+        self.rules = rules
 
     async def load_bundled(self, documents: Mapping[str, Mapping[str, Any]]) -> list[ScenarioVersion]:
         """Stores the bundled scenarios (file name → document); a changed file becomes a new version."""
         versions = []
         for source, document in sorted(documents.items()):
-            scenario = parse_scenario(document, source=source)
+            scenario = parse_scenario(document, source=source, rules=self.rules)
             versions.append(await self._save(scenario, document, ScenarioSource.BUNDLED))
         return versions
 
     async def register(self, document: Mapping[str, Any]) -> ScenarioVersion:
         """Validates and stores a scenario sent by an admin; raises ``ScenarioInvalid`` listing every problem."""
-        scenario = parse_scenario(document)
+        scenario = parse_scenario(document, rules=self.rules)
         return await self._save(scenario, document, ScenarioSource.REGISTERED)
 
     async def keep_inline(self, document: Mapping[str, Any]) -> tuple[ScenarioVersion, Scenario]:
-        """Stores a document sent with one run, without making it its name's latest version."""
-        scenario = parse_scenario(document)
-        return await self._save(scenario, document, ScenarioSource.INLINE), scenario
+        """Stores a document sent with one run, without making it its name's latest version; the scenario
+        is the stored (masked) version's."""
+        scenario = parse_scenario(document, rules=self.rules)
+        version = await self._save(scenario, document, ScenarioSource.INLINE)
+        return version, parse_scenario(version.document, rules=self.rules)
+
+    async def identify(self, document: Mapping[str, Any]) -> tuple[Scenario, str]:
+        """The scenario a document holds (as written, credentials and all) and the content hash its version
+        would have, without storing it; raises ``ScenarioInvalid`` as ``keep_inline`` would."""
+        scenario = parse_scenario(document, rules=self.rules)
+        redaction = redact_document(document, self.rules)
+        if redaction.problems:
+            raise ScenarioInvalid(redaction.problems)
+        key = await self.store.fingerprint_key() if redaction.credentials else None
+        return scenario, redaction.content_hash(key)
 
     async def latest(self, name: str) -> ScenarioVersion:
         version = await self.store.latest_scenario(name)
@@ -56,21 +77,26 @@ class ScenarioCatalog:
     async def all_latest(self) -> list[ScenarioVersion]:
         return await self.store.list_scenarios()
 
-    @staticmethod
-    def validate(document: object) -> list[str]:
+    def validate(self, document: object) -> list[str]:
         """Every problem with a document, path-qualified; empty when it is a valid scenario."""
-        return [str(p) for p in ScenarioCatalog.problems(document)]
+        return [str(p) for p in self.problems(document)]
 
-    @staticmethod
-    def problems(document: object) -> list[Problem]:
-        """Every problem with a document, each with its path and message; empty when it is a valid scenario."""
+    def problems(self, document: object) -> list[Problem]:
+        """Every problem with a document, each with its path and message; empty when it is a valid scenario
+        that may be stored (no credential is the mask itself, as in a document read back from cliffwatch)."""
         try:
-            parse_scenario(document)
+            parse_scenario(document, rules=self.rules)
         except ScenarioInvalid as exc:
             return list(exc.problems)
-        return []
+        assert isinstance(document, Mapping)
+        return list(redact_document(document, self.rules).problems)
 
     async def _save(self, scenario: Scenario, document: Mapping[str, Any], source: ScenarioSource) -> ScenarioVersion:
+        redaction = redact_document(document, self.rules)
+        if redaction.problems:
+            raise ScenarioInvalid(redaction.problems)
+        key = await self.store.fingerprint_key() if redaction.credentials else None
         return await self.store.save_scenario(
-            name=scenario.name, document=document, content_hash=content_hash(document), source=source, at=self.now()
-        )
+            name=scenario.name, document=redaction.document, content_hash=redaction.content_hash(key), source=source,
+            at=self.now(), credentials=redaction.credentials,
+        )  # fmt: skip

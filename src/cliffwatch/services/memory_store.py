@@ -30,6 +30,7 @@ U+FFFD (``store_values``, shared with the SQL store). The choices the ports leav
 from __future__ import annotations
 
 import bisect
+import secrets
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -38,6 +39,7 @@ from typing import Any
 
 from cliffwatch.domain.errors import RunNotFound
 from cliffwatch.domain.outcomes import RequestRecord
+from cliffwatch.domain.redaction import Credential
 from cliffwatch.domain.result import RunStatus
 from cliffwatch.domain.runs import (
     ApiToken,
@@ -101,6 +103,8 @@ class InMemoryStore:
         self.now = now  # for what the ports do not stamp themselves: an abort's end
         self._versions: dict[tuple[str, str], ScenarioVersion] = {}
         self._latest: dict[str, str] = {}
+        self._credentials: dict[tuple[str, str], tuple[Credential, ...]] = {}
+        self._fingerprint_key = secrets.token_bytes(32)
         self._runs: dict[str, Run] = {}
         self._outcomes: dict[str, dict[int, StoredOutcome]] = {}
         self._outcome_ids: dict[str, list[int]] = {}  # sorted, for keyset pages
@@ -114,13 +118,22 @@ class InMemoryStore:
     # ScenarioStore
 
     async def save_scenario(
-        self, *, name: str, document: Mapping[str, Any], content_hash: str, source: ScenarioSource, at: datetime
+        self,
+        *,
+        name: str,
+        document: Mapping[str, Any],
+        content_hash: str,
+        source: ScenarioSource,
+        at: datetime,
+        credentials: Sequence[Credential] = (),
     ) -> ScenarioVersion:
         key = (name, content_hash)
         version = self._versions.get(key)
         if version is None:
             version = ScenarioVersion(name=name, content_hash=content_hash, document=plain_json(document),
                                       source=source, created_at=as_utc(at))  # fmt: skip
+            if credentials:
+                self._credentials[key] = tuple(Credential.from_dict(plain_json(c.to_dict())) for c in credentials)
         elif version.source is ScenarioSource.INLINE and source is not ScenarioSource.INLINE:
             version = replace(version, source=source)
         self._versions[key] = version
@@ -137,6 +150,12 @@ class InMemoryStore:
 
     async def list_scenarios(self) -> list[ScenarioVersion]:
         return [self._versions[(name, self._latest[name])] for name in sorted(self._latest)]
+
+    async def scenario_credentials(self, name: str, content_hash: str) -> tuple[Credential, ...]:
+        return self._credentials.get((name, content_hash), ())
+
+    async def fingerprint_key(self) -> bytes:
+        return self._fingerprint_key
 
     # RunStore
 

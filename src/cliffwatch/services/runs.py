@@ -24,12 +24,14 @@ from cliffwatch.domain.errors import (
     QuotaExceeded,
     RunNotFound,
     RunRefused,
+    ScenarioInvalid,
     StoreUnavailable,
     TargetNotAllowed,
 )
+from cliffwatch.domain.masking import mask_url
 from cliffwatch.domain.result import RunStatus
 from cliffwatch.domain.runs import Overrides, Quotas, Run, RunKind, RunPage, RunQuery, ScenarioVersion, Trigger
-from cliffwatch.domain.scenario import Scenario, content_hash, parse_scenario, with_overrides
+from cliffwatch.domain.scenario import Scenario, parse_scenario, with_overrides
 from cliffwatch.domain.service_ports import ControlStore, RunStore
 from cliffwatch.domain.sweep_plan import sweep_warnings
 from cliffwatch.domain.sweep_spec import SweepSpec
@@ -105,6 +107,8 @@ class RunsService:
         override), ``TargetNotAllowed``, ``RunRefused`` (over the caps) or, for an API caller, ``QuotaExceeded``
         (its queued runs or its new documents), all before anything is stored.
         """
+        if problems := request.overrides.credential_problems():
+            raise ScenarioInvalid(problems)  # overrides are stored and shown as given: no password in them
         run, inline = await self._checked(request)
         if request.trigger is Trigger.API:
             await self._check_quotas(request.triggered_by, run, inline)
@@ -131,8 +135,9 @@ class RunsService:
         if (request.scenario is None) == (request.document is None):
             raise ValueError("a run request names a scenario or carries a document, not both")
         if request.document is not None:
-            parsed = parse_scenario(request.document)
-            name, digest = parsed.name, content_hash(request.document)
+            # The version it would be (its hash fingerprints its credentials), judged without storing it.
+            parsed, digest = await self.catalog.identify(request.document)
+            name = parsed.name
             o = request.overrides
             scenario = with_overrides(parsed, target_url=o.target_url, seed=o.seed, threshold=o.threshold)
         else:
@@ -154,7 +159,7 @@ class RunsService:
             trigger=request.trigger,
             triggered_by=request.triggered_by,
             created_at=self.now(),
-            target_url=scenario.target.url,
+            target_url=mask_url(scenario.target.url),  # shown everywhere runs are; the run reads its scenario's
             seed=scenario.seed,
             threshold=scenario.score.threshold,
             overrides=request.overrides,

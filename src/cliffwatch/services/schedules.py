@@ -321,6 +321,8 @@ class ScheduleService:
         if version is None:
             return [Problem(path="scenario_name", message=f"no scenario named {spec.scenario_name!r}")]
         o = spec.overrides
+        if problems := o.credential_problems():
+            return [Problem(path=_OVERRIDE_PATHS[p.path], message=p.message) for p in problems]
         try:
             with_overrides(
                 parse_scenario(version.document), target_url=o.target_url, seed=o.seed, threshold=o.threshold

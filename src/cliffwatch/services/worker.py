@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 import structlog
 
 from cliffwatch.domain.errors import CliffwatchError, StoreUnavailable
+from cliffwatch.domain.redaction import restore
 from cliffwatch.domain.result import RunResult, RunStatus
 from cliffwatch.domain.runs import Run, RunEnd, RunKind
 from cliffwatch.domain.scenario import Scenario, parse_scenario, with_overrides
@@ -317,9 +318,14 @@ class Worker:
         version = await self.scenarios.scenario_version(run.scenario_name, run.scenario_hash)
         if version is None:
             raise CliffwatchError(f"the stored scenario {run.scenario_name}@{run.scenario_hash[:12]} is gone")
-        scenario = parse_scenario(version.document, source=f"{run.scenario_name}@{run.scenario_hash[:12]}")
+        # Stored masked: the run alone gets the credentials kept apart, and reads its secret references at
+        # its start (bootstrap's prepare); the hash it shows is the version's.
+        credentials = await self.scenarios.scenario_credentials(run.scenario_name, run.scenario_hash)
+        document = restore(version.document, credentials)
+        scenario = parse_scenario(document, source=f"{run.scenario_name}@{run.scenario_hash[:12]}")
         o = run.overrides
-        return with_overrides(scenario, target_url=o.target_url, seed=o.seed, threshold=o.threshold)
+        scenario = with_overrides(scenario, target_url=o.target_url, seed=o.seed, threshold=o.threshold)
+        return replace(scenario, content_hash=run.scenario_hash)
 
     async def _watch_abort(self, run: Run, handle: _RunHandle) -> None:
         while True:

@@ -19,6 +19,7 @@ from cliffwatch.domain.distributions import Choice, Fixed, Uniform
 from cliffwatch.domain.errors import ScenarioInvalid
 from cliffwatch.domain.faults import FaultSpec, ProxySpec, Stream, ToxicType
 from cliffwatch.domain.outcomes import Outcome, Slo
+from cliffwatch.domain.redaction import redact_document
 from cliffwatch.domain.retry import DEFAULT_RETRY_ON, Jitter, RetryBudget, RetryKind, RetryPolicy
 from cliffwatch.domain.scenario import (
     AbortSpec,
@@ -761,11 +762,15 @@ def test_a_different_document_has_a_different_content_hash(changes: dict[str, An
     )
 
 
-def test_the_content_hash_is_a_sha256_hex_digest_of_the_document() -> None:
+def test_the_content_hash_is_a_sha256_hex_digest_of_the_document_with_its_credentials_masked() -> None:
+    """The hash covers the document as shown (its Authorization masked), so it cannot confirm a guessed key."""
     scenario = parse_scenario(full_document())
 
     assert re.fullmatch(r"[0-9a-f]{64}", scenario.content_hash)
-    assert scenario.content_hash == content_hash(full_document())
+    assert scenario.content_hash == content_hash(redact_document(full_document()).document)
+    assert scenario.content_hash != content_hash(full_document())
+    without = _changed(full_document(), {"target.request.headers": {"X-Trace": "1"}})
+    assert parse_scenario(without).content_hash == content_hash(without)
 
 
 # -- properties: no input makes the parser fail in any other way ------------------------------------

@@ -17,8 +17,9 @@ from cliffwatch.domain.outcomes import NS_PER_MS, Attempt, Outcome, RequestRecor
 from cliffwatch.domain.plan import PlannedRequest
 from cliffwatch.domain.ports import RecordSink
 from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.runs import Run
+from cliffwatch.domain.runs import Run, Trigger
 from cliffwatch.domain.scenario import Scenario, parse_scenario
+from cliffwatch.services.catalog import ScenarioCatalog
 from cliffwatch.services.memory import CollectingObserver, RecordingFaultInjector, ScriptedGenerator
 from cliffwatch.services.memory_store import InMemoryStore
 from cliffwatch.services.runner import RunService
@@ -183,3 +184,35 @@ async def test_a_worker_that_loses_its_lease_stops_the_run() -> None:
 def test_the_documents_used_by_these_tests_are_valid_scenarios() -> None:
     """The fixture scenarios validate (so the tests above test the worker, not a parse error)."""
     assert [parse_scenario(d).name for d in (DOCUMENT, LONG)] == ["worker-test", "long"]
+
+
+async def test_a_run_of_a_masked_version_gets_its_credentials_back_and_shows_the_versions_hash() -> None:
+    """The worker's scenario carries the literal key kept apart from the stored (masked) document, and the
+    version's hash; its stored result shows neither the key nor a hash of it."""
+    made = rig()
+    seen: list[Scenario] = []
+    prepare = made.worker.prepare
+
+    def recording(scenario: Scenario, run_id: str, sink: RecordSink) -> Any:
+        seen.append(scenario)
+        return prepare(scenario, run_id, sink)
+
+    made.worker.prepare = recording
+    request = {"model": "m", "headers": {"x-api-key": "sk-kept-1"}}
+    keyed = {**DOCUMENT, "name": "keyed", "target": {**DOCUMENT["target"], "request": request}}
+    version = await ScenarioCatalog(made.store, now=now).register(keyed)
+    await made.store.create_run(
+        Run(id="r1", scenario_name="keyed", scenario_hash=version.content_hash, status=RunStatus.QUEUED,
+            trigger=Trigger.API, triggered_by="test", created_at=now(), target_url="http://127.0.0.1:9", seed=4,
+            threshold=70.0)
+    )  # fmt: skip
+    async with working(made):
+        run = await made.wait_for("r1", RunStatus.SUCCEEDED, RunStatus.FAILED)
+
+    assert version.document["target"]["request"]["headers"] == {"x-api-key": "***"}
+    assert [s.target.request.headers for s in seen] == [(("x-api-key", "sk-kept-1"),)]
+    assert seen[0].content_hash == version.content_hash
+    assert run.status is RunStatus.SUCCEEDED, run.reason
+    assert run.result is not None
+    assert run.result["scenario"]["content_hash"] == version.content_hash
+    assert "sk-kept-1" not in str(run.result)

@@ -1,7 +1,8 @@
 """The JSON the API answers with: stored values → plain dicts, shaped as the OpenAPI document describes.
 
 Nothing secret leaves here: token records lose their hash, and a token itself is only ever in the one
-response that created it.
+response that created it. Scenario documents are stored with their credentials masked (``domain.redaction``)
+and shown as stored.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from cliffwatch.domain.masking import mask_url
 from cliffwatch.domain.result import RunStatus
 from cliffwatch.domain.runs import ApiToken, Overrides, Run, RunKind, ScenarioVersion, Schedule, StoredOutcome
 
@@ -28,7 +30,10 @@ def run_location(run_id: str) -> str:
 
 
 def overrides_view(overrides: Overrides) -> dict[str, Any]:
-    return overrides.to_dict()
+    view = overrides.to_dict()
+    if "target_url" in view:  # none is accepted with a password now; one stored before is still not shown
+        view["target_url"] = mask_url(view["target_url"])
+    return view
 
 
 def run_view(run: Run) -> dict[str, Any]:

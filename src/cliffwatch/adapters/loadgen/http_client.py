@@ -31,6 +31,7 @@ from cliffwatch.domain.outcomes import Attempt, TokenSource
 from cliffwatch.domain.plan import PlannedRequest
 from cliffwatch.domain.retry import FailureKind
 from cliffwatch.domain.scenario import Scenario
+from cliffwatch.domain.secrets import sendable_headers
 from cliffwatch.domain.target_spec import Api
 
 MAX_ERROR_BODY = 64 * 1024
@@ -80,7 +81,7 @@ class HttpExecutor:
         self.openai = scenario.target.api is not Api.HTTP
         self.stream = self.openai and template.stream
         # Header names are case-insensitive: a template's "content-type" replaces our default, never joins it.
-        self.headers = dict(template.headers)
+        self.headers = sendable_headers(template.headers)  # every secret reference already read
         _default_header(self.headers, "User-Agent", f"cliffwatch/{__version__}")
         if self.openai or template.body is not None:
             _default_header(self.headers, "Content-Type", "application/json")

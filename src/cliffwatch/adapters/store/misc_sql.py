@@ -6,7 +6,8 @@ schedule saved twice) are upserts, never a read followed by an insert.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import secrets
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -15,24 +16,47 @@ from sqlalchemy import exc as sa_exc
 
 from cliffwatch.adapters.store.database import Database
 from cliffwatch.adapters.store.rows import scenario_of, schedule_of, schedule_row, token_of, token_row
-from cliffwatch.adapters.store.tables import api_tokens, control, scenario_latest, scenario_versions, schedules
+from cliffwatch.adapters.store.tables import (
+    api_tokens,
+    control,
+    scenario_credentials,
+    scenario_latest,
+    scenario_versions,
+    schedules,
+    store_keys,
+)
+from cliffwatch.domain.redaction import Credential
 from cliffwatch.domain.runs import ApiToken, ScenarioSource, ScenarioVersion, Schedule
 from cliffwatch.services.store_values import EMERGENCY_STOP, plain_json
+
+FINGERPRINT_KEY = "fingerprint"
 
 
 class SqlCatalog:
     _db: Database
+    _fingerprint_key: bytes | None = None
 
     # ScenarioStore
 
     async def save_scenario(
-        self, *, name: str, document: Mapping[str, Any], content_hash: str, source: ScenarioSource, at: datetime
+        self,
+        *,
+        name: str,
+        document: Mapping[str, Any],
+        content_hash: str,
+        source: ScenarioSource,
+        at: datetime,
+        credentials: Sequence[Credential] = (),
     ) -> ScenarioVersion:
         key = (scenario_versions.c.name == name, scenario_versions.c.content_hash == content_hash)
         version = {"name": name, "content_hash": content_hash, "document": plain_json(document),
                    "source": source.value, "created_at": at}  # fmt: skip
         async with self._db.write() as conn:
             await conn.execute(self._db.insert(scenario_versions).values(version).on_conflict_do_nothing())
+            if credentials:
+                kept = {"name": name, "content_hash": content_hash,
+                        "credentials": plain_json([c.to_dict() for c in credentials])}  # fmt: skip
+                await conn.execute(self._db.insert(scenario_credentials).values(kept).on_conflict_do_nothing())
             if source is not ScenarioSource.INLINE:
                 # a version first sent inline and now shared takes the shared source: it becomes a latest
                 inline = scenario_versions.c.source == ScenarioSource.INLINE.value
@@ -57,6 +81,25 @@ class SqlCatalog:
 
     async def list_scenarios(self) -> list[ScenarioVersion]:
         return await self._latest(None)
+
+    async def scenario_credentials(self, name: str, content_hash: str) -> tuple[Credential, ...]:
+        kept = select(scenario_credentials.c.credentials).where(
+            scenario_credentials.c.name == name, scenario_credentials.c.content_hash == content_hash
+        )
+        async with self._db.read() as conn:
+            found = (await conn.execute(kept)).scalar()
+        return () if found is None else tuple(Credential.from_dict(c) for c in found)
+
+    async def fingerprint_key(self) -> bytes:
+        if self._fingerprint_key is None:
+            query = select(store_keys.c.value).where(store_keys.c.name == FINGERPRINT_KEY)
+            async with self._db.write() as conn:
+                # an upsert that keeps the first: instances starting together all end up with the same key
+                made = {"name": FINGERPRINT_KEY, "value": secrets.token_hex(32), "created_at": self._db.now()}
+                await conn.execute(self._db.insert(store_keys).values(made).on_conflict_do_nothing())
+                value = (await conn.execute(query)).scalar_one()
+            self._fingerprint_key = bytes.fromhex(value)
+        return self._fingerprint_key
 
     async def _latest(self, where: Any) -> list[ScenarioVersion]:
         latest = select(scenario_versions).join(

@@ -109,6 +109,30 @@ scenario_latest = sa.Table(
     sa.ForeignKeyConstraint(["name", "content_hash"], ["scenario_versions.name", "scenario_versions.content_hash"]),
 )
 
+# The literal credentials masked out of a version's document (migration 0006; ``domain.redaction``): a
+# table of their own, which no view reads, so that nothing that shows a document can show them. Only a
+# run of that version reads them back, to put them where the document shows the mask.
+scenario_credentials = sa.Table(
+    "scenario_credentials",
+    metadata,
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("content_hash", sa.Text, primary_key=True),
+    sa.Column("credentials", _json(), nullable=False),  # [{"path": [...], "value": "..."}, ...]
+    sa.ForeignKeyConstraint(
+        ["name", "content_hash"], ["scenario_versions.name", "scenario_versions.content_hash"], ondelete="CASCADE"
+    ),
+)
+
+# Keys the store makes once and every instance shares (migration 0006): the one that fingerprints
+# credentials in content hashes (``ScenarioStore.fingerprint_key``).
+store_keys = sa.Table(
+    "store_keys",
+    metadata,
+    sa.Column("name", sa.Text, primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),  # hex
+    sa.Column("created_at", UtcDateTime, nullable=False),
+)
+
 runs = sa.Table(
     "runs",
     metadata,

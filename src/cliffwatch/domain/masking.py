@@ -1,0 +1,55 @@
+"""The one mask cliffwatch shows in place of a credential, and masking of credentials inside strings.
+
+Strings only, no documents: a URL's password, a URL's user part when it has no password (then the user
+part is the token), and ``Name: value`` of a sensitive header inside free text (a log message, an error).
+``domain.redaction`` masks whole scenario documents with these; the log processor masks log lines.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+MASK = "***"
+# The authority's user part ends at its last "@": a careless password may hold "@" itself. It cannot hold
+# "/", "?", "#" or a space, or the URL would not parse (cliffwatch refuses such a target URL).
+_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^\s/?#\"'<>]*)@")
+
+
+def mask_userinfo(userinfo: str) -> str:
+    """``user:***`` for ``user:password``; ``***`` for a user part without a password (it is the token)."""
+    if not userinfo:
+        return userinfo
+    user, colon, _ = userinfo.partition(":")
+    return f"{user}:{MASK}" if colon else MASK
+
+
+def mask_url(url: str) -> str:
+    """``url`` (or any text holding URLs) with the credentials of every ``scheme://userinfo@`` masked."""
+    if "@" not in url:
+        return url
+    return _USERINFO.sub(lambda m: f"{m['scheme']}{mask_userinfo(m['userinfo'])}@", url)
+
+
+def url_credentials(url: str) -> list[str]:
+    """The passwords (or user parts without one) in the URLs of ``url``, masked ones included (as ``MASK``)."""
+    found = []
+    for match in _USERINFO.finditer(url) if "@" in url else ():
+        user, colon, password = match["userinfo"].partition(":")
+        found.append(password if colon else user)
+    return [value for value in found if value]
+
+
+def header_pattern(names: Iterable[str]) -> re.Pattern[str]:
+    """Finds ``Name: value`` / ``'Name': 'value'`` / ``name=value`` of the given headers in free text; the value
+    (group ``value``) runs to the end of the line, a quote, a comma or a closing brace."""
+    alternatives = "|".join(sorted((re.escape(n) for n in names), key=len, reverse=True))
+    return re.compile(
+        rf"(?P<name>(?<![A-Za-z0-9-])(?:{alternatives})[\"']?\s*[:=]\s*[\"']?)(?P<value>[^\"'\r\n,}}]+)",
+        re.IGNORECASE,
+    )
+
+
+def mask_headers_in_text(text: str, pattern: re.Pattern[str]) -> str:
+    """``text`` with the value of every header ``pattern`` (``header_pattern``) finds masked."""
+    return pattern.sub(lambda m: f"{m['name']}{MASK}", text)

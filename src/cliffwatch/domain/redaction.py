@@ -1,0 +1,168 @@
+"""Redaction of scenario documents: literal credentials out, one fixed mask in, and back for the run.
+
+``redact_document`` is the one function every document goes through where it enters (the CLI's files, the
+service's catalog: bundled, registered and inline documents). It masks, anywhere in the document:
+
+- the value of a sensitive header (``RedactionRules``: Authorization, Proxy-Authorization, Cookie, api-key,
+  x-api-key and the names a setting adds, case-insensitively) in any ``headers`` mapping;
+- the password (or the user part without a password) of every URL in a string: the target URL, a proxy's
+  upstream, a URL in a description.
+
+Secret references (``{secret: env:NAME}``) are not credentials and stay as written. What was masked is
+kept as ``Credential``s (path and value) for the one reader that needs them, the run, to ``restore``.
+
+The content hash of a masked document must still tell apart two documents that differ only in a
+credential, without letting anyone who sees the hash test guesses of it: ``Redaction.content_hash`` mixes
+in each credential's HMAC under a key the service keeps; without a key (the CLI, which stores nothing) the
+hash is the masked document's, naming the document without its credentials.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from cliffwatch.domain.errors import CliffwatchError, Problem
+from cliffwatch.domain.masking import MASK, mask_url, url_credentials
+
+DEFAULT_SENSITIVE_HEADERS = ("authorization", "proxy-authorization", "cookie", "api-key", "x-api-key")
+HEADERS_KEY = "headers"
+Path = tuple[str | int, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RedactionRules:
+    """Which header names carry credentials (compared in lower case)."""
+
+    sensitive_headers: frozenset[str] = field(default_factory=lambda: frozenset(DEFAULT_SENSITIVE_HEADERS))
+
+    @classmethod
+    def adding(cls, names: Iterable[str]) -> RedactionRules:
+        """The default names and ``names``."""
+        return cls(sensitive_headers=frozenset(DEFAULT_SENSITIVE_HEADERS) | {n.strip().lower() for n in names})
+
+    def is_sensitive(self, header: str) -> bool:
+        return header.lower() in self.sensitive_headers
+
+
+DEFAULT_RULES = RedactionRules()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Credential:
+    """A literal credential masked out of a document: where it was (keys and list indices) and its value
+    (the whole string found there: a header's value, or a URL with its password)."""
+
+    path: Path
+    value: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": list(self.path), "value": self.value}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Credential:
+        return cls(path=tuple(data["path"]), value=str(data["value"]))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Redaction:
+    """A document with its credentials masked, and the credentials (in document order)."""
+
+    document: Mapping[str, Any]
+    credentials: tuple[Credential, ...] = ()
+    problems: tuple[Problem, ...] = ()  # the mask itself where a credential belongs: a document read back
+
+    def content_hash(self, key: bytes | None = None) -> str:
+        """The masked document's hash, with each credential's HMAC under ``key`` mixed in when given (so a
+        changed credential is a new version); equal to ``content_hash`` of a document without credentials."""
+        if not self.credentials or key is None:
+            return content_hash(self.document)
+        fingerprints = [[_dotted(c.path), hmac.new(key, c.value.encode(), hashlib.sha256).hexdigest()]
+                        for c in self.credentials]  # fmt: skip
+        return content_hash({"document": self.document, "credentials": fingerprints})
+
+    def values(self) -> list[str]:
+        """The secret parts of the credentials (a URL's password, not the whole URL)."""
+        out: list[str] = []
+        for credential in self.credentials:
+            out += url_credentials(credential.value) or [credential.value]
+        return out
+
+
+def content_hash(document: Mapping[str, Any]) -> str:
+    """A stable hash of a document: equal documents (whatever their key order) hash equal."""
+    canonical = json.dumps(document, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def redact_document(document: Mapping[str, Any], rules: RedactionRules = DEFAULT_RULES) -> Redaction:
+    """``document`` with every literal credential replaced by ``MASK``, and what was replaced.
+
+    A copy: ``document`` itself is not changed. Values under a sensitive header that already are the mask
+    are reported as problems (``Redaction.problems``): a document shown by cliffwatch and sent back would
+    otherwise send the mask itself as the credential.
+    """
+    credentials: list[Credential] = []
+    problems: list[Problem] = []
+
+    def walk(value: Any, path: Path, header: str | None) -> Any:
+        if isinstance(value, Mapping):
+            in_headers = bool(path) and path[-1] == HEADERS_KEY
+            return {k: walk(v, (*path, k), k if in_headers and isinstance(k, str) else None) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [walk(v, (*path, i), None) for i, v in enumerate(value)]
+        if not isinstance(value, str):
+            return value
+        if header is not None and rules.is_sensitive(header):
+            if value == MASK:
+                problems.append(Problem(path=_dotted(path), message=_MASK_SENT))
+                return value
+            credentials.append(Credential(path=path, value=value))
+            return MASK
+        found = url_credentials(value)
+        if MASK in found:
+            problems.append(Problem(path=_dotted(path), message=_MASK_SENT))
+        elif found:
+            credentials.append(Credential(path=path, value=value))
+            return mask_url(value)
+        return value
+
+    masked = walk(document, (), None)
+    assert isinstance(masked, Mapping)
+    return Redaction(document=masked, credentials=tuple(credentials), problems=tuple(problems))
+
+
+def restore(document: Mapping[str, Any], credentials: Iterable[Credential]) -> dict[str, Any]:
+    """``document`` with each credential put back where it was masked (a copy): the document as sent."""
+    restored: Any = json.loads(json.dumps(document))
+    for credential in credentials:
+        *parents, last = credential.path
+        node = restored
+        try:
+            for key in parents:
+                node = node[key]
+            if node[last] != mask_url(credential.value) and node[last] != MASK:
+                raise KeyError(last)
+        except (KeyError, IndexError, TypeError) as exc:
+            where = _dotted(credential.path)
+            raise CliffwatchError(f"a stored credential does not fit its document at {where}") from exc
+        node[last] = credential.value
+    assert isinstance(restored, dict)
+    return restored
+
+
+_MASK_SENT = (
+    f"is {MASK!r}, the mask cliffwatch shows in place of a credential (a document read back from it?): "
+    "give the credential itself or a secret reference {secret: env:NAME}"
+)
+
+
+def _dotted(path: Path) -> str:
+    out = ""
+    for key in path:
+        out += f"[{key}]" if isinstance(key, int) else (f".{key}" if out else str(key))
+    return out

@@ -1,0 +1,120 @@
+"""Secret references: a scenario value that names where a secret is instead of holding it.
+
+``{secret: env:NAME}`` is the environment variable NAME of the process that executes the run;
+``{secret: file:/path}`` the content of a file (the ``_FILE`` convention of containers: a Docker or
+Kubernetes secret mounted as a file), one trailing newline stripped. Here a reference is only parsed and
+checked as a reference (its form, its scheme, a variable name or an absolute path); reading it is the
+``SecretResolver`` port's job, done where the run is executed, at its start (``services.secrets``).
+Messages never quote what was written in place of a reference: it may be the secret itself, put there
+by mistake.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+
+from cliffwatch.domain.errors import CliffwatchError
+from cliffwatch.domain.validation import Problems
+
+SECRET_KEY = "secret"
+MAX_PATH = 4_096
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,254}$")
+# cliffwatch's own settings (the database URL and its password among them) are never a scenario's to send.
+RESERVED_ENV_PREFIX = "CLIFFWATCH_"
+FORMS = "env:NAME or file:/absolute/path"
+
+
+class SecretScheme(StrEnum):
+    ENV = "env"
+    FILE = "file"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SecretRef:
+    """Where a secret is: an environment variable's name, or a file's absolute path."""
+
+    scheme: SecretScheme
+    name: str  # the variable's name, or the file's path
+
+    def __str__(self) -> str:
+        return f"{self.scheme.value}:{self.name}"
+
+    def to_document(self) -> dict[str, str]:
+        """The reference as a scenario document writes it."""
+        return {SECRET_KEY: str(self)}
+
+
+def is_reference(value: object) -> bool:
+    """Whether ``value`` is written as a reference (a mapping with the one key ``secret``), well-formed or not."""
+    return isinstance(value, Mapping) and list(value) == [SECRET_KEY]
+
+
+def parse_reference(value: object, path: str, problems: Problems) -> SecretRef | None:
+    """The reference ``value`` (``{secret: "env:NAME"}``) makes, or None with the problem recorded at ``path``."""
+    if not is_reference(value):
+        problems.add(path, f"must be a string or a secret reference {{secret: {FORMS}}}")
+        return None
+    assert isinstance(value, Mapping)
+    text = value[SECRET_KEY]
+    if not isinstance(text, str):
+        problems.add(path, f"a secret reference must be a string, {FORMS}")
+        return None
+    scheme, colon, name = text.partition(":")
+    if not colon or scheme not in tuple(SecretScheme):
+        known = ", ".join(s.value for s in SecretScheme)
+        problems.add(path, f"a secret reference must be {FORMS} (its scheme one of {known})")
+        return None
+    if scheme == SecretScheme.ENV:
+        if not _ENV_NAME.fullmatch(name):
+            problems.add(path, "a secret reference env:NAME must name a variable: letters, digits and '_', "
+                               "not starting with a digit")  # fmt: skip
+            return None
+        if name.upper().startswith(RESERVED_ENV_PREFIX):
+            problems.add(path, f"a secret reference must not name cliffwatch's own settings ({RESERVED_ENV_PREFIX}*)")
+            return None
+        return SecretRef(scheme=SecretScheme.ENV, name=name)
+    if not name.startswith("/") or len(name) > MAX_PATH or any(not c.isprintable() for c in name):
+        problems.add(path, f"a secret reference file:PATH must give an absolute path of printable characters "
+                           f"(at most {MAX_PATH})")  # fmt: skip
+        return None
+    return SecretRef(scheme=SecretScheme.FILE, name=name)
+
+
+class SecretUnavailable(CliffwatchError):
+    """One secret a reference names cannot be read; the message names the reference, never a value."""
+
+    def __init__(self, reference: SecretRef, reason: str) -> None:
+        self.reference = reference
+        self.reason = reason
+        super().__init__(f"{reference} {reason}")
+
+
+class SecretsUnavailable(CliffwatchError):
+    """The secrets of a run could not all be read, so no load was sent; each problem names its field."""
+
+    def __init__(self, problems: Iterable[tuple[str, SecretUnavailable]]) -> None:
+        self.problems = tuple(problems)
+        lines = "\n".join(f"  {path}: {error}" for path, error in self.problems)
+        super().__init__(f"secrets are missing, no load was sent ({len(self.problems)} problem(s)):\n{lines}")
+
+
+def env_name_allowed(name: str, patterns: Iterable[str]) -> bool:
+    """Whether a reference may read the variable ``name``: a pattern is a name, or a prefix ending in ``*``;
+    cliffwatch's own settings never match."""
+    if name.upper().startswith(RESERVED_ENV_PREFIX):
+        return False
+    return any(name.startswith(p[:-1]) if p.endswith("*") else name == p for p in patterns)
+
+
+def sendable_headers(headers: Iterable[tuple[str, str | SecretRef]]) -> dict[str, str]:
+    """The headers as they are sent; raises ``CliffwatchError`` if a reference was never resolved (a bug:
+    the run's start resolves every one before anything is sent)."""
+    out: dict[str, str] = {}
+    for name, value in headers:
+        if isinstance(value, SecretRef):
+            raise CliffwatchError(f"target.request.headers.{name}: the secret {value} was not resolved")
+        out[name] = value
+    return out

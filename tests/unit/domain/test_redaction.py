@@ -1,0 +1,153 @@
+"""Redaction of documents: every literal credential masked with one mask, kept apart, put back for the run."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from cliffwatch.domain.errors import CliffwatchError
+from cliffwatch.domain.masking import MASK, header_pattern, mask_headers_in_text, mask_url, url_credentials
+from cliffwatch.domain.redaction import (
+    DEFAULT_RULES,
+    Credential,
+    RedactionRules,
+    content_hash,
+    redact_document,
+    restore,
+)
+from cliffwatch.domain.scenario import parse_scenario
+
+KEY = b"k" * 32
+CALM = {"name": "calm", "role": "baseline", "duration_s": 1, "arrival": {"process": "constant", "rate": 1}}
+
+
+def document(**target: Any) -> dict[str, Any]:
+    return {
+        "name": "creds",
+        "description": "wiki at https://wiki:hunter2@docs.example.com/page",
+        "target": {
+            "url": "http://alice:s3cret@127.0.0.1:8000",
+            "request": {
+                "model": "m",
+                "headers": {
+                    "x-api-key": "sk-one",
+                    "COOKIE": "session=abc",
+                    "Proxy-Authorization": "Basic cHJveHk=",
+                    "X-Tenant-Key": "tenant-7",
+                    "X-Trace": "1",
+                    "Api-Key": {"secret": "env:TARGET_KEY"},
+                },
+            },
+            **target,
+        },
+        "proxies": [{"name": "llm", "upstream": "127.0.0.1:8000"}],
+        "slo": {"e2e_ms": 500, "timeout_ms": 1000},
+        "phases": [CALM],
+    }
+
+
+def test_sensitive_headers_and_url_passwords_are_masked_and_kept_apart() -> None:
+    """Header names match case-insensitively; references, other headers and URLs without passwords stay."""
+    original = document()
+    redaction = redact_document(original)
+    masked = redaction.document
+    headers = masked["target"]["request"]["headers"]
+
+    assert headers == {"x-api-key": MASK, "COOKIE": MASK, "Proxy-Authorization": MASK, "X-Tenant-Key": "tenant-7",
+                       "X-Trace": "1", "Api-Key": {"secret": "env:TARGET_KEY"}}  # fmt: skip
+    assert masked["target"]["url"] == "http://alice:***@127.0.0.1:8000"
+    assert masked["description"] == "wiki at https://wiki:***@docs.example.com/page"
+    assert masked["proxies"] == original["proxies"]
+    assert original == document()  # the caller's document is not changed
+    assert {c.path for c in redaction.credentials} == {
+        ("description",), ("target", "url"), ("target", "request", "headers", "x-api-key"),
+        ("target", "request", "headers", "COOKIE"), ("target", "request", "headers", "Proxy-Authorization"),
+    }  # fmt: skip
+    assert sorted(redaction.values()) == sorted(["hunter2", "s3cret", "sk-one", "session=abc", "Basic cHJveHk="])
+    assert restore(masked, redaction.credentials) == original
+
+
+def test_a_setting_adds_header_names() -> None:
+    """Names added by the setting are masked like the built-in ones."""
+    masked = redact_document(document(), RedactionRules.adding(["x-tenant-key"])).document
+
+    assert masked["target"]["request"]["headers"]["X-Tenant-Key"] == MASK
+
+
+def test_a_document_without_credentials_is_left_as_it_is_and_keeps_its_hash() -> None:
+    """No credential: the same document, and the hash it always had, with or without a key."""
+    plain = document()
+    plain["target"]["url"] = "http://127.0.0.1:8000"
+    plain["description"] = "x"
+    plain["target"]["request"]["headers"] = {"X-Trace": "1"}
+    redaction = redact_document(plain)
+
+    assert redaction.document == plain
+    assert redaction.credentials == ()
+    assert redaction.content_hash(KEY) == redaction.content_hash() == content_hash(plain)
+
+
+def test_keyed_hashes_tell_credentials_apart_and_unkeyed_ones_do_not() -> None:
+    """Under the store's key a changed credential is a new version; the hash is not that of the cleartext."""
+    one, other = document(), document()
+    other["target"]["request"]["headers"]["x-api-key"] = "sk-two"
+    first, second = redact_document(one), redact_document(other)
+
+    assert first.document == second.document
+    assert first.content_hash(KEY) != second.content_hash(KEY)
+    assert first.content_hash(KEY) == redact_document(copy.deepcopy(one)).content_hash(KEY)
+    assert first.content_hash(KEY) != first.content_hash(b"another key")
+    assert first.content_hash() == second.content_hash() == content_hash(first.document)
+    assert content_hash(one) not in (first.content_hash(KEY), first.content_hash())
+    assert parse_scenario(one).content_hash == first.content_hash()
+
+
+def test_the_mask_itself_where_a_credential_belongs_is_a_problem() -> None:
+    """A masked document read back and sent again would send the mask: each such place is named."""
+    shown = redact_document(document()).document
+    again = redact_document(shown)
+
+    assert [p.path for p in again.problems] == [
+        "description", "target.url", "target.request.headers.x-api-key", "target.request.headers.COOKIE",
+        "target.request.headers.Proxy-Authorization",
+    ]  # fmt: skip
+    assert "the mask cliffwatch shows in place of a credential" in again.problems[0].message
+
+
+def test_credentials_that_do_not_fit_the_document_are_refused() -> None:
+    """Putting a credential back where the document shows no mask is an error, never a silent overwrite."""
+    masked = redact_document(document()).document
+    with pytest.raises(CliffwatchError, match=r"does not fit its document at target\.request\.headers\.X-Trace"):
+        restore(masked, [Credential(path=("target", "request", "headers", "X-Trace"), value="x")])
+    with pytest.raises(CliffwatchError, match=r"at phases\[3\]\.name"):
+        restore(masked, [Credential(path=("phases", 3, "name"), value="x")])
+
+
+@pytest.mark.parametrize(
+    ("url", "shown", "found"),
+    [
+        ("http://u:p@h:1/x", "http://u:***@h:1/x", ["p"]),
+        ("http://u:p@ss@h/x", "http://u:***@h/x", ["p@ss"]),
+        ("https://tok3n@h/", "https://***@h/", ["tok3n"]),
+        ("http://h:8080/a@b", "http://h:8080/a@b", []),
+        ("http://@h/", "http://@h/", []),
+        ("see http://a:b@h and ws://c:d@i/", "see http://a:***@h and ws://c:***@i/", ["b", "d"]),
+        ("no url user@example.com", "no url user@example.com", []),
+    ],
+)
+def test_urls_lose_their_passwords(url: str, shown: str, found: list[str]) -> None:
+    """A password (or a user part alone, which is then a token) is masked; an "@" in a path is not userinfo."""
+    assert mask_url(url) == shown
+    assert url_credentials(url) == found
+
+
+def test_header_values_in_free_text_are_masked() -> None:
+    """`Authorization: …`, `'x-api-key': '…'` and `cookie=…` in a message lose their values: a quoted one to its
+    quote, a bare one to the end of its line (or a quote, comma or brace), rather than too little."""
+    pattern = header_pattern(DEFAULT_RULES.sensitive_headers)
+    text = "sent Authorization: Bearer sk-1 now\n{'X-Api-Key': 'sk-2', 'accept': 'a'} and cookie=c1; c2=x"
+
+    masked = "sent Authorization: ***\n{'X-Api-Key': '***', 'accept': 'a'} and cookie=***"
+    assert mask_headers_in_text(text, pattern) == masked
