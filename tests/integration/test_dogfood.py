@@ -1,7 +1,8 @@
 """Dogfooding: cliffwatch aimed at its own API. A real `cliffwatch serve`, a viewer token, and `cliffwatch run`
-bursting a read endpoint far past the token's request rate: the excess must be refused fast (429 at once,
-so the run's safe-degradation component is at least 0.9) while the service stays healthy (every /healthz
-probe during the burst answered within 100 ms)."""
+of the bundled `self-burst` scenario bursting a read endpoint far past the token's request rate: the excess
+must be refused fast (429 at once, so the run's safe-degradation component is at least 0.9) while the
+service stays healthy (every /healthz probe during the burst answered within 100 ms). The token reaches the
+run by reference (``{secret: env:TARGET_CLIFFWATCH_AUTHORIZATION}``), as a user would give it."""
 
 from __future__ import annotations
 
@@ -13,36 +14,14 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 from test_service_api import REPO, call, served_instance
 
 pytestmark = pytest.mark.slow
 
 HEALTH_BOUND_S = 0.1
 PROBE_EVERY_S = 0.05
-
-
-def burst_at(base: str, token: str) -> dict[str, Any]:
-    """A calm minute's worth of reads, a burst ten times the token's rate (20/s), and calm again. Until secret
-    references land, the viewer token is written into the document; the bundled scenario will refer to it."""
-
-    def phase(name: str, role: str, seconds: float, rate: float) -> dict[str, Any]:
-        return {"name": name, "role": role, "duration_s": seconds, "arrival": {"process": "constant", "rate": rate}}
-
-    return {
-        "name": "self-burst",
-        "description": "A viewer's burst at the service's own read API: the excess must be refused fast.",
-        "seed": 10,
-        "target": {"url": base, "api": "http",
-                   "request": {"method": "GET", "path": "/api/v1/scenarios",
-                               "headers": {"Authorization": f"Bearer {token}"}}},
-        "slo": {"e2e_ms": 500, "timeout_ms": 2000},
-        "client": {"pool_size": 32},
-        "phases": [phase("calm", "baseline", 2, 5), phase("burst", "stress", 3, 200), phase("after", "recovery", 2, 5)],
-    }  # fmt: skip
 
 
 class HealthProbe:
@@ -81,13 +60,15 @@ def test_a_viewers_burst_at_the_services_own_api_is_refused_fast_and_health_stay
     with served_instance(f"sqlite+aiosqlite:///{tmp_path / 'cw.db'}", tmp_path) as (base, admin):
         status, viewer = call(base, admin, "POST", "/api/v1/tokens", {"name": "dogfood", "role": "viewer"})
         assert status == 201
-        scenario = tmp_path / "self-burst.yaml"
-        scenario.write_text(yaml.safe_dump(burst_at(base, viewer["token"])))
         result_path = tmp_path / "result.json"
-        env = {**os.environ, "CLIFFWATCH_STATE_DIR": str(tmp_path / "cli-state"), "CLIFFWATCH_LOG_FORMAT": "json"}
+        # The bundled scenario, its token by reference: read from the environment when the run starts.
+        env = {**os.environ, "CLIFFWATCH_STATE_DIR": str(tmp_path / "cli-state"), "CLIFFWATCH_LOG_FORMAT": "json",
+               "TARGET_CLIFFWATCH_AUTHORIZATION": f"Bearer {viewer['token']}"}  # fmt: skip
         env.pop("CLIFFWATCH_ALLOWED_TARGETS", None)  # the default: loopback, where the service listens
+        env.pop("CLIFFWATCH_SECRET_ENV", None)  # the default: TARGET_* may be referenced
         with HealthProbe(base) as probe:
-            command = [sys.executable, "-m", "cliffwatch", "run", str(scenario), "--json", str(result_path)]
+            command = [sys.executable, "-m", "cliffwatch", "run", "self-burst", "--target", base,
+                       "--json", str(result_path)]  # fmt: skip
             run = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert run.returncode in (0, 1), run.stdout + run.stderr
     result = json.loads(result_path.read_text())
