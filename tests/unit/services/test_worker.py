@@ -9,12 +9,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from worker_kit import WorkerRig, now, working
+from worker_kit import Prepared, WorkerRig, answered, now, working
 
 from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.domain.errors import TargetUnreachable
-from cliffwatch.domain.outcomes import NS_PER_MS, Attempt, Outcome, RequestRecord, classify
-from cliffwatch.domain.plan import PlannedRequest
+from cliffwatch.domain.outcomes import Outcome
 from cliffwatch.domain.ports import RecordSink
 from cliffwatch.domain.result import RunStatus
 from cliffwatch.domain.runs import Run, Trigger
@@ -44,21 +43,6 @@ LONG: dict[str, Any] = {
 }
 
 
-def answer(request: PlannedRequest, scenario: Scenario) -> tuple[float, RequestRecord]:
-    attempt = Attempt(number=1, sent_ns=request.scheduled_ns, end_ns=request.scheduled_ns + 10 * NS_PER_MS,
-                      first_token_ns=request.scheduled_ns + 5 * NS_PER_MS, output_tokens=4)  # fmt: skip
-    outcome = classify((attempt,), scheduled_ns=request.scheduled_ns, slo=scenario.slo)
-    return 0.01, RequestRecord(id=request.id, phase=request.phase, scheduled_ns=request.scheduled_ns,
-                               prompt_tokens=0, max_tokens=4, attempts=(attempt,), outcome=outcome)  # fmt: skip
-
-
-@dataclass
-class Prepared:
-    service: RunService
-    target_url: str
-    run_id: str
-
-
 @dataclass
 class Rig(WorkerRig):
     prepared: list[str]
@@ -79,7 +63,7 @@ def rig(*, max_runs: int = 2, lease_s: float = 30.0, latency_s: float = 0.01) ->
             raise TargetUnreachable("http://127.0.0.1:9", "connection refused")
         prepared.append(run_id)
         clock = MonotonicClock()
-        generator = ScriptedGenerator(clock, lambda r: (latency_s, answer(r, scenario)[1]))
+        generator = ScriptedGenerator(clock, lambda r: (latency_s, answered(r, scenario)))
         service = RunService(clock=clock, generator=generator, faults=RecordingFaultInjector(clock), sink=sink,
                              observer=CollectingObserver())  # fmt: skip
         yield Prepared(service=service, target_url="http://127.0.0.1:9", run_id=run_id)

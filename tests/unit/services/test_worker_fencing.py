@@ -13,14 +13,14 @@ from typing import Any
 
 import pytest
 from outage_kit import OutageStore
-from worker_kit import WorkerRig, now, working
+from worker_kit import Prepared, WorkerRig, answered, now, working
 
 from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.adapters.target_access import AllowlistPolicy
 from cliffwatch.domain.allowlist import DEFAULT_ALLOWLIST, parse_allowlist
 from cliffwatch.domain.caps import Caps
 from cliffwatch.domain.errors import EmergencyStopNotRecorded, StoreUnavailable
-from cliffwatch.domain.outcomes import NS_PER_MS, Attempt, Outcome, RequestRecord, classify
+from cliffwatch.domain.outcomes import Outcome, RequestRecord
 from cliffwatch.domain.plan import PlannedRequest
 from cliffwatch.domain.ports import RecordSink
 from cliffwatch.domain.result import RunStatus
@@ -51,21 +51,6 @@ def scenario(duration_s: float, rate: float, *, faulty: bool = False) -> dict[st
     return document
 
 
-def answer(request: PlannedRequest, scenario: Scenario) -> RequestRecord:
-    attempt = Attempt(number=1, sent_ns=request.scheduled_ns, end_ns=request.scheduled_ns + 10 * NS_PER_MS,
-                      first_token_ns=request.scheduled_ns + 5 * NS_PER_MS, output_tokens=4)  # fmt: skip
-    outcome = classify((attempt,), scheduled_ns=request.scheduled_ns, slo=scenario.slo)
-    return RequestRecord(id=request.id, phase=request.phase, scheduled_ns=request.scheduled_ns, prompt_tokens=0,
-                         max_tokens=4, attempts=(attempt,), outcome=outcome)  # fmt: skip
-
-
-@dataclass
-class Prepared:
-    service: RunService
-    target_url: str
-    run_id: str
-
-
 @dataclass
 class Rig(WorkerRig):
     outage: OutageStore
@@ -84,7 +69,7 @@ def rig(*, lease_s: float = LEASE_S, outcome_buffer: int = 100_000) -> Rig:
 
         def respond(request: PlannedRequest) -> tuple[float, RequestRecord]:
             holder["rig"].sent_at.append(time.monotonic())
-            return 0.05, answer(request, scenario)
+            return 0.05, answered(request, scenario)
 
         faults = RecordingFaultInjector(clock)
         holder["rig"].faults.append(faults)

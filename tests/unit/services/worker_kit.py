@@ -10,15 +10,36 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from cliffwatch.domain.outcomes import NS_PER_MS, Attempt, RequestRecord, classify
+from cliffwatch.domain.plan import PlannedRequest
 from cliffwatch.domain.result import RunStatus
 from cliffwatch.domain.runs import Run, ScenarioSource, Trigger
-from cliffwatch.domain.scenario import content_hash
+from cliffwatch.domain.scenario import Scenario, content_hash
 from cliffwatch.services.memory_store import InMemoryStore
+from cliffwatch.services.runner import RunService
 from cliffwatch.services.worker import Worker
 
 
 def now() -> datetime:
     return datetime.now(UTC)
+
+
+def answered(request: PlannedRequest, scenario: Scenario) -> RequestRecord:
+    """The record of ``request`` answered in full 10 ms after its scheduled time (first token at 5 ms)."""
+    attempt = Attempt(number=1, sent_ns=request.scheduled_ns, end_ns=request.scheduled_ns + 10 * NS_PER_MS,
+                      first_token_ns=request.scheduled_ns + 5 * NS_PER_MS, output_tokens=4)  # fmt: skip
+    outcome = classify((attempt,), scheduled_ns=request.scheduled_ns, slo=scenario.slo)
+    return RequestRecord(id=request.id, phase=request.phase, scheduled_ns=request.scheduled_ns, prompt_tokens=0,
+                         max_tokens=4, attempts=(attempt,), outcome=outcome)  # fmt: skip
+
+
+@dataclass
+class Prepared:
+    """What a test's ``prepare`` yields the worker (``PreparedRunLike``)."""
+
+    service: RunService
+    target_url: str
+    run_id: str
 
 
 @dataclass
