@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import yaml
-
+from cliffwatch.adapters.documents import CONFIG_LIMITS, DocumentInvalid, load_yaml
 from cliffwatch.domain.allowlist import DEFAULT_ALLOWLIST, Allowlist, parse_allowlist
 from cliffwatch.domain.errors import CliffwatchError
 from cliffwatch.domain.runs import Caps
@@ -295,12 +294,14 @@ def _read_config_file(env: Mapping[str, str], problems: list[str]) -> dict[str, 
         return {}
     path = _expand_home(path_text, env)
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+        with path.open("rb") as handle:
+            raw = handle.read(CONFIG_LIMITS.max_bytes + 1)  # a byte over is enough to refuse; /dev/zero ends
+        document = load_yaml(raw, CONFIG_LIMITS)
     except OSError as exc:
         problems.append(f"CLIFFWATCH_CONFIG: cannot read {path_text}: {exc.strerror}")
         return {}
-    except yaml.YAMLError as exc:
-        problems.append(f"CLIFFWATCH_CONFIG: {path_text} is not valid YAML: {exc}")
+    except DocumentInvalid as exc:
+        problems.append(f"CLIFFWATCH_CONFIG: {path_text}: {exc}")
         return {}
     if document is None:
         return {}
