@@ -4,7 +4,9 @@ the work a hostile document costs bounded by the limits, not by its size."""
 
 from __future__ import annotations
 
+import inspect
 import json
+import sys
 import time
 from typing import Any
 
@@ -20,6 +22,8 @@ from cliffwatch.adapters.documents import (
     load_yaml,
     yaml_loader,
 )
+from cliffwatch.domain.scenario import content_hash, parse_scenario
+from cliffwatch.services.store_values import plain_json
 from loop_watch import watch_loop
 
 SMALL = DocumentLimits(max_bytes=10_000, max_depth=4, max_nodes=20, max_aliases=3)
@@ -193,3 +197,28 @@ async def test_a_large_document_is_parsed_off_the_loop() -> None:
     async with watch_loop() as watch:
         assert len(await load_off_loop(load_yaml, text, SCENARIO_LIMITS)) == SCENARIO_LIMITS.max_nodes - 1
     assert watch.longest_ms < 100, watch.report()
+
+
+def test_a_document_at_the_depth_limit_is_validated_hashed_and_shown_with_frames_to_spare() -> None:
+    """A valid scenario nested to the depth limit, at the value limit, is validated, hashed, stored as JSON
+    and written as YAML with at most 400 frames of Python's recursion limit left."""
+    body: Any = "end"
+    for _ in range(SCENARIO_LIMITS.max_depth - 4):  # the top, target, request and body levels around it
+        body = [body]
+    text = json.dumps({
+        "name": "deep", "slo": {"e2e_ms": 1000, "timeout_ms": 2000},
+        "target": {"url": "http://127.0.0.1:9", "api": "http",
+                   "request": {"body": {"deep": body, "many": list(range(SCENARIO_LIMITS.max_nodes - 120))}}},
+        "phases": [{"name": "a", "role": "baseline", "duration_s": 1, "arrival": {"process": "constant", "rate": 1}}],
+    })  # fmt: skip
+    document = load_json(text, SCENARIO_LIMITS)
+    here = len(inspect.stack(0))
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(here + 400)
+    try:
+        scenario = parse_scenario(document)
+        assert scenario.content_hash == content_hash(document)
+        assert plain_json(document) == document
+        assert load_yaml(dump_yaml(document), SCENARIO_LIMITS) == document
+    finally:
+        sys.setrecursionlimit(limit)
