@@ -34,6 +34,7 @@ from cliffwatch.domain.service_ports import ControlStore, RunStore
 from cliffwatch.domain.sweep_plan import sweep_warnings
 from cliffwatch.domain.sweep_spec import SweepSpec
 from cliffwatch.services.catalog import ScenarioCatalog
+from cliffwatch.services.store_values import stop_reason
 
 log = structlog.get_logger(__name__)
 
@@ -163,11 +164,15 @@ class RunsService:
         return run
 
     async def stop_all(self, reason: str) -> list[Run]:
-        """The emergency stop: no run is accepted, and every queued or running run is aborted."""
+        """The emergency stop: no run is accepted, and every queued or running run is aborted.
+
+        A run this sweep misses (its submission passed the check before the stop, and was stored after the
+        sweep read the active runs) never starts either: the stores' claims start nothing while the stop
+        is on and end such a run as aborted, as releasing the stop does."""
         await self.control.set_emergency_stop(reason)
         stopped = []
         for run in await self.runs.active_runs():
-            aborted = await self.runs.request_abort(run.id, f"emergency stop: {reason}")
+            aborted = await self.runs.request_abort(run.id, stop_reason(reason))
             if aborted is not None:
                 stopped.append(aborted)
         log.warning("emergency stop", reason=reason, runs=len(stopped))
