@@ -2,7 +2,8 @@
 
 Everything a run needs is started here and stopped in reverse order when the run's block ends: the
 built-in target, Toxiproxy (an existing server, or a private one started for the run), the run's proxies,
-the HTTP client. The fault ledger brackets the run, so a crash at any point leaves a record the next
+the HTTP client, its pool within the run's share of the file descriptors (``adapters/descriptors``). The
+fault ledger brackets the run, so a crash at any point leaves a record the next
 start-up acts on (``clean_up_leftover_faults``).
 """
 
@@ -14,8 +15,11 @@ from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 
+import structlog
+
 from cliffwatch.adapters.builtin_target import BuiltinTarget
 from cliffwatch.adapters.clock import MonotonicClock
+from cliffwatch.adapters.descriptors import DescriptorBudget, descriptor_budget, within_budget
 from cliffwatch.adapters.fault_ledger import FileFaultLedger
 from cliffwatch.adapters.loadgen.engine import OpenLoopGenerator
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
@@ -30,6 +34,8 @@ from cliffwatch.domain.scenario import Scenario
 from cliffwatch.services.memory import NoFaultInjector, NullSink
 from cliffwatch.services.reconcile import ReconcileReport, reconcile_faults
 from cliffwatch.services.runner import RunService
+
+log = structlog.get_logger(__name__)
 
 NO_FAULTS = "this scenario declares no proxies or faults"
 
@@ -68,10 +74,16 @@ async def prepare_run(
     sink: RecordSink | None = None,
     run_id: str | None = None,
     ledger: FaultLedger | None = None,
+    descriptors: DescriptorBudget | None = None,
 ) -> AsyncIterator[PreparedRun]:
     """Starts what the run needs and stops it afterwards; raises before any load when something is missing
-    (a target outside the allowlist, an unreachable Toxiproxy)."""
+    (a target outside the allowlist, an unreachable Toxiproxy).
+
+    The run's connection pool is cut to its share of ``descriptors`` (the process's budget settled at start;
+    by default, one run's share of the limit as it is), and the run says so."""
     run_id = run_id or new_run_id()
+    budget = descriptors or descriptor_budget(runs=1, reserve=settings.fd_reserve)
+    scenario, capped = pool_within(scenario, budget, observer)
     clock = MonotonicClock()
     async with AsyncExitStack() as stack:
         url = await start_target(stack, settings, scenario, observer)
@@ -100,8 +112,21 @@ async def prepare_run(
             faults=faults,
             sink=sink or NullSink(),
             observer=observer,
+            notes=() if capped is None else (capped,),
         )
         yield PreparedRun(service=service, run_id=run_id, target_url=url, load_url=load_url)
+
+
+def pool_within(
+    scenario: Scenario, budget: DescriptorBudget, observer: ProgressObserver
+) -> tuple[Scenario, str | None]:
+    """The scenario with its pool within the budget, and the note (told and logged) when it was cut."""
+    within, note = within_budget(scenario, budget)
+    if note is not None:
+        observer.note(note)
+        log.warning("connection pool capped", asked=scenario.client.pool_size, pool_size=within.client.pool_size,
+                    limit=budget.soft, runs=budget.runs)  # fmt: skip
+    return within, note
 
 
 @asynccontextmanager

@@ -28,6 +28,7 @@ from cliffwatch.adapters.api.metrics import ServiceMetrics
 from cliffwatch.adapters.cron import ApschedulerCron
 from cliffwatch.adapters.dashboard import mount_dashboard
 from cliffwatch.adapters.dashboard.context import DashboardServices
+from cliffwatch.adapters.descriptors import settle_descriptors
 from cliffwatch.adapters.logs import LogProgress
 from cliffwatch.adapters.scenario_files import BUNDLED_DIR, load_document
 from cliffwatch.adapters.scheduler import ScheduleDriver
@@ -108,14 +109,18 @@ async def open_service(settings: Settings) -> AsyncIterator[Service]:
                            caps=settings.caps, now=utc_now)  # fmt: skip
         metrics = ServiceMetrics()
 
+        # Each of the runs at once may open its share of the descriptors, the API and the database keeping theirs.
+        descriptors = settle_descriptors(runs=settings.max_concurrent_runs, reserve=settings.fd_reserve)
+
         def prepare(scenario: Scenario, run_id: str, sink: RecordSink) -> AbstractAsyncContextManager[PreparedRun]:
-            return prepare_run(settings, scenario, observer=LogProgress(), sink=sink, run_id=run_id, ledger=ledger)
+            return prepare_run(settings, scenario, observer=LogProgress(), sink=sink, run_id=run_id, ledger=ledger,
+                               descriptors=descriptors)  # fmt: skip
 
         def prepare_a_sweep(
             scenario: Scenario, spec: SweepSpec, run_id: str, steps: SweepObserver
         ) -> AbstractAsyncContextManager[SweepHandle]:
             return prepare_sweep(settings, scenario, spec, observer=LogProgress(), sweep_id=run_id,
-                                 sweep_observer=steps)  # fmt: skip
+                                 sweep_observer=steps, descriptors=descriptors)  # fmt: skip
 
         worker = Worker(runs=store, scenarios=store, prepare=prepare, prepare_sweep=prepare_a_sweep, now=utc_now,
                         count_outcomes=metrics.count_outcomes,

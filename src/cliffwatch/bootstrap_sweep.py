@@ -11,9 +11,10 @@ from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 
 from cliffwatch.adapters.clock import MonotonicClock
+from cliffwatch.adapters.descriptors import DescriptorBudget, descriptor_budget
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
 from cliffwatch.adapters.sweep_steps import HttpStepRunner
-from cliffwatch.bootstrap import new_run_id, start_target
+from cliffwatch.bootstrap import new_run_id, pool_within, start_target
 from cliffwatch.config import Settings
 from cliffwatch.domain.errors import CliffwatchError
 from cliffwatch.domain.ports import Clock, ProgressObserver
@@ -87,6 +88,7 @@ async def prepare_sweep(
     observer: ProgressObserver,
     sweep_id: str | None = None,
     sweep_observer: SweepObserver | None = None,
+    descriptors: DescriptorBudget | None = None,
 ) -> AsyncIterator[SweepHandle]:
     """Starts what the sweep needs (the built-in target, one HTTP session) and stops it afterwards.
 
@@ -98,8 +100,11 @@ async def prepare_sweep(
     clock = MonotonicClock()
     async with AsyncExitStack() as stack:
         url = await start_target(stack, settings, scenario, observer)
-        # One HTTP client for every step: in concurrency mode its pool must hold the highest level's connections.
-        executor = await stack.enter_async_context(HttpExecutor(sweep_client_scenario(scenario, spec), url))
+        # One HTTP client for every step: in concurrency mode its pool must hold the highest level's connections,
+        # within the sweep's share of the file descriptors (a cut is told and logged, like a run's).
+        budget = descriptors or descriptor_budget(runs=1, reserve=settings.fd_reserve)
+        client, _ = pool_within(sweep_client_scenario(scenario, spec), budget, observer)
+        executor = await stack.enter_async_context(HttpExecutor(client, url))
         await executor.preflight()
 
         def runner_for(variant: str) -> AbstractAsyncContextManager[StepRunner]:

@@ -20,6 +20,7 @@ from rich.console import Console
 
 from cliffwatch import __version__
 from cliffwatch.adapters.console import ConsoleProgress, comparison, scorecard
+from cliffwatch.adapters.descriptors import settle_descriptors
 from cliffwatch.adapters.documents import CONFIG_LIMITS, DocumentInvalid, DocumentLoader, load_json, load_yaml
 from cliffwatch.adapters.logs import configure_logging
 from cliffwatch.adapters.report.files import write_run_report
@@ -184,9 +185,10 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _execute(scenario: Scenario, settings: Settings) -> RunResult:
+    descriptors = settle_descriptors(runs=1, reserve=settings.fd_reserve)
     with ConsoleProgress() as progress:
         await _clean_up(settings, progress.note)
-        async with prepare_run(settings, scenario, observer=progress) as prepared:
+        async with prepare_run(settings, scenario, observer=progress, descriptors=descriptors) as prepared:
             with stopping_on_signals("run", prepared.service.interrupt, progress.note):
                 via = "" if prepared.load_url == prepared.target_url else f" through {prepared.load_url}"
                 progress.note(f"run {prepared.run_id}: {scenario.name} against {prepared.target_url}{via}")

@@ -57,6 +57,7 @@ class Settings:
     listen_port: int = 8080
     instance_id: str = field(default_factory=lambda: _default_instance_id())
     max_concurrent_runs: int = 2
+    fd_reserve: int = 256  # descriptors kept from runs' connection pools for the service itself
     max_offered_rate: float = 1_000.0
     max_run_duration_s: float = 3_600.0
     lease_s: float = 30.0
@@ -258,6 +259,10 @@ SPECS: tuple[Spec, ...] = (
          help="Runs one instance executes at once; default 2."),
     Spec(field="max_offered_rate", env="CLIFFWATCH_MAX_OFFERED_RATE", parse=_number(low=0, high=100_000),
          help="Highest arrival rate (requests/s, at any phase's peak) a run may offer; default 1000."),
+    Spec(field="fd_reserve", env="CLIFFWATCH_FD_RESERVE", parse=_number(low=16, high=1 << 20, integer=True),
+         help="File descriptors kept for the service itself (API clients, the database pool, Toxiproxy, logs): "
+              "what the descriptor limit leaves after them is shared by the runs that may run at once, and a "
+              "run's client.pool_size is capped to its share. Default 256."),
     Spec(field="max_run_duration_s", env="CLIFFWATCH_MAX_RUN_DURATION_S", parse=_number(low=0, high=7 * 86_400),
          help="Longest run accepted, in seconds; default 3600."),
     Spec(field="lease_s", env="CLIFFWATCH_LEASE_S", parse=_number(low=1, high=3_600, unit="seconds"),

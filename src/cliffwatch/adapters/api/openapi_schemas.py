@@ -165,6 +165,9 @@ RESULT = obj(
         "phases": nullable({"type": "array", "items": {**ANY_OBJECT, "description": "one phase's metrics"}}),
         "generator": nullable(ANY_OBJECT),
         "faults": nullable({"type": "array", "items": ANY_OBJECT}),
+        "notes": {"type": "array", "items": {"type": "string"},
+                  "description": "where the run as prepared differed from its scenario, e.g. a connection pool "
+                                 "capped to the file descriptor budget"},
     }
 )  # fmt: skip
 OUTCOME = obj(

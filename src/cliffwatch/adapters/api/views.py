@@ -99,7 +99,7 @@ def _result_view(result: Mapping[str, Any]) -> dict[str, Any]:
     # are passed on, so a new field in the result format does not silently become API.
     keys = ("started_at", "finished_at", "duration_s", "abort_reason", "score", "verdicts", "phases",
             "generator", "faults")  # fmt: skip
-    return {key: result.get(key) for key in keys}
+    return {**{key: result.get(key) for key in keys}, "notes": list(result.get("notes") or ())}
 
 
 def scenario_summary(version: ScenarioVersion) -> dict[str, Any]:
