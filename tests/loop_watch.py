@@ -10,6 +10,9 @@ test's loop, so its handlers' blocks are measured too); ``slowest_answer_while``
         reply, slowest_health_ms = await slowest_answer_while(client, "/healthz", client.post(...))
     assert watch.longest_ms < 100, watch.report()
 
+An app served from a thread of its own (a synchronous client such as schemathesis's in the test's thread) is
+watched with ``with watching(loop) as watch: ...`` from the test's thread.
+
 A full collection of Python's garbage collector holds the loop too, for a time that grows with every
 object in the process: ``cliffwatch serve`` freezes what it built at start-up out of the collector's
 sight (``gc.freeze``), and ``frozen_heap`` does the same for a test, so a test measures its own requests'
@@ -120,3 +123,17 @@ def frozen_heap() -> Iterator[None]:
         yield
     finally:
         gc.unfreeze()
+
+
+@contextmanager
+def watching(loop: asyncio.AbstractEventLoop, interval_s: float = PROBE_INTERVAL_S) -> Iterator[LoopWatch]:
+    """The same probe on a loop running in another thread (an app served from a thread of its own, as for
+    schemathesis), started and stopped from the calling thread."""
+    watch = LoopWatch(interval_s=interval_s)
+    stop = asyncio.Event()  # bound to ``loop`` when the probe first waits on it there
+    probe = asyncio.run_coroutine_threadsafe(_probe(watch, stop), loop)
+    try:
+        yield watch
+    finally:
+        loop.call_soon_threadsafe(stop.set)
+        probe.result(timeout=10)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
-from loop_watch import watch_loop
+from loop_watch import watch_loop, watching
 
 
 def hold_loop(seconds: float) -> None:
@@ -36,3 +37,21 @@ async def test_awaiting_without_blocking_shows_no_long_block() -> None:
         await asyncio.sleep(0.05)
     assert watch.wakes > 20
     assert watch.longest_ms < 50, watch.report()
+
+
+def test_a_loop_in_another_thread_is_watched_from_this_one() -> None:
+    """``watching`` probes a loop served from another thread: a 150 ms block scheduled on it is seen there."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        with watching(loop) as watch:
+            time.sleep(0.05)
+            loop.call_soon_threadsafe(hold_loop, 0.15)
+            time.sleep(0.3)
+        assert 145 <= watch.longest_ms < 1_000
+        assert watch.wakes > 10
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+        loop.close()
