@@ -2,10 +2,11 @@
 
 Everything a run needs is started here and stopped in reverse order when the run's block ends: the
 built-in target, Toxiproxy (an existing server, or a private one started for the run), the run's proxies,
-the HTTP client. The fault ledger brackets the run, so a crash at any point leaves a record the next
-start-up acts on (``clean_up_leftover_faults``). Before any of it, the scenario's worst case is judged
-against the caps (``check_caps``), here for ``cliffwatch run`` and the service's worker alike, and the
-generator gets the run's attempt cap.
+the HTTP client, its pool within the run's share of the file descriptors (``adapters/descriptors``). The
+fault ledger brackets the run, so a crash at any point leaves a record the next start-up acts on
+(``clean_up_leftover_faults``). Before any of it, the scenario's worst case is judged against the caps
+(``check_caps``), here for ``cliffwatch run`` and the service's worker alike, and the generator gets the
+run's attempt cap.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import structlog
 
 from cliffwatch.adapters.builtin_target import BuiltinTarget
 from cliffwatch.adapters.clock import MonotonicClock
+from cliffwatch.adapters.descriptors import DescriptorBudget, descriptor_budget, within_budget
 from cliffwatch.adapters.fault_ledger import FileFaultLedger
 from cliffwatch.adapters.loadgen.engine import OpenLoopGenerator
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
@@ -50,6 +52,8 @@ from cliffwatch.services.memory import NoFaultInjector, NullSink
 from cliffwatch.services.reconcile import ReconcileReport, reconcile_faults
 from cliffwatch.services.runner import RunService
 from cliffwatch.services.secrets import resolve_secrets, secret_values
+
+log = structlog.get_logger(__name__)
 
 log = structlog.get_logger(__name__)
 
@@ -153,6 +157,7 @@ async def prepare_run(
     run_id: str | None = None,
     ledger: FaultLedger | None = None,
     secrets: SecretResolver | None = None,
+    descriptors: DescriptorBudget | None = None,
 ) -> AsyncIterator[PreparedRun]:
     """Starts what the run needs and stops it afterwards; raises before any load when something is missing
     (a secret, a target or proxy outside the allowlist, a worst case over the caps, an unreachable Toxiproxy).
@@ -160,10 +165,14 @@ async def prepare_run(
     nothing else.
 
     The scenario's secret references are read first, into the HTTP client's copy only: the run's result
-    and everything it shows come from ``scenario`` as given, and every URL it shows has no password.
+    and everything it shows come from ``scenario`` as given, and every URL it shows has no password. The
+    run's connection pool is cut to its share of ``descriptors`` (the process's budget settled at start; by
+    default, one run's share of the limit as it is), and the run says so.
     """
     check_caps(settings, scenario)
     run_id = run_id or new_run_id()
+    budget = descriptors or descriptor_budget(runs=1, reserve=settings.fd_reserve)
+    scenario, capped = pool_within(scenario, budget, observer)
     clock = MonotonicClock()
     sent = with_secrets(settings, scenario, secrets)
     async with AsyncExitStack() as stack:
@@ -194,8 +203,21 @@ async def prepare_run(
             faults=faults,
             sink=sink or NullSink(),
             observer=observer,
+            notes=() if capped is None else (capped,),
         )
         yield PreparedRun(service=service, run_id=run_id, target_url=mask_url(url), load_url=mask_url(load_url))
+
+
+def pool_within(
+    scenario: Scenario, budget: DescriptorBudget, observer: ProgressObserver
+) -> tuple[Scenario, str | None]:
+    """The scenario with its pool within the budget, and the note (told and logged) when it was cut."""
+    within, note = within_budget(scenario, budget)
+    if note is not None:
+        observer.note(note)
+        log.warning("connection pool capped", asked=scenario.client.pool_size, pool_size=within.client.pool_size,
+                    limit=budget.soft, runs=budget.runs)  # fmt: skip
+    return within, note
 
 
 @asynccontextmanager

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from cliffwatch.adapters.api.metrics import ServiceMetrics
 from cliffwatch.adapters.cron import ApschedulerCron
 from cliffwatch.adapters.dashboard import mount_dashboard
 from cliffwatch.adapters.dashboard.context import DashboardServices
+from cliffwatch.adapters.descriptors import settle_descriptors
 from cliffwatch.adapters.logs import LogProgress
 from cliffwatch.adapters.scenario_files import BUNDLED_DIR, load_document
 from cliffwatch.adapters.scheduler import ScheduleDriver
@@ -105,14 +107,18 @@ async def open_service(settings: Settings) -> AsyncIterator[Service]:
         await catalog.load_bundled({path.name: load_document(str(path)) for path in sorted(BUNDLED_DIR.glob("*.yaml"))})
         metrics = ServiceMetrics()
 
+        # Each of the runs at once may open its share of the descriptors, the API and the database keeping theirs.
+        descriptors = settle_descriptors(runs=settings.max_concurrent_runs, reserve=settings.fd_reserve)
+
         def prepare(scenario: Scenario, run_id: str, sink: RecordSink) -> AbstractAsyncContextManager[PreparedRun]:
-            return prepare_run(settings, scenario, observer=LogProgress(), sink=sink, run_id=run_id, ledger=ledger)
+            return prepare_run(settings, scenario, observer=LogProgress(), sink=sink, run_id=run_id, ledger=ledger,
+                               descriptors=descriptors)  # fmt: skip
 
         def prepare_a_sweep(
             scenario: Scenario, spec: SweepSpec, run_id: str, steps: SweepObserver
         ) -> AbstractAsyncContextManager[SweepHandle]:
             return prepare_sweep(settings, scenario, spec, observer=LogProgress(), sweep_id=run_id,
-                                 sweep_observer=steps)  # fmt: skip
+                                 sweep_observer=steps, descriptors=descriptors)  # fmt: skip
 
         worker = Worker(runs=store, scenarios=store, prepare=prepare, prepare_sweep=prepare_a_sweep, now=utc_now,
                         count_outcomes=metrics.count_outcomes,
@@ -209,6 +215,10 @@ async def serve(settings: Settings, *, on_ready: Callable[[str], None] | None = 
             site = web.TCPSite(runner, settings.listen_host, settings.listen_port)
             await site.start()
             url = _bound_url(runner, settings)
+            # What start-up built lives as long as the process: frozen out of the garbage collector's sight,
+            # a full collection (which a large request may set off, in the event loop's thread or the
+            # documents thread alike) walks only what came since, not every module, table and template.
+            gc.freeze()
             log.info("serving", url=url, instance=settings.instance_id)
             if on_ready is not None:
                 on_ready(url)

@@ -11,10 +11,11 @@ from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 
 from cliffwatch.adapters.clock import MonotonicClock
+from cliffwatch.adapters.descriptors import DescriptorBudget, descriptor_budget
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
 from cliffwatch.adapters.sweep_steps import HttpStepRunner
 from cliffwatch.adapters.target_access import Destinations
-from cliffwatch.bootstrap import attempt_cap, check_caps, new_run_id, start_target, with_secrets
+from cliffwatch.bootstrap import attempt_cap, check_caps, new_run_id, pool_within, start_target, with_secrets
 from cliffwatch.config import Settings
 from cliffwatch.domain.errors import CliffwatchError
 from cliffwatch.domain.masking import mask_url
@@ -90,6 +91,7 @@ async def prepare_sweep(
     sweep_id: str | None = None,
     sweep_observer: SweepObserver | None = None,
     secrets: SecretResolver | None = None,
+    descriptors: DescriptorBudget | None = None,
 ) -> AsyncIterator[SweepHandle]:
     """Starts what the sweep needs (the built-in target, one HTTP session) and stops it afterwards.
 
@@ -108,10 +110,11 @@ async def prepare_sweep(
         destinations = Destinations(settings.allowlist)
         url = await start_target(stack, scenario, observer, destinations)
         shown = mask_url(url)
-        # One HTTP client for every step: in concurrency mode its pool must hold the highest level's connections.
-        executor = await stack.enter_async_context(
-            HttpExecutor(sweep_client_scenario(sent, spec), url, destinations=destinations)
-        )
+        # One HTTP client for every step: in concurrency mode its pool must hold the highest level's connections,
+        # within the sweep's share of the file descriptors (a cut is told and logged, like a run's).
+        budget = descriptors or descriptor_budget(runs=1, reserve=settings.fd_reserve)
+        client, _ = pool_within(sweep_client_scenario(sent, spec), budget, observer)
+        executor = await stack.enter_async_context(HttpExecutor(client, url, destinations=destinations))
         await executor.preflight()
 
         def runner_for(variant: str) -> AbstractAsyncContextManager[StepRunner]:

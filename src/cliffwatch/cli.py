@@ -16,11 +16,12 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-import yaml
 from rich.console import Console
 
 from cliffwatch import __version__
 from cliffwatch.adapters.console import ConsoleProgress, comparison, scorecard
+from cliffwatch.adapters.descriptors import settle_descriptors
+from cliffwatch.adapters.documents import CONFIG_LIMITS, DocumentInvalid, DocumentLoader, load_json, load_yaml
 from cliffwatch.adapters.logs import configure_logging
 from cliffwatch.adapters.report.files import write_run_report
 from cliffwatch.adapters.result_files import write_result
@@ -186,9 +187,10 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _execute(scenario: Scenario, settings: Settings) -> RunResult:
+    descriptors = settle_descriptors(runs=1, reserve=settings.fd_reserve)
     with ConsoleProgress() as progress:
         await _clean_up(settings, progress.note)
-        async with prepare_run(settings, scenario, observer=progress) as prepared:
+        async with prepare_run(settings, scenario, observer=progress, descriptors=descriptors) as prepared:
             with stopping_on_signals("run", prepared.service.interrupt, progress.note):
                 via = "" if prepared.load_url == prepared.target_url else f" through {prepared.load_url}"
                 progress.note(f"run {prepared.run_id}: {scenario.name} against {prepared.target_url}{via}")
@@ -265,11 +267,11 @@ def _target(args: argparse.Namespace, settings: Settings) -> int:
     from cliffwatch.target.runner import serve
 
     overrides: dict[str, Any] = {}
-    for source, text in _target_configs(args):
+    for source, text, load in _target_configs(args):
         try:
-            document = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise TargetConfigInvalid([Problem(path=source, message=f"not valid YAML or JSON: {exc}")]) from exc
+            document = load(text, CONFIG_LIMITS)
+        except DocumentInvalid as exc:
+            raise TargetConfigInvalid([Problem(path=source, message=str(exc))]) from exc
         if not isinstance(document, dict):
             raise TargetConfigInvalid([Problem(path=source, message="must be a mapping of model parameters")])
         overrides.update(document)
@@ -345,15 +347,17 @@ def _token_revoke(args: argparse.Namespace, settings: Settings) -> int:
     return EXIT_PASS
 
 
-def _target_configs(args: argparse.Namespace) -> list[tuple[str, str]]:
-    configs: list[tuple[str, str]] = []
+def _target_configs(args: argparse.Namespace) -> list[tuple[str, str | bytes, DocumentLoader]]:
+    """Each source of model parameters: its name, its text and how to read it (a file is YAML or JSON)."""
+    configs: list[tuple[str, str | bytes, DocumentLoader]] = []
     if args.config is not None:
         try:
-            configs.append((str(args.config), args.config.read_text(encoding="utf-8")))
+            with args.config.open("rb") as handle:
+                configs.append((str(args.config), handle.read(CONFIG_LIMITS.max_bytes + 1), load_yaml))
         except OSError as exc:
             raise TargetConfigInvalid([Problem(path=str(args.config), message=f"cannot read: {exc.strerror}")]) from exc
     if args.config_json:
-        configs.append(("--config-json", args.config_json))
+        configs.append(("--config-json", args.config_json, load_json))
     return configs
 
 

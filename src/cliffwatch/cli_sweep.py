@@ -15,6 +15,7 @@ from typing import Any
 from rich.console import Console
 
 from cliffwatch.adapters.console import ConsoleProgress
+from cliffwatch.adapters.descriptors import settle_descriptors
 from cliffwatch.adapters.report.files import write_run_report
 from cliffwatch.adapters.result_files import write_document
 from cliffwatch.adapters.scenario_files import load_scenario
@@ -97,6 +98,7 @@ def run_sweep(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def _execute(scenario: Scenario, spec: SweepSpec, settings: Settings) -> SweepOutcome:
+    descriptors = settle_descriptors(runs=1, reserve=settings.fd_reserve)
     with ConsoleProgress() as progress:
         report = await clean_up_leftover_faults(settings)
         if not report.is_empty():
@@ -106,7 +108,9 @@ async def _execute(scenario: Scenario, spec: SweepSpec, settings: Settings) -> S
             progress.note(f"warning: {warning}")
         unit = "clients" if spec.mode.value == "concurrency" else "req/s"
         observer = SweepConsoleObserver(progress, unit=unit)
-        async with prepare_sweep(settings, scenario, spec, observer=progress, sweep_observer=observer) as sweep:
+        async with prepare_sweep(
+            settings, scenario, spec, observer=progress, sweep_observer=observer, descriptors=descriptors
+        ) as sweep:
             with stopping_on_signals("sweep", sweep.interrupt, progress.note):
                 progress.note(
                     f"sweep {sweep.sweep_id}: {scenario.name} against {sweep.target_url}, at most "

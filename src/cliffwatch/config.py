@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import yaml
-
+from cliffwatch.adapters.documents import CONFIG_LIMITS, DocumentInvalid, load_yaml
 from cliffwatch.domain.allowlist import DEFAULT_ALLOWLIST, Allowlist, parse_allowlist
 from cliffwatch.domain.caps import Caps
 from cliffwatch.domain.errors import CliffwatchError
@@ -67,6 +66,7 @@ class Settings:
     listen_port: int = 8080
     instance_id: str = field(default_factory=lambda: _default_instance_id())
     max_concurrent_runs: int = 2
+    fd_reserve: int = 256  # descriptors kept from runs' connection pools for the service itself
     max_offered_rate: float = 1_000.0
     max_attempt_rate: float | None = None  # None: the same as max_offered_rate
     attempt_burst_s: float = 1.0
@@ -359,6 +359,10 @@ SPECS: tuple[Spec, ...] = (
     Spec(field="attempt_burst_s", env="CLIFFWATCH_ATTEMPT_BURST_S", parse=_number(low=0, high=60, unit="seconds"),
          help="The attempt limiter's burst, in seconds of the attempt rate (at least one attempt): over any T "
               "seconds a run sends at most max attempt rate × (T + this); default 1."),
+    Spec(field="fd_reserve", env="CLIFFWATCH_FD_RESERVE", parse=_number(low=16, high=1 << 20, integer=True),
+         help="File descriptors kept for the service itself (API clients, the database pool, Toxiproxy, logs): "
+              "what the descriptor limit leaves after them is shared by the runs that may run at once, and a "
+              "run's client.pool_size is capped to its share. Default 256."),
     Spec(field="max_run_duration_s", env="CLIFFWATCH_MAX_RUN_DURATION_S", parse=_number(low=0, high=7 * 86_400),
          help="Longest run accepted, in seconds; default 3600."),
     Spec(field="max_concurrency", env="CLIFFWATCH_MAX_CONCURRENCY", parse=_number(low=1, high=100_000, integer=True),
@@ -443,12 +447,14 @@ def _read_config_file(env: Mapping[str, str], problems: list[str]) -> dict[str, 
         return {}
     path = _expand_home(path_text, env)
     try:
-        document = yaml.safe_load(path.read_text(encoding="utf-8"))
+        with path.open("rb") as handle:
+            raw = handle.read(CONFIG_LIMITS.max_bytes + 1)  # a byte over is enough to refuse; /dev/zero ends
+        document = load_yaml(raw, CONFIG_LIMITS)
     except OSError as exc:
         problems.append(f"CLIFFWATCH_CONFIG: cannot read {path_text}: {exc.strerror}")
         return {}
-    except yaml.YAMLError as exc:
-        problems.append(f"CLIFFWATCH_CONFIG: {path_text} is not valid YAML: {exc}")
+    except DocumentInvalid as exc:
+        problems.append(f"CLIFFWATCH_CONFIG: {path_text}: {exc}")
         return {}
     if document is None:
         return {}

@@ -223,7 +223,7 @@ def test_bad_values_in_a_config_file_name_the_file_and_the_key(tmp_path: Path) -
 
 @pytest.mark.parametrize(
     ("content", "message"),
-    [("- a\n- b\n", "must be a mapping"), ("a: [\n", "is not valid YAML")],
+    [("- a\n- b\n", "must be a mapping"), ("a: [\n", "not valid YAML")],
 )
 def test_a_config_file_that_is_not_a_mapping_is_refused(tmp_path: Path, content: str, message: str) -> None:
     """A file that is not a YAML mapping is one clear problem."""
@@ -239,3 +239,26 @@ def test_every_setting_is_documented() -> None:
 
     text = describe_settings()
     assert all(spec.env in text and spec.help in text for spec in SPECS)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("allowed_targets: " + "[" * 5_000 + "]" * 5_000 + "\n", "nested too deeply (more than 16 levels)"),
+        ("max_concurrent_runs: " + "9" * 5_000 + "\n", "a number of more than 400 characters"),
+        ("a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n"
+         + "".join(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 9)),
+         "aliases expand to more than 10,000 values"),
+    ],
+    ids=["deep", "huge-number", "alias-bomb"],
+)  # fmt: skip
+def test_a_hostile_config_file_is_one_clear_problem(tmp_path: Path, content: str, message: str) -> None:
+    """Nesting past the parser's recursion, a number Python will not convert or a nest of aliases is refused
+    as a problem with the file, never a crash."""
+    config = tmp_path / "c.yaml"
+    config.write_text(content)
+    with pytest.raises(SettingsInvalid) as caught:
+        Settings.from_env({"HOME": "/h", "CLIFFWATCH_CONFIG": str(config)})
+    assert len(caught.value.problems) == 1
+    assert caught.value.problems[0].startswith(f"CLIFFWATCH_CONFIG: {config}: ")
+    assert message in caught.value.problems[0]

@@ -130,6 +130,7 @@ def scorecard(result: RunResult) -> RenderableType:
         lines.append(fault_timeline(result))
     for item in result.verdicts():
         lines.append(Text.from_markup(f"[bold yellow]⚠ {item.name}[/]: {item.summary}"))
+    lines.extend(Text(f"note: {note}", style="yellow") for note in result.notes)
     lag = result.generator.lag
     lines.append(
         Text(

@@ -2,21 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from cliffwatch.adapters.documents import SCENARIO_LIMITS, DocumentInvalid, load_yaml
 from cliffwatch.domain.errors import Problem, ScenarioInvalid
 from cliffwatch.domain.redaction import DEFAULT_RULES, RedactionRules
 from cliffwatch.domain.scenario import Scenario, parse_scenario
 
-MAX_SCENARIO_BYTES = 1_000_000
-# Aliases are shared when loaded, but validation and the content hash walk the document as a tree, so a
-# small file of nested aliases could stand for billions of values. Without aliases a file within the byte
-# limit stays well under this.
-MAX_EXPANDED_NODES = 1_000_000
+MAX_SCENARIO_BYTES = SCENARIO_LIMITS.max_bytes
 # src/cliffwatch/adapters/ → the repository root, where the bundled scenarios live.
 BUNDLED_DIR = Path(__file__).resolve().parents[3] / "scenarios"
 
@@ -71,63 +66,17 @@ def _read(reference: str) -> tuple[Path, str]:
 
 
 def parse_scenario_text(text: str, *, source: str) -> Scenario:
-    """A scenario from YAML (JSON is YAML too), with YAML syntax errors reported by line and column."""
+    """A scenario from YAML (JSON is YAML too), with YAML syntax errors and refusals reported by line and
+    column; raises ``ScenarioInvalid`` only."""
     return parse_scenario(_yaml(text, source=source), source=source)
 
 
 def _yaml(text: str, *, source: str) -> Any:
+    """The document in ``text``, read within the scenario limits (``adapters.documents``)."""
     try:
-        document = yaml.load(text, Loader=_BoundedLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        reason = getattr(exc, "problem", None) or str(exc)
-        raise ScenarioInvalid([Problem(path="", message=f"not valid YAML: {where}{reason}")], source=source) from exc
-    except RecursionError as exc:  # PyYAML composes nested collections recursively
-        raise ScenarioInvalid([Problem(path="", message="not valid YAML: nested too deeply")], source=source) from exc
-    return document
-
-
-class _BoundedLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing documents whose aliases loop or expand past ``MAX_EXPANDED_NODES``."""
-
-    def compose_document(self) -> yaml.Node | None:
-        node = super().compose_document()
-        if node is not None:
-            _check_expansion(node)
-        return node
-
-
-def _check_expansion(root: yaml.Node) -> None:
-    """Raises ``ComposerError`` when the node graph has a cycle or expands to too many nodes as a tree."""
-    sizes: dict[int, int] = {}  # id(node) → nodes in its expanded subtree
-    on_path: set[int] = set()
-    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
-    while stack:
-        node, children_done = stack.pop()
-        key = id(node)
-        if children_done:
-            on_path.discard(key)
-            sizes[key] = 1 + sum(sizes[id(child)] for child in _children(node))
-            if sizes[key] > MAX_EXPANDED_NODES:
-                raise yaml.composer.ComposerError(
-                    None, None, f"aliases expand to more than {MAX_EXPANDED_NODES:,} values", node.start_mark
-                )
-        elif key in on_path:
-            raise yaml.composer.ComposerError(None, None, "an alias refers to a node that contains it", node.start_mark)
-        elif key not in sizes:
-            on_path.add(key)
-            stack.append((node, True))
-            stack.extend((child, False) for child in _children(node))
-
-
-def _children(node: yaml.Node) -> Iterator[yaml.Node]:
-    if isinstance(node, yaml.SequenceNode):
-        yield from node.value
-    elif isinstance(node, yaml.MappingNode):
-        for key, value in node.value:
-            yield key
-            yield value
+        return load_yaml(text, SCENARIO_LIMITS)
+    except DocumentInvalid as exc:
+        raise ScenarioInvalid([Problem(path="", message=str(exc))], source=source) from exc
 
 
 def _exists(path: Path) -> bool:

@@ -61,6 +61,7 @@ class RunResult:
     score: Score
     fault_events: tuple[FaultEvent, ...] = ()
     phase_timings: tuple[PhaseTiming, ...] = ()
+    notes: tuple[str, ...] = ()  # where the run as prepared differs from its scenario (a capped pool, say)
 
     @property
     def passed(self) -> bool:
@@ -124,6 +125,7 @@ class RunResult:
             "phases": [_phase_dict(p, timings.get(p.window.index)) for p in self.metrics.phases],
             "timeseries": [_second_dict(s) for s in self.metrics.seconds],
             "faults": [_fault_dict(e) for e in self.fault_events],
+            "notes": list(self.notes),
         }
 
 

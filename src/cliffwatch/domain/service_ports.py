@@ -71,7 +71,9 @@ class RunStore(Protocol):
 
     async def claim_run(self, *, owner: str, now: datetime, lease_until: datetime) -> Run | None:
         """Moves the oldest queued run to running for ``owner`` under a lease; never the same run twice,
-        even with several instances claiming at once (``FOR UPDATE SKIP LOCKED`` on PostgreSQL)."""
+        even with several instances claiming at once (``FOR UPDATE SKIP LOCKED`` on PostgreSQL). While the
+        emergency stop is on it starts none, ends every queued run as aborted ("emergency stop: <reason>")
+        and returns None."""
 
     async def renew_lease(self, run_id: str, *, owner: str, lease_until: datetime) -> bool:
         """Extends the lease; False when ``owner`` no longer holds the run (it was expired or taken)."""
@@ -153,7 +155,9 @@ class ControlStore(Protocol):
     async def emergency_stop(self) -> str | None:
         """The reason the emergency stop is on, or None when runs may be accepted."""
 
-    async def set_emergency_stop(self, reason: str | None) -> None: ...
+    async def set_emergency_stop(self, reason: str | None) -> None:
+        """Turns the stop on with ``reason``, or off (None); turning it off ends every run still queued as
+        aborted by it, in the same transaction: a run caught in the queue must not fire on release."""
 
 
 class LeaderLock(Protocol):

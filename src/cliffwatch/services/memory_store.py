@@ -10,6 +10,8 @@ U+FFFD (``store_values``, shared with the SQL store). The choices the ports leav
 - ``create_run``: a run id already taken by a different request raises ``ValueError``;
 - ``request_abort``: a queued run's reason is also its ``abort_requested``; a running run keeps the first
   reason asked for; a finished run is returned unchanged;
+- ``claim_run`` while the emergency stop is on, and ``set_emergency_stop(None)`` releasing it, end every
+  queued run as aborted ("emergency stop: <reason>", as a queued run's abort), and the claim starts none;
 - ``finish_run``: an end whose status is not terminal is a ``ValueError``; a "timeseries" key left in the
   result is dropped (the rows are kept apart, from ``RunEnd.timeseries``); an end with a result clears the
   provisional one, an end without keeps it; runs with no lease never expire;
@@ -69,6 +71,7 @@ from cliffwatch.services.store_values import (
     opt_utc,
     plain_json,
     result_document,
+    stop_reason,
     stored_outcome,
     stored_run,
     utc_now,
@@ -193,6 +196,10 @@ class InMemoryStore:
         return RunPage(runs=tuple(page), next_cursor=encode_cursor(page[-1].created_at, page[-1].id) if more else None)
 
     async def claim_run(self, *, owner: str, now: datetime, lease_until: datetime) -> Run | None:
+        stop = self._control.get(EMERGENCY_STOP)
+        if stop is not None:
+            self._abort_queued(stop, now)
+            return None
         queued = [r for r in self._runs.values() if r.status is RunStatus.QUEUED]
         if not queued:
             return None
@@ -380,9 +387,18 @@ class InMemoryStore:
 
     async def set_emergency_stop(self, reason: str | None) -> None:
         if reason is None:
-            self._control.pop(EMERGENCY_STOP, None)
+            stop = self._control.pop(EMERGENCY_STOP, None)
+            if stop is not None:
+                self._abort_queued(stop, self.now())
         else:
             self._control[EMERGENCY_STOP] = without_nul(reason)
+
+    def _abort_queued(self, stop: str, now: datetime) -> None:
+        reason = stop_reason(stop)
+        for run in list(self._runs.values()):
+            if run.status is RunStatus.QUEUED:
+                self._runs[run.id] = replace(run, status=RunStatus.ABORTED, reason=reason, abort_requested=reason,
+                                             finished_at=as_utc(now))  # fmt: skip
 
     # Companions sharing this store's state (a database's other users)
 

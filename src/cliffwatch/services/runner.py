@@ -87,12 +87,14 @@ class RunService:
         faults: FaultInjector,
         sink: RecordSink,
         observer: ProgressObserver,
+        notes: tuple[str, ...] = (),
     ) -> None:
         self.clock = clock
         self.generator = generator
         self.faults = faults
         self.sink = sink
         self.observer = observer
+        self.notes = notes  # how the run was prepared differs from what its scenario asks (a capped pool)
         self._state: _RunState | None = None
 
     def interrupt(self) -> None:
@@ -181,6 +183,7 @@ class RunService:
             score=score_run(metrics, slo=scenario.slo, spec=scenario.score),
             fault_events=tuple(events),
             phase_timings=tuple(timings),
+            notes=self.notes,
         )
         bound.info("run finished", status=status.value, score=result.score.value, passed=result.passed)
         return result

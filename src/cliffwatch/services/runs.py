@@ -36,6 +36,7 @@ from cliffwatch.domain.service_ports import ControlStore, RunStore
 from cliffwatch.domain.sweep_plan import sweep_warnings
 from cliffwatch.domain.sweep_spec import SweepSpec
 from cliffwatch.services.catalog import ScenarioCatalog
+from cliffwatch.services.store_values import stop_reason
 
 log = structlog.get_logger(__name__)
 QUEUED_RETRY_AFTER_S = 30.0  # when a queued run will start is unknown; half a minute keeps pollers polite
@@ -244,13 +245,17 @@ class RunsService:
         """The emergency stop: no run is accepted, and every queued or running run is aborted. This instance's
         runs stop at once, database or not; when the database cannot record the stop for the other
         instances, ``EmergencyStopNotRecorded`` says so (this instance stays stopped until it is recorded, or
-        released here)."""
-        stopped_here = self.local.stop_local(f"emergency stop: {reason}") if self.local is not None else []
+        released here).
+
+        A run this sweep misses (its submission passed the check before the stop, and was stored after the
+        sweep read the active runs) never starts either: the stores' claims start nothing while the stop
+        is on and end such a run as aborted, as releasing the stop does."""
+        stopped_here = self.local.stop_local(stop_reason(reason)) if self.local is not None else []
         try:
             await self.control.set_emergency_stop(reason)
             stopped = {run.id: run for run in stopped_here}
             for run in await self.runs.active_runs():
-                aborted = await self.runs.request_abort(run.id, f"emergency stop: {reason}")
+                aborted = await self.runs.request_abort(run.id, stop_reason(reason))
                 if aborted is not None:
                     stopped[aborted.id] = aborted
         except StoreUnavailable as exc:

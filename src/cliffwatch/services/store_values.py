@@ -118,6 +118,11 @@ def result_document(result: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return plain_json({k: v for k, v in result.items() if k != "timeseries"})  # type: ignore[no-any-return]
 
 
+def stop_reason(reason: str) -> str:
+    """Why a run was ended by the emergency stop (stop-all's sweep, a claim or the release that found it)."""
+    return f"emergency stop: {reason}"
+
+
 def lease_reason(owner: str | None, lease_until: datetime | None) -> str:
     until = "?" if lease_until is None else as_utc(lease_until).isoformat(timespec="seconds")
     return f"the instance {owner} stopped renewing its lease (last until {until})"

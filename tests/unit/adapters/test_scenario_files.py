@@ -129,7 +129,7 @@ def test_yaml_syntax_errors_give_the_line_and_column(tmp_path: Path, text: str, 
     error = _invalid(str(path))
     assert error.source == str(path)
     assert len(error.problems) == 1
-    assert error.problems[0].message.startswith(f"not valid YAML: {where}: ")
+    assert error.problems[0].message.startswith(f"{where}: not valid YAML: ")
 
 
 @pytest.mark.parametrize(
@@ -227,7 +227,7 @@ def test_aliases_that_expand_enormously_are_refused_quickly(tmp_path: Path) -> N
     assert path.stat().st_size < 1_000
     error = _invalid(str(path))
     assert error.source == str(path)
-    assert "aliases expand to more than 1,000,000 values" in str(error)
+    assert "aliases expand to more than 10,000 values" in str(error)
 
 
 def test_an_alias_inside_its_own_anchor_is_refused(tmp_path: Path) -> None:
@@ -235,8 +235,40 @@ def test_an_alias_inside_its_own_anchor_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "loop.yaml"
     text = VALID.replace("request: {model: m}", "request: &r {model: m, extra_body: *r}")
     path.write_text(text, encoding="utf-8")
-    column = text.splitlines()[2].index("&r") + 1  # the anchored mapping, on line 3
+    column = text.splitlines()[2].index("*r") + 1  # the alias, on line 3
     error = _invalid(str(path))
     assert [p.message for p in error.problems] == [
-        f"not valid YAML: line 3, column {column}: an alias refers to a node that contains it"
+        f"line 3, column {column}: an alias refers to a node that contains it"
     ]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (VALID.replace("name: tiny\n", "name: tiny\nseed: " + "1" * 5_000 + "\n"), "a number of more than 400"),
+        (VALID.replace("request: {model: m}", "request: {model: m, extra_body: {x: .inf}}"), "not a finite number"),
+        (VALID.replace("name: tiny\n", "name: tiny\n1: one\n"), "a mapping key must be a string, got '1'"),
+        (VALID.replace("name: tiny\n", "name: !!binary aGVsbG8=\n"), "the tag !!binary is not allowed"),
+        (VALID + "---\nname: second\n", "expected a single document"),
+    ],
+    ids=["huge-int", "infinity", "int-key", "binary", "two-documents"],
+)
+def test_values_json_cannot_hold_are_invalid_not_a_crash(tmp_path: Path, text: str, message: str) -> None:
+    """A number too long to convert, an infinity, a non-string key, a YAML-only type or a second document is
+    a problem with the file, with its line, never another exception."""
+    path = tmp_path / "odd.yaml"
+    path.write_text(text, encoding="utf-8")
+    error = _invalid(str(path))
+    assert error.source == str(path)
+    assert len(error.problems) == 1
+    assert message in error.problems[0].message
+
+
+def test_nesting_within_the_depth_limit_is_read_and_deeper_is_refused(tmp_path: Path) -> None:
+    """A request body nested to the limit is valid; one level more is refused before validation walks it."""
+    body = "[" * 61 + "]" * 61  # with the top, target and request around it: 64 levels
+    path = tmp_path / "deep.yaml"
+    path.write_text(VALID.replace("request: {model: m}", f"api: http, request: {{body: {body}}}"), encoding="utf-8")
+    assert load_scenario(str(path)).target.request.body is not None
+    path.write_text(VALID.replace("request: {model: m}", f"api: http, request: {{body: [{body}]}}"), encoding="utf-8")
+    assert "nested too deeply (more than 64 levels)" in str(_invalid(str(path)))

@@ -28,7 +28,10 @@ def _problem(description: str, headers: dict[str, Any] | None = None) -> dict[st
 
 
 RESPONSES: dict[str, Any] = {
-    "BadRequest": _problem("Invalid query parameters or header, malformed JSON, or a missing body."),
+    "BadRequest": _problem(
+        "Invalid query parameters or header, malformed JSON, a body over the document limits "
+        "(nesting, values, long numbers: body-too-complex), or a missing body."
+    ),
     "Unauthenticated": _problem(
         "No bearer token, or an unknown or revoked one.",
         {"WWW-Authenticate": {"schema": {"type": "string"}, "required": True}},

@@ -168,6 +168,9 @@ RESULT = obj(
         "faults": nullable({"type": "array", "items": ANY_OBJECT}),
         "capped": {"type": "boolean", "description": "the attempt cap held back attempts: what was sent is not "
                    "the load as written (verdict capped; the run cannot pass)"},
+        "notes": {"type": "array", "items": {"type": "string"},
+                  "description": "where the run as prepared differed from its scenario, e.g. a connection pool "
+                                 "capped to the file descriptor budget"},
     }
 )  # fmt: skip
 OUTCOME = obj(

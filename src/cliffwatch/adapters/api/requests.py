@@ -8,10 +8,10 @@ states the same rules; the schemathesis test holds the two together.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, TypeVar
@@ -19,7 +19,9 @@ from typing import Any, TypeVar
 from aiohttp import web
 from multidict import MultiMapping
 
+from cliffwatch.adapters.api.context import SETTINGS
 from cliffwatch.adapters.api.problems import ApiError, body_invalid, query_invalid
+from cliffwatch.adapters.documents import SCENARIO_LIMITS, DocumentInvalid, load_json, load_off_loop
 from cliffwatch.domain.errors import Problem
 from cliffwatch.domain.runs import Overrides
 from cliffwatch.domain.scenario import MAX_SEED
@@ -29,16 +31,14 @@ E = TypeVar("E", bound=StrEnum)
 _JSON_TYPES = re.compile(r"^application/([a-z0-9.+-]+\+)?json$")
 
 
-def _refuse_constant(name: str) -> None:
-    # Python's json module accepts NaN and Infinity; JSON does not, and no value here may be non-finite.
-    raise ValueError(f"{name} is not JSON")
-
-
 async def read_json(request: web.Request, *, optional: bool = False) -> object:
-    """The request's JSON body, parsed; ``{}`` for an optional body that was not sent.
+    """The request's JSON body, parsed within the document limits (``adapters.documents``: the scenario
+    limits, with the body size setting); ``{}`` for an optional body that was not sent.
 
-    Raises ``ApiError``: 415 for another media type, 400 for a missing, malformed or non-UTF-8 body. A body
-    over the size limit raises aiohttp's 413 while it is read (``client_max_size``).
+    Raises ``ApiError``: 415 for another media type; 400 ``malformed-json`` for a missing, malformed or
+    non-UTF-8 body, or one JSON cannot hold (NaN, unpaired surrogates); 400 ``body-too-complex`` for one over
+    the limits (nesting, values, long numbers). A body over the size limit raises aiohttp's 413 while it is
+    read (``client_max_size``).
     """
     raw = await request.read()
     if not raw:
@@ -52,14 +52,13 @@ async def read_json(request: web.Request, *, optional: bool = False) -> object:
             "Unsupported media type",
             f"the body must be application/json, got {request.content_type or 'no Content-Type'}",
         )
+    limits = replace(SCENARIO_LIMITS, max_bytes=request.app[SETTINGS].api_max_body_bytes)
     try:
-        return json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
-    except UnicodeDecodeError as exc:
-        raise ApiError(400, "malformed-json", "Malformed JSON", f"the body is not UTF-8: {exc.reason}") from exc
-    except RecursionError as exc:
-        raise ApiError(400, "malformed-json", "Malformed JSON", "the body is nested too deeply") from exc
-    except ValueError as exc:  # json.JSONDecodeError, or a NaN/Infinity constant
-        raise ApiError(400, "malformed-json", "Malformed JSON", f"the body is not valid JSON: {exc}") from exc
+        return await load_off_loop(load_json, raw, limits)
+    except DocumentInvalid as exc:
+        if exc.over_limit:
+            raise ApiError(400, "body-too-complex", "Request body too complex", f"the body: {exc}") from exc
+        raise ApiError(400, "malformed-json", "Malformed JSON", f"the body: {exc}") from exc
 
 
 def _kind(value: object) -> str:

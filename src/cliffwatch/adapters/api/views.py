@@ -106,6 +106,7 @@ def _result_view(result: Mapping[str, Any]) -> dict[str, Any]:
             "generator", "faults")  # fmt: skip
     view = {key: result.get(key) for key in keys}
     view["capped"] = bool(result.get("capped", False))  # documents from before the attempt cap were not
+    view["notes"] = list(result.get("notes") or ())
     return view
 
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from cliffwatch.adapters.documents import RESULT_LIMITS, DocumentInvalid, load_json
 from cliffwatch.adapters.report.render import ReportInvalid, check_report_document, render_report
 
 
@@ -20,15 +20,16 @@ def read_result_file(path: Path) -> dict[str, Any]:
     is neither a run nor a sweep result.
     """
     try:
-        text = path.read_text(encoding="utf-8")
+        with path.open("rb") as handle:
+            raw = handle.read(RESULT_LIMITS.max_bytes + 1)  # a byte over is enough to refuse
     except FileNotFoundError:
         raise
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
         raise ReportInvalid(f"cannot read it ({exc})", source=str(path)) from exc
     try:
-        document = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ReportInvalid(f"not JSON ({exc})", source=str(path)) from exc
+        document = load_json(raw, RESULT_LIMITS)
+    except DocumentInvalid as exc:
+        raise ReportInvalid(f"not a JSON document cliffwatch reads ({exc})", source=str(path)) from exc
     try:
         check_report_document(document)
     except ReportInvalid as exc:

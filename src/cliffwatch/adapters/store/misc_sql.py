@@ -16,6 +16,7 @@ from sqlalchemy import exc as sa_exc
 
 from cliffwatch.adapters.store.database import Database
 from cliffwatch.adapters.store.rows import scenario_of, schedule_of, schedule_row, token_of, token_row
+from cliffwatch.adapters.store.runs_sql import abort_queued
 from cliffwatch.adapters.store.tables import (
     api_tokens,
     control,
@@ -181,7 +182,10 @@ class SqlCatalog:
     async def set_emergency_stop(self, reason: str | None) -> None:
         async with self._db.write() as conn:
             if reason is None:
-                await conn.execute(delete(control).where(control.c.key == EMERGENCY_STOP))
+                released = delete(control).where(control.c.key == EMERGENCY_STOP).returning(control.c.value)
+                stop = (await conn.execute(released)).scalar()
+                if stop is not None:  # what slipped into the queue while it was on must not fire now
+                    await conn.execute(abort_queued(stop, self._db.now()))
                 return
             values = {"value": reason, "updated_at": self._db.now()}
             upsert = self._db.insert(control).values(key=EMERGENCY_STOP, **values)

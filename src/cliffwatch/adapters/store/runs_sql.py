@@ -5,7 +5,8 @@ Every change is one transaction whose guard is in its ``WHERE`` clause (``status
 …``), so two instances racing on a run cannot both win. The claim takes the oldest queued run with
 ``FOR UPDATE SKIP LOCKED`` on PostgreSQL, so claimers pass each other's locked rows by instead of queueing
 behind them; on SQLite it is one ``UPDATE … WHERE id = (SELECT …)`` in a ``BEGIN IMMEDIATE`` transaction,
-which holds the only write lock there is.
+which holds the only write lock there is. While the emergency stop is on, a claim starts nothing and ends
+the queued runs it finds as aborted.
 """
 
 from __future__ import annotations
@@ -14,21 +15,23 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, func, or_, select, update
+from sqlalchemy import ColumnElement, Select, Update, and_, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from cliffwatch.adapters.store.database import Database
 from cliffwatch.adapters.store.rows import end_values, phase_rows, run_of, run_row, second_rows
-from cliffwatch.adapters.store.tables import run_phases, run_seconds, runs, scenario_versions
+from cliffwatch.adapters.store.tables import control, run_phases, run_seconds, runs, scenario_versions
 from cliffwatch.domain.result import RunStatus
 from cliffwatch.domain.runs import CallerUsage, Run, RunEnd, RunKind, RunPage, RunQuery, ScenarioSource, Trigger
 from cliffwatch.services.store_values import (
+    EMERGENCY_STOP,
     as_utc,
     check_limit,
     decode_cursor,
     encode_cursor,
     lease_reason,
     result_document,
+    stop_reason,
 )
 
 QUEUED, RUNNING, INTERRUPTED = RunStatus.QUEUED.value, RunStatus.RUNNING.value, RunStatus.INTERRUPTED.value
@@ -92,13 +95,20 @@ class SqlRuns:
         oldest = select(runs.c.id).where(runs.c.status == QUEUED).order_by(*OLDEST_FIRST).limit(1)
         if self._db.postgres:
             oldest = oldest.with_for_update(skip_locked=True)
+        # The stop is checked again in the claim's own statement: on PostgreSQL a stop committed after the
+        # read above is seen by it (each statement sees what was committed before it began), so no run
+        # starts under a stop, and one claimed just before it is in stop-all's sweep (docs/security.md).
         claim = (
             update(runs)
-            .where(runs.c.id == oldest.scalar_subquery(), runs.c.status == QUEUED)
+            .where(runs.c.id == oldest.scalar_subquery(), runs.c.status == QUEUED, ~_stopped().exists())
             .values(status=RUNNING, owner=owner, lease_until=lease_until, started_at=now)
             .returning(*runs.c)
         )
         async with self._db.write() as conn:
+            stop: str | None = (await conn.execute(_stopped())).scalar()
+            if stop is not None:
+                await conn.execute(abort_queued(stop, now))
+                return None
             row = (await conn.execute(claim)).mappings().first()
         return None if row is None else run_of(row)
 
@@ -229,6 +239,22 @@ class SqlRuns:
         statement = select(runs).where(*conditions).order_by(runs.c.finished_at, runs.c.id)
         async with self._db.read() as conn:
             return [run_of(row) for row in (await conn.execute(statement)).mappings()]
+
+
+def _stopped() -> Select[Any]:
+    """The emergency stop's reason, as a query: a row only while the stop is on."""
+    return select(control.c.value).where(control.c.key == EMERGENCY_STOP)
+
+
+def abort_queued(stop: str, now: datetime) -> Update:
+    """Ends every queued run as aborted by the emergency stop whose reason is ``stop``: what a claim does
+    while the stop is on, and what releasing it does, so no run caught in the queue fires on release."""
+    reason = stop_reason(stop)
+    return (
+        update(runs)
+        .where(runs.c.status == QUEUED)
+        .values(status=RunStatus.ABORTED.value, reason=reason, abort_requested=reason, finished_at=now)
+    )
 
 
 def _held(run_id: str, owner: str) -> tuple[ColumnElement[bool], ...]:

@@ -19,7 +19,7 @@ from cliffwatch.domain.runs import Role
         (b'{"scenario": ', "application/json", 400, "malformed-json"),
         (b'{"scenario": "burst-storm", "overrides": {"threshold": NaN}}', "application/json", 400, "malformed-json"),
         (b'{"scenario": "\xff"}', "application/json", 400, "malformed-json"),
-        (b'{"document": ' + b'{"a": ' * 5000 + b"1" + b"}" * 5001, "application/json", 400, "malformed-json"),
+        (b'{"document": ' + b'{"a": ' * 5000 + b"1" + b"}" * 5001, "application/json", 400, "body-too-complex"),
         (b"", "application/json", 400, "body-missing"),
         (b'{"scenario": "burst-storm"}', "text/plain", 415, "unsupported-media-type"),
         (b'{"scenario": "burst-storm"}', "application/x-www-form-urlencoded", 415, "unsupported-media-type"),
