@@ -142,6 +142,17 @@ class StoreUnavailable(CliffwatchError):
         super().__init__(f"the database {self.url} is unavailable: {reason}")
 
 
+class IdempotencyKeyReused(CliffwatchError):
+    """An idempotency key already named another request (another kind, scenario, overrides or sweep)."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        super().__init__(
+            f"this Idempotency-Key already queued run {run_id} for a different request; use a new key for a new "
+            "request"
+        )
+
+
 class EmergencyStopNotRecorded(CliffwatchError):
     """The emergency stop stopped this instance's runs, but the database could not record it for the others."""
 

@@ -21,6 +21,7 @@ from cliffwatch.domain.caps import Caps, cap_violations, sweep_cap_violations
 from cliffwatch.domain.errors import (
     EmergencyStopActive,
     EmergencyStopNotRecorded,
+    IdempotencyKeyReused,
     QuotaExceeded,
     RunNotFound,
     RunRefused,
@@ -106,7 +107,8 @@ class RunsService:
 
         Raises ``EmergencyStopActive``, ``ScenarioNotFound``, ``ScenarioInvalid`` (the document or an
         override), ``TargetNotAllowed``, ``RunRefused`` (over the caps) or, for an API caller, ``QuotaExceeded``
-        (its queued runs or its new documents), all before anything is stored.
+        (its queued runs or its new documents), all before anything is stored; ``IdempotencyKeyReused`` when
+        the request's key already queued a different request.
         """
         if problems := request.overrides.credential_problems():
             raise ScenarioInvalid(problems)  # overrides are stored and shown as given: no password in them
@@ -117,6 +119,8 @@ class RunsService:
         stored, created = await self.runs.create_run(run)
         if created:
             log.info("run queued", run_id=stored.id, scenario=stored.scenario_name, trigger=stored.trigger.value)
+        elif _asked(stored) != _asked(run):
+            raise IdempotencyKeyReused(stored.id)
         return stored, created
 
     async def build(self, request: RunRequest) -> Run:
@@ -276,6 +280,12 @@ class RunsService:
 
     async def emergency_stop(self) -> str | None:
         return await self.control.emergency_stop()
+
+
+def _asked(run: Run) -> tuple[object, ...]:
+    """What a run request asked for, as its run records it: a repeat under the same key must ask the same."""
+    sweep = None if run.sweep is None else run.sweep.to_dict()
+    return (run.kind, run.scenario_name, run.scenario_hash, run.overrides.to_dict(), sweep)
 
 
 def _resolved(version: ScenarioVersion, overrides: Overrides) -> Scenario:

@@ -22,6 +22,7 @@ from cliffwatch.domain.errors import (
     EmergencyStopActive,
     EmergencyStopNotRecorded,
     FaultInjectionFailed,
+    IdempotencyKeyReused,
     Problem,
     QuotaExceeded,
     RunNotFound,
@@ -186,6 +187,7 @@ ERRORS: dict[type[CliffwatchError], _Mapping] = {
         status=422, slug="target-not-allowed", title="Target not allowed", extend=_target_not_allowed
     ),
     RunRefused: _Mapping(status=422, slug="run-refused", title="Run refused", extend=_run_refused),
+    IdempotencyKeyReused: _Mapping(status=422, slug="idempotency-key-reused", title="Idempotency key reused"),
     QuotaExceeded: _Mapping(status=429, slug="quota-exceeded", title="Quota reached", extend=_quota_exceeded),
     EmergencyStopActive: _Mapping(
         status=503, slug="emergency-stop", title="Emergency stop active", extend=_emergency_stop

@@ -55,6 +55,31 @@ async def test_the_same_idempotency_key_returns_the_first_run_with_200(api: Api)
     assert len((await api.call("GET", "/api/v1/runs")).body["runs"]) == 1
 
 
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/api/v1/sweeps", {"scenario": "burst-storm", "sweep": {"auto": True}}),
+        ("/api/v1/runs", {"scenario": "retry-storm"}),
+        ("/api/v1/runs", {"scenario": "burst-storm", "overrides": {"seed": 9}}),
+    ],
+    ids=["a sweep", "another scenario", "other overrides"],
+)
+async def test_a_key_reused_for_a_different_request_is_refused_naming_the_first_run(
+    api: Api, path: str, body: dict[str, object]
+) -> None:
+    """A key that queued a run cannot stand for another request (schemathesis found a sweep answered with the
+    run a key had queued, shaped as neither): 422 idempotency-key-reused naming the run, nothing queued."""
+    headers = {"Idempotency-Key": "deploy-1"}
+    first = await api.call(
+        "POST", "/api/v1/runs", role=Role.OPERATOR, headers=headers, json={"scenario": "burst-storm"}
+    )
+    reused = await api.call("POST", path, role=Role.OPERATOR, headers=headers, json=body)
+    assert reused.status == 422
+    assert reused.body["type"].endswith(":idempotency-key-reused")
+    assert first.body["id"] in reused.body["detail"]
+    assert len((await api.call("GET", "/api/v1/runs")).body["runs"]) == 1
+
+
 async def test_idempotency_keys_are_scoped_to_the_token(api: Api) -> None:
     """Two clients that happen to pick the same key get a run each."""
     headers = {"Idempotency-Key": "same"}

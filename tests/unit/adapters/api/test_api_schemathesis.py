@@ -1,9 +1,12 @@
-"""Schemathesis against the served API: generated requests (valid and invalid, per the OpenAPI document) must
-never get a 500, and every response must match the document: status, media type, headers and schema.
+"""Schemathesis against the served API, as each role: generated requests (valid and invalid, per the OpenAPI
+document) must never get a 500, every response must match the document (status, media type, headers and
+schema), and the event loop serving them is never blocked over 100 ms.
 
 The app runs on a real 127.0.0.1 port in a thread of its own (schemathesis's client is synchronous), and the
-``st`` command line runs in a subprocess with an admin token, bounded by examples per operation. Runs it
-queues only queue: nothing executes them here.
+``st`` command line runs in a subprocess with a viewer's, an operator's or an admin's token, bounded by
+examples per operation. Runs it queues only queue: nothing executes them here. A probe on the served loop
+(``loop_watch.watching``) measures its longest block throughout, with the heap frozen as ``cliffwatch serve``
+freezes its own.
 """
 
 from __future__ import annotations
@@ -23,8 +26,10 @@ from api_harness import DOCUMENT, build_parts, make_settings
 
 from cliffwatch.adapters.api import MAX_LINE_SIZE, create_app
 from cliffwatch.domain.runs import Role
+from loop_watch import frozen_heap, watching
 
 MAX_EXAMPLES = 25
+LOOP_BLOCK_MS = 100
 # Excluded, and why: positive_data_acceptance expects 2xx for every request the schemas allow, but scenario
 # documents, cron expressions and names of things that do not exist can only be judged by the services (422,
 # 404), not by a JSON Schema.
@@ -45,7 +50,7 @@ class ServedApi:
 
     def __init__(self) -> None:
         self.port = 0
-        self.admin_token = ""
+        self.tokens: dict[Role, str] = {}
         self._ready = threading.Event()
         self._failure: BaseException | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -59,6 +64,11 @@ class ServedApi:
         if self._failure is not None:
             raise RuntimeError("the API did not start") from self._failure
         return self
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        assert self._loop is not None
+        return self._loop
 
     def __exit__(self, *exc: object) -> None:
         if self._loop is not None and self._stop is not None:
@@ -88,7 +98,7 @@ class ServedApi:
         try:
             host, port = runner.addresses[0][:2]
             assert host == "127.0.0.1"
-            self.port, self.admin_token = port, parts.tokens[Role.ADMIN]
+            self.port, self.tokens = port, dict(parts.tokens)
             self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
             self._ready.set()
             await self._stop.wait()
@@ -102,13 +112,16 @@ def served() -> Iterator[ServedApi]:
         yield api
 
 
-def test_schemathesis_finds_no_server_errors_and_no_schema_violations(served: ServedApi, tmp_path: Path) -> None:
+@pytest.mark.parametrize("role", [Role.VIEWER, Role.OPERATOR, Role.ADMIN], ids=lambda r: r.value)
+def test_schemathesis_finds_no_server_errors_no_schema_violations_and_no_loop_block(
+    served: ServedApi, tmp_path: Path, role: Role
+) -> None:
     report = tmp_path / "report.json"
     config = tmp_path / "schemathesis.toml"
     config.write_text(CONFIG)
     command = [
         str(Path(sys.executable).with_name("st")), "--config-file", str(config), "run", f"http://127.0.0.1:{served.port}/api/v1/openapi.json",
-        "--header", f"Authorization: Bearer {served.admin_token}",
+        "--header", f"Authorization: Bearer {served.tokens[role]}",
         "--checks", "all", "--exclude-checks", EXCLUDED_CHECKS,
         "--max-examples", str(MAX_EXAMPLES), "--seed", "20261130", "--workers", "1",
         "--request-timeout", "10", "--report", "json", "--report-json-path", str(report),
@@ -117,7 +130,8 @@ def test_schemathesis_finds_no_server_errors_and_no_schema_violations(served: Se
     # In tmp_path: schemathesis's own files (.hypothesis) stay out of the tree, and no schemathesis.toml of the
     # developer's changes the run. The token is a throwaway of this test's in-memory store.
     env = {**os.environ, "SCHEMATHESIS_HOOKS": ""}
-    finished = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    with frozen_heap(), watching(served.loop) as watch:
+        finished = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     summary = finished.stdout[-6000:]
     assert finished.returncode == 0, summary + finished.stderr[-3000:]
     stats = json.loads(report.read_text())
@@ -130,4 +144,6 @@ def test_schemathesis_finds_no_server_errors_and_no_schema_violations(served: Se
     operations = sum(len(item) for item in DOCUMENT["paths"].values()) - 1
     assert stats["operations"]["tested"] == stats["operations"]["total"] == operations
     assert stats["test_cases"]["generated"] >= 10 * operations
-    print(summary)  # the run's statistics, shown with -s
+    assert watch.wakes > 100, watch.report()  # the probe ran all along
+    assert watch.longest_ms < LOOP_BLOCK_MS, watch.report()
+    print(summary, watch.report())  # the run's statistics, shown with -s
