@@ -147,10 +147,7 @@ class IdempotencyKeyReused(CliffwatchError):
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
-        super().__init__(
-            f"this Idempotency-Key already queued run {run_id} for a different request; use a new key for a new "
-            "request"
-        )
+        super().__init__(f"this Idempotency-Key already queued run {run_id} for another request; use a new key")
 
 
 class EmergencyStopNotRecorded(CliffwatchError):
