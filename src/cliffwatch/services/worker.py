@@ -61,6 +61,7 @@ class _RunHandle:
 
     def __init__(self, run: Run) -> None:
         self.run = run
+        self.task: asyncio.Task[None] | None = None  # the run's execution, from its claim to its recorded end
         self.target: Stoppable | None = None
         self.interrupted = False
         self.abort_reason: str | None = None
@@ -108,20 +109,19 @@ class Worker:
         self.monotonic = monotonic
         self.count_outcomes = count_outcomes
         self.lease_timing = LeaseTiming(lease_s=settings.lease_s)
-        self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._handles: dict[str, _RunHandle] = {}
+        self._handles: dict[str, _RunHandle] = {}  # the runs in hand, from their claim to their recorded end
         self._claiming = True
         self._stopped: str | None = None  # an emergency stop this instance was told of, database or not
 
     @property
     def active(self) -> int:
-        return len(self._tasks)
+        return len(self._handles)
 
     async def run_forever(self) -> None:
         """Claims and starts runs while there is room, until ``stop_claiming`` (or cancellation)."""
         while self._claiming:
             started = False
-            if len(self._tasks) < self.settings.max_concurrent_runs and self._stopped is None:
+            if len(self._handles) < self.settings.max_concurrent_runs and self._stopped is None:
                 started = await self._claim_one()
             if not started:
                 await asyncio.sleep(POLL_S)
@@ -140,14 +140,8 @@ class Worker:
             return False
         handle = _RunHandle(run)
         self._handles[run.id] = handle
-        task = asyncio.create_task(self._execute(run, handle, held_since), name=f"run-{run.id}")
-        self._tasks[run.id] = task
-
-        def done(_: asyncio.Task[None]) -> None:
-            self._tasks.pop(run.id, None)
-            self._handles.pop(run.id, None)
-
-        task.add_done_callback(done)
+        handle.task = asyncio.create_task(self._execute(run, handle, held_since), name=f"run-{run.id}")
+        handle.task.add_done_callback(lambda _: self._handles.pop(run.id, None))
         if self._stopped is not None:  # the emergency stop came while this claim was on its way
             handle.abort(self._stopped)
         return True
@@ -180,7 +174,7 @@ class Worker:
         self.stop_claiming()
         for handle in list(self._handles.values()):
             handle.interrupt()
-        tasks = list(self._tasks.values())
+        tasks = [handle.task for handle in self._handles.values() if handle.task is not None]
         if not tasks:
             return
         _, pending = await asyncio.wait(tasks, timeout=grace_s)
