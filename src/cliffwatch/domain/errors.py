@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cliffwatch.domain.masking import mask_url
+from cliffwatch.domain.masking import mask_url, without_password
 
 
 class CliffwatchError(Exception):
@@ -55,8 +55,8 @@ class TargetNotAllowed(CliffwatchError):
 
     def __init__(self, url: str, reason: str) -> None:
         self.url = mask_url(url)
-        self.reason = reason
-        super().__init__(f"target {url} is not allowed: {reason}")
+        self.reason = mask_url(reason)
+        super().__init__(f"target {self.url} is not allowed: {self.reason}")
 
 
 class TargetUnreachable(CliffwatchError):
@@ -65,7 +65,7 @@ class TargetUnreachable(CliffwatchError):
     def __init__(self, url: str, reason: str) -> None:
         self.url = mask_url(url)
         self.reason = mask_url(reason)
-        super().__init__(f"target {url} is unreachable, no load was sent: {reason}")
+        super().__init__(f"target {self.url} is unreachable, no load was sent: {self.reason}")
 
 
 class BuiltinTargetFailed(CliffwatchError):
@@ -161,19 +161,6 @@ class EmergencyStopNotRecorded(CliffwatchError):
             f"this instance stopped its runs ({runs}) and takes no more until the stop is recorded or released "
             f"here, but the database could not record the stop for the other instances; retry"
         )
-
-
-def without_password(url: str) -> str:
-    """``url`` with the password of its user part masked, so it can be logged and shown."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return url
-    # The user part ends at the last "@": a password may itself hold "@", ":" or "/" (unescaped, if careless),
-    # and masking too much of an odd URL is better than showing a password.
-    user, at, host = rest.rpartition("@")
-    if not at or ":" not in user:
-        return url
-    return f"{scheme}://{user.partition(':')[0]}:***@{host}"
 
 
 class ScheduleInvalid(CliffwatchError):

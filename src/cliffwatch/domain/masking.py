@@ -1,4 +1,4 @@
-"""The one mask cliffwatch shows in place of a credential, and masking of credentials inside strings.
+"""The one mask cliffwatch shows in place of a credential, and masking of credentials inside strings and URLs.
 
 Strings only, no documents: a URL's password, a URL's user part when it has no password (then the user
 part is the token), and ``Name: value`` of a sensitive header inside free text (a log message, an error).
@@ -29,6 +29,23 @@ def mask_url(url: str) -> str:
     if "@" not in url:
         return url
     return _USERINFO.sub(lambda m: f"{m['scheme']}{mask_userinfo(m['userinfo'])}@", url)
+
+
+def without_password(url: str) -> str:
+    """One URL (a database's, say) with the password of its user part masked, so it can be logged and shown.
+
+    Unlike ``mask_url``, which finds URLs in any text and so stops a user part at ``/``, this takes the whole
+    string as one URL: its user part ends at the last ``@``, so a careless password holding ``/`` is masked
+    too. A user without a password is shown: a database's user name is not its credential."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    # The user part ends at the last "@": a password may itself hold "@", ":" or "/" (unescaped, if careless),
+    # and masking too much of an odd URL is better than showing a password.
+    user, at, host = rest.rpartition("@")
+    if not at or ":" not in user:
+        return url
+    return f"{scheme}://{user.partition(':')[0]}:{MASK}@{host}"
 
 
 def url_credentials(url: str) -> list[str]:

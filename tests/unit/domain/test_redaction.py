@@ -7,8 +7,15 @@ from typing import Any
 
 import pytest
 
-from cliffwatch.domain.errors import CliffwatchError
-from cliffwatch.domain.masking import MASK, header_pattern, mask_headers_in_text, mask_url, url_credentials
+from cliffwatch.domain.errors import CliffwatchError, TargetNotAllowed, TargetUnreachable
+from cliffwatch.domain.masking import (
+    MASK,
+    header_pattern,
+    mask_headers_in_text,
+    mask_url,
+    url_credentials,
+    without_password,
+)
 from cliffwatch.domain.redaction import (
     DEFAULT_RULES,
     Credential,
@@ -141,6 +148,34 @@ def test_urls_lose_their_passwords(url: str, shown: str, found: list[str]) -> No
     """A password (or a user part alone, which is then a token) is masked; an "@" in a path is not userinfo."""
     assert mask_url(url) == shown
     assert url_credentials(url) == found
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        TargetUnreachable("http://alice:pw-9@127.0.0.1:8000/v1", "connect to http://alice:pw-9@127.0.0.1:8000 refused"),
+        TargetNotAllowed("http://alice:pw-9@10.0.0.1/", "http://alice:pw-9@10.0.0.1/ resolves outside the allowlist"),
+    ],
+    ids=["unreachable", "not allowed"],
+)
+def test_an_error_about_a_target_never_quotes_its_password(error: CliffwatchError) -> None:
+    """The message (what the worker stores as a failed run's reason, and the API and dashboard show) masks the
+    URL's password as the error's fields do, wherever the URL sits in it."""
+    assert "pw-9" not in str(error)
+    assert "alice:***@" in str(error)
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("postgresql+asyncpg://cw:p/w@db:5432/cw", "postgresql+asyncpg://cw:***@db:5432/cw"),
+        ("postgresql+asyncpg://cw@db/cw", "postgresql+asyncpg://cw@db/cw"),
+        ("sqlite+aiosqlite:///./cliffwatch.db", "sqlite+aiosqlite:///./cliffwatch.db"),
+    ],
+)
+def test_a_database_url_loses_its_password_even_one_with_a_slash(url: str, shown: str) -> None:
+    """One URL taken whole: its user part ends at the last "@", and a user without a password is shown."""
+    assert without_password(url) == shown
 
 
 def test_header_values_in_free_text_are_masked() -> None:
