@@ -1,7 +1,7 @@
 """Credentials apart from the documents that showed them.
 
 Revision ID: 0006
-Revises: 0004
+Revises: 0005
 Created: 2026-12-14
 
 ``scenario_credentials`` (name, content_hash → the literal credentials masked out of that version's

@@ -25,8 +25,8 @@ from cliffwatch.domain.caps import Caps
 from cliffwatch.domain.errors import CliffwatchError
 from cliffwatch.domain.redaction import RedactionRules
 from cliffwatch.domain.runs import Quotas
-from cliffwatch.domain.secrets import env_name_allowed
-from cliffwatch.domain.target_spec import MAX_OUTPUT_TOKENS, MAX_PROMPT_TOKENS
+from cliffwatch.domain.secrets import RESERVED_ENV_PREFIX, env_name_allowed
+from cliffwatch.domain.target_spec import HEADER_NAME, MAX_OUTPUT_TOKENS, MAX_PROMPT_TOKENS
 
 LOG_FORMATS = ("auto", "json", "console")
 LOG_LEVELS = ("debug", "info", "warning", "error")
@@ -294,13 +294,13 @@ def _names(check: Callable[[str], str | None]) -> Callable[[Any, Mapping[str, st
 
 
 def _header_name(entry: str) -> str | None:
-    return None if _HEADER_NAME.fullmatch(entry) else "is not a header name"
+    return None if HEADER_NAME.fullmatch(entry) else "is not a header name"
 
 
 def _env_pattern(entry: str) -> str | None:
     if not _ENV_PATTERN.fullmatch(entry):
         return "is not a variable name or a prefix ending in *"
-    if entry.upper().startswith("CLIFFWATCH_"):
+    if entry.upper().startswith(RESERVED_ENV_PREFIX):
         return "names cliffwatch's own settings, which scenarios may never read"
     return None
 
@@ -312,7 +312,6 @@ def _secret_dirs(raw: Any, env: Mapping[str, str]) -> tuple[Path, ...]:
     return tuple(Path(entry) for entry in _names(check)(raw, env))
 
 
-_HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
 _ENV_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\*?$")
 
 

@@ -44,6 +44,10 @@ class _KnownSecrets:
                     self._values.append(part)
         self._longest_first = tuple(sorted(self._values, key=len, reverse=True))
 
+    def clear(self) -> None:
+        self._values.clear()
+        self._longest_first = ()
+
     def mask(self, text: str) -> str:
         for value in self._longest_first:
             if value in text:
@@ -57,6 +61,11 @@ _KNOWN = _KnownSecrets()
 def remember_secrets(values: Iterable[str]) -> None:
     """Masks ``values`` in every log line from now on (a run calls it with the secrets it resolved)."""
     _KNOWN.add(values)
+
+
+def forget_secrets() -> None:
+    """Forgets every value ``remember_secrets`` was told of (tests: each starts from a process that knows none)."""
+    _KNOWN.clear()
 
 
 class LogRedactor:

@@ -85,13 +85,6 @@ class Redaction:
                         for c in self.credentials]  # fmt: skip
         return content_hash({"document": self.document, "credentials": fingerprints})
 
-    def values(self) -> list[str]:
-        """The secret parts of the credentials (a URL's password, not the whole URL)."""
-        out: list[str] = []
-        for credential in self.credentials:
-            out += url_credentials(credential.value) or [credential.value]
-        return out
-
 
 def content_hash(document: Mapping[str, Any]) -> str:
     """A stable hash of a document: equal documents (whatever their key order) hash equal."""

@@ -42,10 +42,6 @@ class SecretRef:
     def __str__(self) -> str:
         return f"{self.scheme.value}:{self.name}"
 
-    def to_document(self) -> dict[str, str]:
-        """The reference as a scenario document writes it."""
-        return {SECRET_KEY: str(self)}
-
 
 def is_reference(value: object) -> bool:
     """Whether ``value`` is written as a reference (a mapping with the one key ``secret``), well-formed or not."""

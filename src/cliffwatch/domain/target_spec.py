@@ -27,7 +27,7 @@ MAX_PROMPT_TOKENS = 1_000_000
 MAX_OUTPUT_TOKENS = 1_000_000
 BUILTIN_SPEAKS_OPENAI = "the built-in target speaks the OpenAI API: use openai-chat or openai-completions"
 URL_AND_AUTHORIZATION = "carries a user and password, and target.request.headers sets Authorization: keep one"
-_HEADER = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
+HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")  # an RFC 9110 token
 # The allowlist checks the URL's host; a Host header of another name would reach a different virtual host
 # behind an allowed shared proxy or ingress, so the request's Host is always the URL's own.
 HOST_HEADER = "may not be set: requests carry the target URL's host; name the host in target.url instead"
@@ -221,6 +221,14 @@ def _check_json(value: object, path: str, problems: Problems) -> bool:
     return False
 
 
+def header_value_problem(value: str) -> str | None:
+    """Why ``value`` cannot be sent as a header value (a line break or NUL would end or split the header), or
+    None; the rule for values written in a scenario and for values its secret references resolve to alike."""
+    if any(c in value for c in "\r\n\0"):
+        return "holds a line break or NUL, which a header value cannot carry"
+    return None
+
+
 def _parse_headers(reader: Reader) -> tuple[tuple[str, str | SecretRef], ...] | None:
     headers = reader.mapping("headers", None)
     if headers is None:
@@ -228,7 +236,7 @@ def _parse_headers(reader: Reader) -> tuple[tuple[str, str | SecretRef], ...] | 
     out: list[tuple[str, str | SecretRef]] = []
     for key, value in headers.data.items():
         headers.raw(key)
-        if not _HEADER.fullmatch(key):
+        if not HEADER_NAME.fullmatch(key):
             headers.error(key, "is not a valid header name")
         elif key.lower() == "host":
             headers.error(key, HOST_HEADER)
@@ -236,7 +244,7 @@ def _parse_headers(reader: Reader) -> tuple[tuple[str, str | SecretRef], ...] | 
             reference = parse_reference(value, headers.child(key), headers.problems)
             if reference is not None:
                 out.append((key, reference))
-        elif not isinstance(value, str) or "\n" in value or "\r" in value:
+        elif not isinstance(value, str) or header_value_problem(value) is not None:
             headers.error(key, "must be a single-line string")
         else:
             out.append((key, value))

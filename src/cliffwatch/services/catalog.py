@@ -77,10 +77,6 @@ class ScenarioCatalog:
     async def all_latest(self) -> list[ScenarioVersion]:
         return await self.store.list_scenarios()
 
-    def validate(self, document: object) -> list[str]:
-        """Every problem with a document, path-qualified; empty when it is a valid scenario."""
-        return [str(p) for p in self.problems(document)]
-
     def problems(self, document: object) -> list[Problem]:
         """Every problem with a document, each with its path and message; empty when it is a valid scenario
         that may be stored (no credential is the mask itself, as in a document read back from cliffwatch)."""

@@ -19,6 +19,7 @@ from cliffwatch.domain.ports import SecretResolver
 from cliffwatch.domain.redaction import RedactionRules
 from cliffwatch.domain.scenario import Scenario
 from cliffwatch.domain.secrets import SecretRef, SecretsUnavailable, SecretUnavailable
+from cliffwatch.domain.target_spec import header_value_problem
 
 HEADERS_PATH = "target.request.headers"
 
@@ -57,8 +58,8 @@ def secret_values(scenario: Scenario, resolved: Scenario, rules: RedactionRules)
 def _header_value(reference: SecretRef, value: str) -> str:
     if not value:
         raise SecretUnavailable(reference, "is empty")
-    if any(c in value for c in "\r\n\0"):
-        raise SecretUnavailable(reference, "holds a line break or NUL, which a header value cannot carry")
+    if (problem := header_value_problem(value)) is not None:
+        raise SecretUnavailable(reference, problem)
     return value
 
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
-from cliffwatch.adapters.logs import configure_logging, remember_secrets
+from cliffwatch.adapters.logs import configure_logging, forget_secrets, remember_secrets
 from cliffwatch.domain.redaction import RedactionRules
 
 KEY = "sk-live-0123456789"
@@ -22,6 +22,14 @@ def _root_logger_restored() -> Iterator[None]:
     handlers, level = root.handlers[:], root.level
     yield
     root.handlers[:], root.level = handlers, level
+
+
+@pytest.fixture(autouse=True)
+def _no_secret_remembered() -> Iterator[None]:
+    """Each rule is tested on its own: a key an earlier test (or run) remembered would mask it whatever the rule."""
+    forget_secrets()
+    yield
+    forget_secrets()
 
 
 @pytest.fixture
@@ -53,6 +61,13 @@ def test_urls_sensitive_keys_and_header_text_are_masked_in_every_format(fmt: str
     assert KEY not in text
     assert "alice:***@127.0.0.1:8000" in text
     assert "text/plain" in text
+    if fmt == "json":  # each rule on its own field
+        [record] = [json.loads(line) for line in text.splitlines()]
+        assert record["target"] == "http://alice:***@127.0.0.1:8000/v1"
+        assert record["authorization"] == "***"
+        assert record["headers"] == {"X-Tenant-Key": "***", "Accept": "text/plain"}
+        assert record["detail"] == "sent {'x-api-key': '***'}"
+        assert record["attempts"] == ["Cookie: ***"]
 
 
 def test_standard_library_records_and_tracebacks_are_masked(lines: io.StringIO) -> None:

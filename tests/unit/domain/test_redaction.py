@@ -72,7 +72,6 @@ def test_sensitive_headers_and_url_passwords_are_masked_and_kept_apart() -> None
         ("description",), ("target", "url"), ("target", "request", "headers", "x-api-key"),
         ("target", "request", "headers", "COOKIE"), ("target", "request", "headers", "Proxy-Authorization"),
     }  # fmt: skip
-    assert sorted(redaction.values()) == sorted(["hunter2", "s3cret", "sk-one", "session=abc", "Basic cHJveHk="])
     assert restore(masked, redaction.credentials) == original
 
 

@@ -519,6 +519,10 @@ _INVALID: list[tuple[dict[str, Any], list[str]]] = [
         ["target.request.headers.X-Trace: must be a single-line string"],
     ),
     ({"target.request.headers": {"X-Retries": 3}}, ["target.request.headers.X-Retries: must be a single-line string"]),
+    (
+        {"target.request.headers": {"X-Trace": "a\x00b"}},
+        ["target.request.headers.X-Trace: must be a single-line string"],
+    ),
     ({"target.request.headers": ["Authorization: x"]}, ["target.request.headers: must be a mapping, got a list"]),
     # the Host is the URL's: the allowlist checks that one, whatever its case in the document
     ({"target.request.headers": {"Host": "prod.internal"}}, [f"target.request.headers.Host: {HOST_HEADER}"]),
