@@ -89,10 +89,16 @@ def test_yaml_is_read_as_json_values(text: str, value: object) -> None:
         ("a: 1\n---\nb: 2\n", "line 2, column 1: expected a single document, but found another"),
         ("a: [1\n", "line 2, column 1: not valid YAML"),
         ("a: \x00\n", "not valid YAML:"),
+        ("a: !!int abc\n", "line 1, column 4: 'abc' is not a valid !!int"),
+        ("a: !!int 0x_\n", "'0x_' is not a valid !!int"),
+        ("a: !!int ''\n", "'' is not a valid !!int"),
+        ("a: !!float abc\n", "'abc' is not a valid !!float"),
+        ("a: !!bool maybe\n", "'maybe' is not a valid !!bool"),
     ],
     ids=["depth", "depth-through-alias", "values", "expansion", "aliases", "cycle", "undefined-alias",
          "second-anchor", "int-key", "bool-key", "list-key", "long-number", "infinity", "overflowing-float",
-         "binary", "set", "timestamp", "python-tag", "two-documents", "syntax", "nul"],
+         "binary", "set", "timestamp", "python-tag", "two-documents", "syntax", "nul", "tagged-int",
+         "tagged-hex", "tagged-empty", "tagged-float", "tagged-bool"],
 )  # fmt: skip
 def test_yaml_over_a_limit_or_outside_json_is_refused_with_its_place(text: str, message: str) -> None:
     """Each limit and each value JSON cannot hold is refused with the line and column where it was found."""

@@ -224,14 +224,18 @@ class _JsonValues(SafeConstructor):
 
     def construct_bounded_int(self, node: ScalarNode) -> int:
         _number_length(node)
-        value: int = self.construct_yaml_int(node)
+        value: int = _explicit(self.construct_yaml_int, node)
         return value
 
     def construct_finite_float(self, node: ScalarNode) -> float:
         _number_length(node)
-        value: float = self.construct_yaml_float(node)
+        value: float = _explicit(self.construct_yaml_float, node)
         if not math.isfinite(value):
             raise _refused(f"{node.value} is not a finite number", node)
+        return value
+
+    def construct_checked_bool(self, node: ScalarNode) -> bool:
+        value: bool = _explicit(self.construct_yaml_bool, node)
         return value
 
     def construct_not_json(self, node: Node) -> None:
@@ -242,8 +246,20 @@ class _JsonValues(SafeConstructor):
         **SafeConstructor.yaml_constructors,
         f"{_YAML_TAG}int": construct_bounded_int,
         f"{_YAML_TAG}float": construct_finite_float,
+        f"{_YAML_TAG}bool": construct_checked_bool,
         **dict.fromkeys((f"{_YAML_TAG}{name}" for name in _NOT_JSON), construct_not_json),
     }
+
+
+def _explicit(construct: Any, node: ScalarNode) -> Any:
+    """``construct(node)``, its value refused with its place when it is not one: an implicit scalar always is
+    (the resolver matched it), but an explicit tag (``!!int abc``, ``!!bool maybe``) makes PyYAML's constructors
+    raise ``ValueError``, ``KeyError`` or ``IndexError`` on whatever follows it."""
+    try:
+        return construct(node)
+    except (ValueError, KeyError, IndexError) as exc:
+        tag = node.tag.replace(_YAML_TAG, "!!")
+        raise _refused(f"{node.value!r} is not a valid {tag}", node) from exc
 
 
 def _number_length(node: ScalarNode) -> None:
