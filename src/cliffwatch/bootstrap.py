@@ -55,8 +55,6 @@ from cliffwatch.services.secrets import resolve_secrets, secret_values
 
 log = structlog.get_logger(__name__)
 
-log = structlog.get_logger(__name__)
-
 NO_FAULTS = "this scenario declares no proxies or faults"
 
 

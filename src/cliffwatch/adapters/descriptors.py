@@ -104,7 +104,10 @@ def descriptor_budget(*, runs: int, reserve: int) -> DescriptorBudget:
 
 def within_budget(scenario: Scenario, budget: DescriptorBudget) -> tuple[Scenario, str | None]:
     """The scenario with its connection pool cut to the run's share, and the note saying so (None when it
-    fits)."""
+    fits). Raises ``DescriptorsTooFew`` when the share is below ``MIN_CONNECTIONS_PER_RUN`` (a pool of 0 would
+    be no limit at all to aiohttp)."""
+    if budget.per_run < MIN_CONNECTIONS_PER_RUN:
+        raise DescriptorsTooFew(budget)
     asked = scenario.client.pool_size
     if asked <= budget.per_run:
         return scenario, None

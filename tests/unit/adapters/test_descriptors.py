@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import pytest
 
-from cliffwatch.adapters.descriptors import DescriptorBudget, within_budget
+from cliffwatch.adapters.descriptors import DescriptorBudget, DescriptorsTooFew, within_budget
 from cliffwatch.domain.scenario import parse_scenario
 
 SETTLE = """
@@ -86,3 +86,11 @@ def test_a_pool_within_the_share_is_left_alone(pool: int) -> None:
     """A pool the budget holds is not touched and nothing is said."""
     scenario = parse_scenario({**SCENARIO, "client": {"pool_size": pool}})
     assert within_budget(scenario, BUDGET) == (scenario, None)
+
+
+def test_a_share_too_small_to_run_is_refused_rather_than_left_unlimited() -> None:
+    """With a soft limit of 256 and the default reserve of 256 (macOS's defaults), a run's share is 0, which
+    aiohttp would take as no limit at all: the run is refused, naming the limit and what to change."""
+    budget = DescriptorBudget(soft=256, hard=None, raised_from=None, open_at_start=12, reserve=256, runs=1)
+    with pytest.raises(DescriptorsTooFew, match="CLIFFWATCH_FD_RESERVE"):
+        within_budget(parse_scenario(SCENARIO), budget)

@@ -41,17 +41,13 @@ DRAIN_TIMEOUT_S = 0.5
 
 
 class _Timing:
-    """Per-request trace context: when the request started and stopped waiting for a pooled connection."""
+    """Per-attempt trace context: how long it waited for pooled connections, over every hop it made."""
 
-    __slots__ = ("queued_end", "queued_start")
+    __slots__ = ("pool_wait_ns", "queued_start")
 
     def __init__(self) -> None:
         self.queued_start = 0
-        self.queued_end = 0
-
-    @property
-    def pool_wait_ns(self) -> int:
-        return max(0, self.queued_end - self.queued_start) if self.queued_start else 0
+        self.pool_wait_ns = 0
 
 
 async def _on_queued_start(session: aiohttp.ClientSession, ctx: SimpleNamespace, params: object) -> None:
@@ -62,8 +58,9 @@ async def _on_queued_start(session: aiohttp.ClientSession, ctx: SimpleNamespace,
 
 async def _on_queued_end(session: aiohttp.ClientSession, ctx: SimpleNamespace, params: object) -> None:
     timing = ctx.trace_request_ctx
-    if isinstance(timing, _Timing):
-        timing.queued_end = time.perf_counter_ns()
+    if isinstance(timing, _Timing) and timing.queued_start:
+        timing.pool_wait_ns += max(0, time.perf_counter_ns() - timing.queued_start)
+        timing.queued_start = 0
 
 
 class HttpExecutor:

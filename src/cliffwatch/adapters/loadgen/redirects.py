@@ -54,6 +54,9 @@ def next_hop(hop: Hop, status: int, location: str | None, *, origin: str, header
         return f"unreadable Location {shown_url(location)}"
     if target.scheme not in ("http", "https") or not target.raw_host:
         return f"Location {shown_url(location)} is not an http(s) URL"
+    if target.user is not None or target.password is not None:
+        # A target may not hand the load credentials of its choosing (nor clash with the scenario's own).
+        return f"Location {shown_url(location)} carries a user or password"
     method, body = hop.method, hop.body
     sent = dict(headers) if same_origin else {k: v for k, v in headers.items() if k.lower() not in CREDENTIALS}
     if status == 303 and method != "HEAD":
