@@ -194,10 +194,11 @@ async def prepare_run(
             faults = injector
             if load_url != url:  # through a proxy: the address it bound, checked above, pinned for the run
                 await destinations.admit(load_url, proxies.listen)
-        executor = await stack.enter_async_context(HttpExecutor(sent, load_url, destinations=destinations))
+        cap = attempt_cap(settings, clock)
+        executor = await stack.enter_async_context(HttpExecutor(sent, load_url, destinations=destinations, cap=cap))
         service = RunService(
             clock=clock,
-            generator=OpenLoopGenerator(scenario, executor, clock, cap=attempt_cap(settings, clock)),
+            generator=OpenLoopGenerator(scenario, executor, clock, cap=cap),
             faults=faults,
             sink=sink or NullSink(),
             observer=observer,

@@ -114,7 +114,7 @@ async def prepare_sweep(
         # within the sweep's share of the file descriptors (a cut is told and logged, like a run's).
         budget = descriptors or descriptor_budget(runs=1, reserve=settings.fd_reserve)
         client, _ = pool_within(sweep_client_scenario(sent, spec), budget, observer)
-        executor = await stack.enter_async_context(HttpExecutor(client, url, destinations=destinations))
+        executor = await stack.enter_async_context(HttpExecutor(client, url, destinations=destinations, cap=cap))
         await executor.preflight()
 
         def runner_for(variant: str) -> AbstractAsyncContextManager[StepRunner]:

@@ -352,9 +352,10 @@ SPECS: tuple[Spec, ...] = (
     Spec(field="max_offered_rate", env="CLIFFWATCH_MAX_OFFERED_RATE", parse=_number(low=0, high=100_000),
          help="Highest arrival rate (requests/s, at any phase's peak) a run may offer; default 1000."),
     Spec(field="max_attempt_rate", env="CLIFFWATCH_MAX_ATTEMPT_RATE", parse=_number(low=0, high=100_000),
-         help="Most attempts/s one run sends, retries included: a run whose worst case (peak rate × (1 + retries)) "
-              "is higher is refused, and the generator never sends more (excess attempts are recorded not_sent, "
-              "reason cap); default the maximum offered rate."),
+         help="Most requests/s one run sends, retries and followed redirects included: a run whose worst case "
+              "(peak rate × (1 + retries) × the hops each may follow) is higher is refused, and the generator never "
+              "sends more (a first attempt beyond it is recorded not_sent, reason cap; a retry or redirect hop "
+              "beyond it is not sent, the request keeping the answers it had); default the maximum offered rate."),
     Spec(field="attempt_burst_s", env="CLIFFWATCH_ATTEMPT_BURST_S", parse=_number(low=0, high=60, unit="seconds"),
          help="The attempt limiter's burst, in seconds of the attempt rate (at least one attempt): over any T "
               "seconds a run sends at most max attempt rate × (T + this); default 1."),

@@ -57,6 +57,11 @@ def retries_per_request(policy: RetryPolicy) -> tuple[float, str]:
     return float(policy.max_retries), "max_retries"
 
 
+def requests_per_attempt(client: ClientSpec) -> int:
+    """The most requests one attempt sends: 1, or with ``follow_redirects`` its first and every hop followed."""
+    return 1 + client.max_redirects if client.follow_redirects else 1
+
+
 def cap_violations(scenario: Scenario, caps: Caps) -> list[Problem]:
     """Why ``scenario`` is over the caps (empty when it is within them), each naming the field to change."""
     problems = request_size_violations(scenario, caps) + client_violations(scenario.client, caps)
@@ -68,21 +73,24 @@ def cap_violations(scenario: Scenario, caps: Caps) -> list[Problem]:
             f"{caps.max_offered_rate:g}/s"
         )
         problems.append(Problem(path=f"phases[{hottest}].arrival", message=message))
+    hops = requests_per_attempt(scenario.client)
     worst, index, factor, field = 0.0, 0, 0.0, ""
     for rate, i in peaks:
         extra, bound_by = retries_per_request(scenario.retry_for(i))
-        if rate * (1 + extra) > worst:
-            worst, index, factor, field = rate * (1 + extra), i, extra, bound_by
-    # Without retries the offered-rate problem already says it, unless the attempt cap is the stricter one.
-    covered = factor == 0 and peak > caps.max_offered_rate and caps.max_attempt_rate >= caps.max_offered_rate
+        if rate * (1 + extra) * hops > worst:
+            worst, index, factor, field = rate * (1 + extra) * hops, i, extra, bound_by
+    # Without retries or hops the offered-rate problem already says it, unless the attempt cap is the stricter.
+    covered = (factor == 0 and hops == 1 and peak > caps.max_offered_rate
+               and caps.max_attempt_rate >= caps.max_offered_rate)  # fmt: skip
     if worst > caps.max_attempt_rate and not covered:
         phase = scenario.phases[index]
         where = f"phases[{index}].retry" if phase.retry is not None else "client.retry"
-        path = f"{where}.{field}" if factor else f"phases[{index}].arrival"
+        path = f"{where}.{field}" if factor else "client.max_redirects" if hops > 1 else f"phases[{index}].arrival"
+        each = f" × up to {hops} requests each (client.max_redirects hops followed)" if hops > 1 else ""
         message = (
             f"phase {phase.name!r} may send up to {worst:g} attempts/s ({peaks[index][0]:g} requests/s × "
-            f"(1 + {factor:g} retries each)); this service sends at most {caps.max_attempt_rate:g} attempts/s "
-            "in one run"
+            f"(1 + {factor:g} retries each){each}); this service sends at most {caps.max_attempt_rate:g} "
+            "attempts/s in one run"
         )
         problems.append(Problem(path=path, message=message))
     if scenario.duration_s > caps.max_duration_s:
@@ -173,13 +181,14 @@ def _variant_violations(scenario: Scenario, spec: SweepSpec, caps: Caps) -> list
     for index, variant in enumerate(spec.variants):
         policy = variant_policy(variant) or _as_written(scenario)
         extra, _ = retries_per_request(policy)
-        worst = spec.highest_rate * (1 + extra)
-        if extra and worst > caps.max_attempt_rate:
+        hops = requests_per_attempt(scenario.client)
+        worst = spec.highest_rate * (1 + extra) * hops
+        if (extra or hops > 1) and worst > caps.max_attempt_rate:
             shown = "the scenario's own policy" if variant == AS_WRITTEN else variant
             message = (
                 f"the sweep may send up to {worst:g} attempts/s ({spec.highest_rate:g} requests/s × (1 + {extra:g} "
-                f"retries each) under {shown}); this service sends at most {caps.max_attempt_rate:g} attempts/s "
-                "in one run"
+                f"retries each) under {shown}{f' × up to {hops} requests each' if hops > 1 else ''}); this service "
+                f"sends at most {caps.max_attempt_rate:g} attempts/s in one run"
             )
             problems.append(Problem(path=f"sweep.variants[{index}]", message=message))
     return problems

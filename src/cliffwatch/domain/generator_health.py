@@ -31,16 +31,18 @@ class CapReport:
     first_attempts: int = 0  # requests not sent at all (not_sent, reason cap)
     retries: int = 0  # retries not sent (the request keeps its earlier attempts)
     delayed: int = 0  # closed-loop requests whose client waited for the cap before sending
+    redirect_hops: int = 0  # redirects not followed (the 3xx stands as the answer)
 
     @property
     def capped(self) -> bool:
-        return bool(self.first_attempts or self.retries or self.delayed)
+        return bool(self.first_attempts or self.retries or self.delayed or self.redirect_hops)
 
     def summary(self) -> str:
         kinds = (
             (self.first_attempts, "request(s) not sent"),
             (self.retries, "retry(ies) not sent"),
             (self.delayed, "closed-loop request(s) delayed"),
+            (self.redirect_hops, "redirect hop(s) not followed"),
         )
         held = ", ".join(f"{n:,} {what}" for n, what in kinds if n) or "never"
         return (
@@ -56,6 +58,7 @@ class CapReport:
             "first_attempts_not_sent": self.first_attempts,
             "retries_not_sent": self.retries,
             "closed_loop_delayed": self.delayed,
+            "redirect_hops_not_followed": self.redirect_hops,
         }
 
 

@@ -36,6 +36,7 @@ class Executor:
         self.service_s = service_s
         self.hang = hang
         self.in_flight = 0
+        self.capped_hops = 0
         self.tokens = 0.0
         self.attempts = 0
         self.checking = asyncio.Event()

@@ -171,7 +171,8 @@ def test_a_capped_run_says_what_its_attempt_cap_held_back() -> None:
     assert document["capped"] is True
     assert document["generator"]["attempt_cap"] == {"rate": 5, "burst": 5, "capped": True,
                                                     "first_attempts_not_sent": 2, "retries_not_sent": 7,
-                                                    "closed_loop_delayed": 1}  # fmt: skip
+                                                    "closed_loop_delayed": 1,
+                                                    "redirect_hops_not_followed": 0}  # fmt: skip
     untouched = _result(_scenario(), generator=_capped())
     assert (untouched.capped, untouched.passed, untouched.verdicts()) == (False, True, [])
     assert _document(untouched)["generator"]["attempt_cap"]["capped"] is False

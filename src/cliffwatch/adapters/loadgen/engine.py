@@ -41,6 +41,7 @@ class AttemptExecutor(Protocol):
 
     in_flight: int
     tokens: float
+    capped_hops: int  # redirect hops the attempt cap kept it from following (0 when it follows none)
 
     async def preflight(self) -> None: ...
 
@@ -104,6 +105,7 @@ class OpenLoopGenerator:
         self, plan: Iterable[PlannedRequest], *, start_ns: int, listener: GeneratorListener
     ) -> GeneratorReport:
         cpu_start = time.process_time()
+        hops_before = self.executor.capped_hops  # the executor may serve several generators (a sweep's steps)
         wall_start = self.clock.now_ns()
         watcher = asyncio.create_task(self._watch_loop())
         try:
@@ -127,7 +129,7 @@ class OpenLoopGenerator:
             limits=self.limits,
             cap=None if self.cap is None else CapReport(
                 limit=self.cap.limit, first_attempts=self._capped_first, retries=self._capped_retries,
-                delayed=self._cap_delays),
+                delayed=self._cap_delays, redirect_hops=self.executor.capped_hops - hops_before),
         )  # fmt: skip
 
     async def _dispatch(self, plan: Iterable[PlannedRequest], start_ns: int, listener: GeneratorListener) -> None:

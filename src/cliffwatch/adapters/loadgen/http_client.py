@@ -27,8 +27,9 @@ from cliffwatch.adapters.loadgen.redirects import Hop, next_hop, shown_url
 from cliffwatch.adapters.target_access import Destinations
 from cliffwatch.domain.allowlist import DEFAULT_ALLOWLIST, Allowlist, parse_allowlist
 from cliffwatch.domain.errors import CliffwatchError, TargetUnreachable
-from cliffwatch.domain.outcomes import Attempt, TokenSource
+from cliffwatch.domain.outcomes import CAP_REASON, Attempt, TokenSource
 from cliffwatch.domain.plan import PlannedRequest
+from cliffwatch.domain.rate_limit import TokenBucket
 from cliffwatch.domain.retry import FailureKind
 from cliffwatch.domain.scenario import Scenario
 from cliffwatch.domain.secrets import sendable_headers
@@ -66,8 +67,19 @@ async def _on_queued_end(session: aiohttp.ClientSession, ctx: SimpleNamespace, p
 class HttpExecutor:
     """Implements ``AttemptExecutor`` over HTTP for the scenario's API (OpenAI chat/completions or plain)."""
 
-    def __init__(self, scenario: Scenario, base_url: str, *, destinations: Destinations | None = None) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        base_url: str,
+        *,
+        destinations: Destinations | None = None,
+        cap: TokenBucket | None = None,
+    ) -> None:
         self.scenario = scenario
+        # The run's attempt cap, also the generator's: each followed redirect hop is a request of its own and
+        # takes a token, so a target redirecting to itself cannot multiply what is sent past the cap.
+        self.cap = cap
+        self.capped_hops = 0
         # Where the run may connect: the composition root's, with the target already admitted; alone (tests,
         # tools), loopback only, the base URL admitted on entry.
         self.destinations = destinations or Destinations(_loopback())
@@ -240,6 +252,12 @@ class HttpExecutor:
         except CliffwatchError as exc:  # outside the allowlist, or a name that does not resolve: nothing sent
             reason = getattr(exc, "reason", str(exc))
             state.fail(FailureKind.REFUSED, f"{status} redirect to {shown_url(following.url)} refused: {reason}")
+            return None
+        if self.cap is not None and not self.cap.try_take(time.perf_counter_ns()):
+            self.capped_hops += 1
+            state.fail(
+                FailureKind.REDIRECT, f"{status} redirect to {shown_url(following.url)} not followed: {CAP_REASON}"
+            )
             return None
         return following
 

@@ -15,6 +15,7 @@ from cliffwatch.adapters.loadgen.http_client import HttpExecutor
 from cliffwatch.adapters.target_access import Destinations
 from cliffwatch.domain.allowlist import Allowlist, parse_allowlist
 from cliffwatch.domain.outcomes import Attempt, Outcome, Slo, classify
+from cliffwatch.domain.rate_limit import RateLimit, TokenBucket
 from cliffwatch.domain.retry import FailureKind
 from cliffwatch.domain.scenario import Scenario
 
@@ -181,3 +182,24 @@ async def test_a_3xx_that_cannot_be_followed_is_the_answer(
     assert attempt.error is not None
     assert why in attempt.error
     assert len(target.requests) == 1
+
+
+async def test_each_followed_hop_takes_a_token_of_the_attempt_cap(serve: Serve) -> None:
+    """A target redirecting to itself cannot multiply what is sent past the cap: with three tokens left, an
+    attempt follows three hops (four requests in all), then the 307 stands as its answer, the cap named."""
+    loop_url: list[str] = []
+
+    async def again(request: web.Request) -> web.StreamResponse:
+        return web.Response(status=307, headers={"Location": loop_url[0]}, text="again")
+
+    target = await serve(again)
+    loop_url.append(f"{target.url}/ask")
+    cap = TokenBucket(RateLimit(rate=1e-6, burst=3), time.perf_counter_ns())
+    scenario = plain(target.url, follow=True, hops=20)
+    async with HttpExecutor(scenario, target.url, destinations=Destinations(only(target)), cap=cap) as executor:
+        attempt = await executor.attempt(planned(), 1, 5.0, origin_ns=time.perf_counter_ns(), deadline_bound=False)
+    assert len(target.requests) == 4
+    assert executor.capped_hops == 1
+    assert attempt.failure is FailureKind.REDIRECT
+    assert attempt.error is not None
+    assert "attempt cap" in attempt.error

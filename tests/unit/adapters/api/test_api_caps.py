@@ -54,6 +54,12 @@ async def _versions(api: Api) -> int:
             "target.request.max_tokens",
             ["up to 1,000,000 tokens", "at most 32,768"],
         ),
+        # 5 requests/s, each following up to 20 redirect hops: 21 requests an attempt
+        (
+            {"client": {"follow_redirects": True, "max_redirects": 20}},
+            "client.max_redirects",
+            ["105 attempts/s", "× up to 21 requests each", "at most 5 attempts/s"],
+        ),
         ({"client": {"pool_size": 5_000}}, "client.pool_size", ["5,000 connections", "at most 1,000"]),
         ({"client": {"max_in_flight": 50_000}}, "client.max_in_flight", ["50,000 requests", "at most 10,000"]),
     ],

@@ -34,6 +34,7 @@ class Refusing:
     def __init__(self, clock: MonotonicClock) -> None:
         self.clock = clock
         self.in_flight = 0
+        self.capped_hops = 0
         self.tokens = 0.0
         self.sent: list[int] = []
 

@@ -32,6 +32,7 @@ class SlowExecutor:
     def __init__(self, clock: MonotonicClock) -> None:
         self.clock = clock
         self.in_flight = 0
+        self.capped_hops = 0
         self.tokens = 0.0
         self.most = 0
 
