@@ -50,6 +50,9 @@ class ClosedLoopGenerator(OpenLoopGenerator):
         super().__init__(scenario, executor, clock, limits, cap=cap)
         self.clients = clients
         self._next_id = 0
+        # One client at a time waits on an empty bucket, the others queued behind it in turn: a token wakes
+        # one client, where a thousand sleeping for the same refill would all wake and all but one sleep again.
+        self._cap_queue = asyncio.Lock()
 
     async def _dispatch(self, plan: Iterable[PlannedRequest], start_ns: int, listener: GeneratorListener) -> None:
         delay_s = (start_ns - self.clock.now_ns()) / NS_PER_S
@@ -95,11 +98,12 @@ class ClosedLoopGenerator(OpenLoopGenerator):
     async def _cap_token(self, until_ns: int) -> bool:
         """Takes a token of the attempt cap for the client's next request, waiting for one while the run goes
         on; False when the run stopped or ``until_ns`` came first."""
-        if self.cap is None or self.cap.try_take(self.clock.now_ns()):
+        if self.cap is None or (not self._cap_queue.locked() and self.cap.try_take(self.clock.now_ns())):
             return True
         self._cap_delays += 1
-        while self._stop_reason is None and (now := self.clock.now_ns()) < until_ns:
-            await asyncio.sleep(min(self.cap.wait_s(now), CAP_POLL_S, (until_ns - now) / NS_PER_S))
-            if self.cap.try_take(self.clock.now_ns()):
-                return True
+        async with self._cap_queue:
+            while self._stop_reason is None and (now := self.clock.now_ns()) < until_ns:
+                if self.cap.try_take(now):
+                    return True
+                await asyncio.sleep(min(self.cap.wait_s(now), CAP_POLL_S, (until_ns - now) / NS_PER_S))
         return False
