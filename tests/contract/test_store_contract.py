@@ -145,6 +145,15 @@ async def test_a_created_run_comes_back_as_it_was_with_its_times_in_utc(backend:
     assert await backend.store.get_run("nope") is None
 
 
+async def test_a_run_is_found_by_its_idempotency_key(backend: Backend) -> None:
+    await backend.store.create_run(make_run("r1", idempotency_key="req-7"))
+    await backend.store.create_run(make_run("r2"))
+    found = await backend.store.run_with_key("req-7")
+    assert found is not None
+    assert found.id == "r1"
+    assert await backend.store.run_with_key("req-8") is None
+
+
 async def test_a_request_made_twice_with_one_idempotency_key_queues_one_run(backend: Backend) -> None:
     first, created = await backend.store.create_run(make_run("r1", idempotency_key="req-7"))
     assert created

@@ -66,6 +66,9 @@ class RunStore(Protocol):
 
     async def get_run(self, run_id: str) -> Run | None: ...
 
+    async def run_with_key(self, idempotency_key: str) -> Run | None:
+        """The run a request with this idempotency key queued, if any."""
+
     async def list_runs(self, query: RunQuery) -> RunPage:
         """Newest first, filtered, one page at a time (``next_cursor`` for the next)."""
 

@@ -179,6 +179,9 @@ class InMemoryStore:
     async def get_run(self, run_id: str) -> Run | None:
         return self._runs.get(run_id)
 
+    async def run_with_key(self, idempotency_key: str) -> Run | None:
+        return next((r for r in self._runs.values() if r.idempotency_key == idempotency_key), None)
+
     async def list_runs(self, query: RunQuery) -> RunPage:
         check_limit(query.limit)
         after = None if query.cursor is None else decode_cursor(query.cursor)

@@ -113,15 +113,20 @@ class RunsService:
         if problems := request.overrides.credential_problems():
             raise ScenarioInvalid(problems)  # overrides are stored and shown as given: no password in them
         run, inline = await self._checked(request)
+        if request.idempotency_key is not None:
+            # A repeat is answered before the quotas (the run it queued counts in them) and before its document
+            # is kept: it adds nothing, or is refused having stored nothing.
+            earlier = await self.runs.run_with_key(request.idempotency_key)
+            if earlier is not None:
+                return _repeated(earlier, run), False
         if request.trigger is Trigger.API:
             await self._check_quotas(request.triggered_by, run, inline)
         await self._keep(inline)
         stored, created = await self.runs.create_run(run)
         if created:
             log.info("run queued", run_id=stored.id, scenario=stored.scenario_name, trigger=stored.trigger.value)
-        elif _asked(stored) != _asked(run):
-            raise IdempotencyKeyReused(stored.id)
-        return stored, created
+            return stored, True
+        return _repeated(stored, run), False  # a repeat that raced its first: the insert found it
 
     async def build(self, request: RunRequest) -> Run:
         """The queued run a request would make, every check passed, not stored (schedules insert it with
@@ -280,6 +285,13 @@ class RunsService:
 
     async def emergency_stop(self) -> str | None:
         return await self.control.emergency_stop()
+
+
+def _repeated(earlier: Run, run: Run) -> Run:
+    """The run a repeated key names, when the repeat asks for what it asked; ``IdempotencyKeyReused`` if not."""
+    if _asked(earlier) != _asked(run):
+        raise IdempotencyKeyReused(earlier.id)
+    return earlier
 
 
 def _asked(run: Run) -> tuple[object, ...]:

@@ -63,6 +63,12 @@ class SqlRuns:
             row = (await conn.execute(select(runs).where(runs.c.id == run_id))).mappings().first()
         return None if row is None else run_of(row)
 
+    async def run_with_key(self, idempotency_key: str) -> Run | None:
+        async with self._db.read() as conn:
+            found = select(runs).where(runs.c.idempotency_key == idempotency_key)
+            row = (await conn.execute(found)).mappings().first()
+        return None if row is None else run_of(row)
+
     async def list_runs(self, query: RunQuery) -> RunPage:
         check_limit(query.limit)
         conditions: list[ColumnElement[bool]] = []

@@ -140,6 +140,26 @@ async def test_a_refused_submission_stores_no_scenario_version(api: Api, body: d
     assert await api.store.active_runs() == []
 
 
+async def test_a_repeat_is_answered_before_the_quota_and_a_reused_key_stores_nothing() -> None:
+    """A token at its one queued run may repeat the request that queued it (200, the same run: the quota counts
+    that run, so the repeat was refused 429 before); a key reused for another document is refused, and that
+    document is not stored."""
+    settings = make_settings(max_queued_runs_per_token=1)
+    async with serve(await build_parts(settings), settings) as api:
+        headers = {"Idempotency-Key": "deploy-9"}
+        body = {"document": small_scenario("first")}
+        first = await api.call("POST", "/api/v1/runs", role=Role.OPERATOR, headers=headers, json=body)
+        again = await api.call("POST", "/api/v1/runs", role=Role.OPERATOR, headers=headers, json=body)
+        assert (first.status, again.status) == (202, 200)
+        assert again.body["id"] == first.body["id"]
+        before = await _versions(api)
+        reused = await api.call("POST", "/api/v1/runs", role=Role.OPERATOR, headers=headers,
+                                json={"document": small_scenario("other")})  # fmt: skip
+        assert reused.status == 422
+        assert reused.body["type"].endswith(":idempotency-key-reused")
+        assert await _versions(api) == before
+
+
 async def test_a_token_with_its_most_queued_runs_gets_429_until_one_starts() -> None:
     """The quota counts the token's queued runs: beyond it, 429 quota-exceeded with Retry-After and nothing
     stored; another token is unaffected, and once a run leaves the queue the token may queue again."""
