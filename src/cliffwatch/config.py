@@ -80,6 +80,7 @@ class Settings:
     max_documents_per_token: int = 100  # new inline scenario documents per token per day
     api_rate_per_token: float = 20.0
     api_burst_per_token: int = 40
+    api_failed_auth_per_minute: float = 60.0
     ui_login_per_minute: float = 10.0
     ui_login_burst: int = 10
     lease_s: float = 30.0
@@ -390,6 +391,11 @@ SPECS: tuple[Spec, ...] = (
     Spec(field="api_burst_per_token", env="CLIFFWATCH_API_BURST_PER_TOKEN",
          parse=_number(low=1, high=100_000, integer=True),
          help="API requests one token may make at once above its rate; default 40."),
+    Spec(field="api_failed_auth_per_minute", env="CLIFFWATCH_API_FAILED_AUTH_PER_MINUTE",
+         parse=_number(low=0, high=100_000),
+         help="Bearer tokens this service does not know, per minute and client address, that the API looks up "
+              "(bursts of as many); beyond, 429 with Retry-After before any lookup, while tokens it knows are "
+              "served as ever. Default 60."),
     Spec(field="ui_login_per_minute", env="CLIFFWATCH_UI_LOGIN_PER_MINUTE", parse=_number(low=0, high=10_000),
          help="Dashboard login attempts per minute, sustained, from one client address and with one token; "
               "beyond, 429 with Retry-After. Default 10."),

@@ -12,6 +12,7 @@ lets ``KeyedBuckets`` forget full buckets without changing any answer.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import OrderedDict
 from collections.abc import Hashable
@@ -83,12 +84,16 @@ class TokenBucket:
         return self._tokens >= self.limit.burst
 
 
+EVICTION_LOOK = 64  # least recently used buckets looked at for full ones when a new key needs room
+
+
 class KeyedBuckets:
     """A bucket per key (an API token, a client address), at most ``max_keys`` of them kept.
 
-    When a new key would exceed the bound, full buckets are forgotten first (forgetting one changes nothing:
-    it would have been made full again); if every bucket is in use, the least recently used one goes, which at
-    worst gives its key a fresh burst. Memory stays bounded whatever keys callers make up.
+    When a new key would exceed the bound, full buckets among the least recently used are forgotten first
+    (forgetting one changes nothing: it would have been made full again); if none of those is full, the least
+    recently used one goes, which at worst gives its key a fresh burst. Memory stays bounded, and the work a new
+    key costs too, whatever keys callers make up.
     """
 
     def __init__(self, limit: RateLimit, *, max_keys: int = 10_000) -> None:
@@ -113,10 +118,22 @@ class KeyedBuckets:
             return None
         return bucket.wait_s(now_ns)
 
+    def waiting(self, key: Hashable, now_ns: int) -> float | None:
+        """The seconds until ``key`` may go ahead when its bucket is empty, else None; takes nothing and makes
+        no bucket."""
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            return None
+        wait = bucket.wait_s(now_ns)
+        return wait if wait > 0 else None
+
     def _make_room(self, now_ns: int) -> None:
         if len(self._buckets) < self.max_keys:
             return
-        for key in [k for k, b in self._buckets.items() if b.is_full(now_ns)]:
+        # Full buckets among the least recently used go first; the look is bounded, so a flood of new keys
+        # (made-up tokens) costs a few steps each, not a walk over every bucket kept.
+        oldest = list(itertools.islice(self._buckets.items(), EVICTION_LOOK))
+        for key in [k for k, bucket in oldest if bucket.is_full(now_ns)]:
             del self._buckets[key]
         while len(self._buckets) >= self.max_keys:
             self._buckets.popitem(last=False)

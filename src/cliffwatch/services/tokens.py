@@ -69,6 +69,10 @@ class TokenService:
             self._known.popitem(last=False)
         return record
 
+    def known(self, token: str) -> bool:
+        """Whether ``token`` was valid when this instance last asked (no database involved)."""
+        return token_hash(token) in self._known
+
     async def all(self) -> list[ApiToken]:
         return await self.store.list_tokens()
 

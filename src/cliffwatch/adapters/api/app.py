@@ -12,6 +12,7 @@ from aiohttp import web
 from cliffwatch.adapters.api import admin, ops, reports, runs, scenarios, schedules
 from cliffwatch.adapters.api.context import (
     EXPENSIVE,
+    FAILED_AUTH,
     ROUTES,
     SERVICES,
     SETTINGS,
@@ -85,6 +86,8 @@ def create_app(services: ApiServices, *, settings: Settings) -> web.Application:
     app[SETTINGS] = settings
     app[EXPENSIVE] = ConcurrencyGate(settings.api_max_expensive)
     app[TOKEN_RATES] = KeyedBuckets(RateLimit(rate=settings.api_rate_per_token, burst=settings.api_burst_per_token))
+    failures = settings.api_failed_auth_per_minute
+    app[FAILED_AUTH] = KeyedBuckets(RateLimit(rate=failures / 60, burst=max(1.0, failures)))
     table: dict[web.AbstractRoute, Route] = {}
     for route in ROUTE_TABLE:
         # "validate" is the validation endpoint, never a scenario name: without this, GET and PUT on

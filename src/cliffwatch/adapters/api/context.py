@@ -86,6 +86,9 @@ ROUTES = web.AppKey[Mapping[web.AbstractRoute, Route]]("routes")
 EXPENSIVE = web.AppKey("expensive", ConcurrencyGate)
 # The request rate of each bearer credential presented (its SHA-256: a token's own hash when it is one).
 TOKEN_RATES = web.AppKey("token_rates", KeyedBuckets)
+# Unknown bearer tokens per client address: made-up tokens cost a database lookup each, and a bucket each in
+# TOKEN_RATES, so an address's flood of them is refused before either.
+FAILED_AUTH = web.AppKey("failed_auth", KeyedBuckets)
 # Set on a sub-application that authenticates its own requests (the dashboard's sessions): the bearer-token
 # guard leaves them to it.
 SELF_GUARDED = web.AppKey("self_guarded", bool)

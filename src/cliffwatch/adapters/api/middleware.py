@@ -25,6 +25,7 @@ from aiohttp import web
 from cliffwatch.adapters.api.context import (
     CALLER,
     EXPENSIVE,
+    FAILED_AUTH,
     REQUEST_ID,
     ROUTES,
     SELF_GUARDED,
@@ -145,8 +146,11 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     # Everything else needs a token, paths that do not exist included: 404 versus 401 would tell a caller
     # without a token which paths are real.
     credentials = _credentials(request)
+    unknown = not request.app[SERVICES].tokens.known(credentials)
+    if unknown:
+        _within_failures(request)
     _within_rate(request, credentials)
-    token = await _authenticate(request, credentials)
+    token = await _authenticate(request, credentials, count_failure=unknown)
     if route is None:
         return await handler(request)  # the router's 404 or 405
     needed = route.role or Role.VIEWER  # never None here: public routes returned above
@@ -213,9 +217,29 @@ def _within_rate(request: web.Request, credentials: str) -> None:
     )
 
 
-async def _authenticate(request: web.Request, credentials: str) -> ApiToken:
+def _within_failures(request: web.Request) -> None:
+    """Refuses (429) a token this instance does not know from an address that presented too many unknown ones
+    lately, before it costs a lookup; takes nothing (only a failed lookup counts, in ``_authenticate``)."""
+    buckets = request.app[FAILED_AUTH]
+    wait_s = buckets.waiting(request.remote or "?", time.monotonic_ns())
+    if wait_s is None:
+        return
+    seconds = retry_after_s(wait_s)
+    raise ApiError(
+        429,
+        "rate-limited",
+        "Too many requests",
+        f"this address presented too many unknown tokens (at most {buckets.limit.burst:g} a minute); retry in "
+        f"{seconds}s",
+        headers={"Retry-After": str(seconds)},
+    )
+
+
+async def _authenticate(request: web.Request, credentials: str, *, count_failure: bool) -> ApiToken:
     token = await request.app[SERVICES].tokens.authenticate(credentials)
     if token is None:
+        if count_failure:
+            request.app[FAILED_AUTH].take(request.remote or "?", time.monotonic_ns())
         # The same answer for unknown and revoked tokens, and the token is never echoed or logged.
         raise ApiError(
             401,

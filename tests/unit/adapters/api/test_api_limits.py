@@ -55,3 +55,28 @@ async def test_a_flood_from_one_token_is_refused_beyond_the_default_burst(api: A
     statuses = [(await api.call("GET", "/api/v1/runs", role=Role.VIEWER)).status for _ in range(60)]
     assert statuses[:40] == [200] * 40
     assert statuses.count(429) >= 15
+
+
+async def test_a_flood_of_made_up_tokens_is_refused_before_it_costs_lookups_and_known_tokens_pass() -> None:
+    """Each made-up token gets a bucket of its own, so the per-token rate alone let a flood of distinct ones
+    through, each a database lookup: beyond 5 unknown tokens a minute from one address, the next made-up one
+    is 429 at once with no lookup, while a token this instance knows is served."""
+    settings = make_settings(api_failed_auth_per_minute=5.0)
+    parts = await build_parts(settings)
+    lookups: list[str] = []
+    original = parts.services.tokens.authenticate
+
+    async def counting(token: str) -> Any:
+        lookups.append(token)
+        return await original(token)
+
+    parts.services.tokens.authenticate = counting  # type: ignore[method-assign]
+    async with serve(parts, settings) as api:
+        assert (await api.call("GET", "/api/v1/runs", role=Role.VIEWER)).status == 200  # now known here
+        made_up = [await api.call("GET", "/api/v1/runs", role=None, headers={"Authorization": f"Bearer cw_fake{i}"})
+                   for i in range(20)]  # fmt: skip
+        assert [r.status for r in made_up] == [401] * 5 + [429] * 15
+        assert made_up[-1].body["type"].endswith(":rate-limited")
+        assert int(made_up[-1].headers["Retry-After"]) >= 1
+        assert len(lookups) == 1 + 5
+        assert (await api.call("GET", "/api/v1/runs", role=Role.VIEWER)).status == 200
