@@ -13,6 +13,8 @@ by one cost tens. ``fragments`` hands out the pieces without even that copy, for
 
 from __future__ import annotations
 
+import itertools
+
 _VOCABULARY = (
     "the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "while", "seven", "bright", "stars",
     "watch", "a", "quiet", "river", "flow", "under", "old", "stone", "bridges", "near", "green", "hills",
@@ -23,7 +25,7 @@ _CYCLE_LENGTH = 4096
 # A fixed, non-repeating-looking word sequence; the prompt after the tag is a stretch of it, repeated.
 _WORDS = tuple(_VOCABULARY[(i * 7 + i // len(_VOCABULARY)) % len(_VOCABULARY)] for i in range(_CYCLE_LENGTH))
 _UNIT = (" ".join(_WORDS) + " ").encode("ascii")  # one cycle, each word followed by its space
-_OFFSETS = tuple(len(" ".join(_WORDS[:i])) + (1 if i else 0) for i in range(_CYCLE_LENGTH))  # word i's first byte
+_OFFSETS = tuple(itertools.accumulate((len(w) + 1 for w in _WORDS[:-1]), initial=0))  # word i's first byte
 
 
 class _Text:
