@@ -15,6 +15,7 @@ prepared ahead like these.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from typing import Any
 
@@ -37,7 +38,6 @@ class RequestBodies:
         self._parts: list[bytes | str] = []  # literal bytes, or which placeholder goes there
         if scenario.target.api is Api.HTTP:
             self._constant = None if template.body is None else json.dumps(template.body).encode()
-            self._parts = [] if self._constant is None else [self._constant]
             return
         if template.prompt_tokens is not None:
             prompts.prepare(template.prompt_tokens.largest)
@@ -51,17 +51,10 @@ class RequestBodies:
             document["stream_options"] = {"include_usage": True}
         if template.extra_body:
             document.update(template.extra_body)
-        text = json.dumps(document)
         slots = {json.dumps(_PROMPT): _PROMPT, json.dumps(_MAX_TOKENS): _MAX_TOKENS}
-        at = 0
-        while True:
-            found = [(text.find(quoted, at), quoted) for quoted in slots if text.find(quoted, at) >= 0]
-            if not found:
-                break
-            position, quoted = min(found)
-            self._parts += [text[at:position].encode(), slots[quoted]]
-            at = position + len(quoted)
-        self._parts.append(text[at:].encode())
+        # Split around the quoted placeholders (kept, as the split's odd items): literal, slot, literal, ...
+        pieces = re.split("(" + "|".join(map(re.escape, slots)) + ")", json.dumps(document))
+        self._parts = [slots[piece] if index % 2 else piece.encode() for index, piece in enumerate(pieces)]
 
     def render(self, request: PlannedRequest) -> bytes | None:
         if self._constant is not None or not self._parts:
