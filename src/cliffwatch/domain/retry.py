@@ -124,6 +124,11 @@ class RetryBudgetState:
         self.denied += 1
         return False
 
+    def refund(self) -> None:
+        """Gives back the token of a retry that was decided but not sent (the attempt cap refused it)."""
+        if self.budget is not None:
+            self.tokens = min(self.budget.reserve, self.tokens + 1.0)
+
 
 @dataclass(frozen=True, kw_only=True)
 class RetryDecision:

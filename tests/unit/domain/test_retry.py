@@ -265,6 +265,17 @@ def test_the_budget_refills_by_ratio_per_request_up_to_its_reserve() -> None:
     assert budget.tokens == 2
 
 
+def test_a_refund_gives_a_token_back_up_to_the_reserve() -> None:
+    """A retry decided (its token spent) but not sent (the attempt cap refused it) costs the budget nothing."""
+    budget = RetryBudgetState(RetryBudget(ratio=0.5, reserve=2))
+    assert budget.try_spend()
+    budget.refund()
+    assert budget.tokens == 2
+    budget.refund()
+    assert budget.tokens == 2
+    RetryBudgetState(None).refund()  # no budget: nothing to give back
+
+
 @pytest.mark.parametrize(
     ("failure", "remaining_s"),
     [(FailureKind.TRUNCATED, 60.0), (FailureKind.TIMEOUT, 0.0)],

@@ -87,7 +87,6 @@ class ClosedLoopGenerator(OpenLoopGenerator):
             )
             self._next_id += 1
             self._dispatched += 1
-            self._budgets[request.phase].on_new_request()
             listener.dispatched(request, at_ns)
             self._unstarted.add(request.id)
             task = asyncio.create_task(self._run_request(request, start_ns, listener, prepaid=True))

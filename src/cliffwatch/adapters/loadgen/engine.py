@@ -151,7 +151,6 @@ class OpenLoopGenerator:
                 listener.finished(request.not_sent(f"generator: {max_in_flight} requests already in flight"))
                 continue
             self._dispatched += 1
-            self._budgets[request.phase].on_new_request()
             listener.dispatched(request, self.clock.now_ns() - start_ns)
             self._unstarted.add(request.id)
             task = asyncio.create_task(self._run_request(request, start_ns, listener))
@@ -197,8 +196,12 @@ class OpenLoopGenerator:
                         self._lag.add((self.clock.now_ns() - start_ns - request.scheduled_ns) / NS_PER_MS)
                     break
                 if not self._may_send(attempts, prepaid):
+                    if attempts:  # a retry the budget paid for, never sent: its token goes back
+                        self._budgets[request.phase].refund()
                     capped = True
                     break
+                if not attempts:  # a request the run really sends deposits into the retry budget
+                    self._budgets[request.phase].on_new_request()
                 began_ns = self.clock.now_ns()
                 attempt = await self.executor.attempt(
                     request,

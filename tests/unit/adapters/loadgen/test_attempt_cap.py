@@ -124,3 +124,24 @@ async def test_closed_loop_clients_answered_at_once_wait_for_the_cap_instead_of_
     assert report.cap.delayed > 0
     assert report.cap.first_attempts == 0
     assert report.capped
+
+
+async def test_the_cap_and_the_retry_budget_count_only_what_was_sent() -> None:
+    """A retry the budget paid for but the cap refused gives its token back, and a request the cap kept from
+    being sent deposits nothing: with three cap tokens for five requests, the budget ends as the two requests
+    sent and the one retry sent leave it."""
+    clock = MonotonicClock()
+    plan = parse_scenario({
+        "name": "budgeted",
+        "target": {"url": "http://127.0.0.1:9", "request": {"model": "m", "max_tokens": 8}},
+        "slo": {"e2e_ms": 1000, "timeout_ms": 2000},
+        "client": {"retry": {"policy": "immediate", "max_retries": 1, "budget": {"ratio": 0.5, "reserve": 10}}},
+        "phases": [{"name": "p", "role": "stress", "duration_s": 0.5,
+                    "arrival": {"process": "constant", "rate": 10}}],
+    })  # fmt: skip
+    cap = TokenBucket(RateLimit(rate=0.01, burst=3), clock.now_ns())
+    generator = OpenLoopGenerator(plan, Refusing(clock), clock, cap=cap)
+    await generator.run(iter_plan(plan), start_ns=clock.now_ns(), listener=Listener())
+    # 10 (the reserve), +0.5 at the first request (held at 10), −1 for its retry, +0.5 at the second, −1 for its
+    # retry and +1 back when the cap refused it; the three requests not sent deposit nothing (they made it 10)
+    assert generator._budgets[0].tokens == 9.5
