@@ -11,14 +11,25 @@ only in a credential is a version of its own, and the hash shown confirms no gue
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from cliffwatch.domain.errors import Problem, ScenarioInvalid, ScenarioNotFound
-from cliffwatch.domain.redaction import DEFAULT_RULES, RedactionRules, redact_document
+from cliffwatch.domain.redaction import DEFAULT_RULES, Redaction, RedactionRules, redact_document
 from cliffwatch.domain.runs import ScenarioSource, ScenarioVersion
 from cliffwatch.domain.scenario import Scenario, parse_scenario
 from cliffwatch.domain.service_ports import ScenarioStore
+
+
+@dataclass(frozen=True, kw_only=True)
+class Identified:
+    """A document parsed and redacted once: the scenario as written, its masked form and credentials, and the
+    content hash its version has (or will have, once kept)."""
+
+    scenario: Scenario
+    redaction: Redaction
+    content_hash: str
 
 
 class ScenarioCatalog:
@@ -33,31 +44,26 @@ class ScenarioCatalog:
         """Stores the bundled scenarios (file name → document); a changed file becomes a new version."""
         versions = []
         for source, document in sorted(documents.items()):
-            scenario = parse_scenario(document, source=source, rules=self.rules)
-            versions.append(await self._save(scenario, document, ScenarioSource.BUNDLED))
+            versions.append(await self._store(await self.identify(document, source=source), ScenarioSource.BUNDLED))
         return versions
 
     async def register(self, document: Mapping[str, Any]) -> ScenarioVersion:
         """Validates and stores a scenario sent by an admin; raises ``ScenarioInvalid`` listing every problem."""
-        scenario = parse_scenario(document, rules=self.rules)
-        return await self._save(scenario, document, ScenarioSource.REGISTERED)
+        return await self._store(await self.identify(document), ScenarioSource.REGISTERED)
 
-    async def keep_inline(self, document: Mapping[str, Any]) -> tuple[ScenarioVersion, Scenario]:
-        """Stores a document sent with one run, without making it its name's latest version; the scenario
-        is the stored (masked) version's."""
-        scenario = parse_scenario(document, rules=self.rules)
-        version = await self._save(scenario, document, ScenarioSource.INLINE)
-        return version, parse_scenario(version.document, rules=self.rules)
+    async def keep_inline(self, identified: Identified) -> ScenarioVersion:
+        """Stores a document sent with one run (``identify``'s), without making it its name's latest version."""
+        return await self._store(identified, ScenarioSource.INLINE)
 
-    async def identify(self, document: Mapping[str, Any]) -> tuple[Scenario, str]:
-        """The scenario a document holds (as written, credentials and all) and the content hash its version
-        would have, without storing it; raises ``ScenarioInvalid`` as ``keep_inline`` would."""
-        scenario = parse_scenario(document, rules=self.rules)
+    async def identify(self, document: Mapping[str, Any], *, source: str | None = None) -> Identified:
+        """The document parsed and redacted once, with the content hash its version has, nothing stored;
+        raises ``ScenarioInvalid`` for an invalid document, or one that sends the mask back as a credential."""
+        scenario = parse_scenario(document, source=source, rules=self.rules)
         redaction = redact_document(document, self.rules)
         if redaction.problems:
             raise ScenarioInvalid(redaction.problems)
         key = await self.store.fingerprint_key() if redaction.credentials else None
-        return scenario, redaction.content_hash(key)
+        return Identified(scenario=scenario, redaction=redaction, content_hash=redaction.content_hash(key))
 
     async def latest(self, name: str) -> ScenarioVersion:
         version = await self.store.latest_scenario(name)
@@ -87,12 +93,9 @@ class ScenarioCatalog:
         assert isinstance(document, Mapping)
         return list(redact_document(document, self.rules).problems)
 
-    async def _save(self, scenario: Scenario, document: Mapping[str, Any], source: ScenarioSource) -> ScenarioVersion:
-        redaction = redact_document(document, self.rules)
-        if redaction.problems:
-            raise ScenarioInvalid(redaction.problems)
-        key = await self.store.fingerprint_key() if redaction.credentials else None
+    async def _store(self, identified: Identified, source: ScenarioSource) -> ScenarioVersion:
+        redaction = identified.redaction
         return await self.store.save_scenario(
-            name=scenario.name, document=redaction.document, content_hash=redaction.content_hash(key), source=source,
-            at=self.now(), credentials=redaction.credentials,
+            name=identified.scenario.name, document=redaction.document, content_hash=identified.content_hash,
+            source=source, at=self.now(), credentials=redaction.credentials,
         )  # fmt: skip

@@ -36,7 +36,7 @@ from cliffwatch.domain.scenario import Scenario, parse_scenario, with_overrides
 from cliffwatch.domain.service_ports import ControlStore, RunStore
 from cliffwatch.domain.sweep_plan import sweep_warnings
 from cliffwatch.domain.sweep_spec import SweepSpec
-from cliffwatch.services.catalog import ScenarioCatalog
+from cliffwatch.services.catalog import Identified, ScenarioCatalog
 from cliffwatch.services.store_values import stop_reason
 
 log = structlog.get_logger(__name__)
@@ -136,18 +136,19 @@ class RunsService:
         await self._keep(inline)
         return run
 
-    async def _checked(self, request: RunRequest) -> tuple[Run, Mapping[str, Any] | None]:
-        """The run a request would make and the inline document it carries (to be kept), every check but the
-        quotas passed; nothing stored."""
+    async def _checked(self, request: RunRequest) -> tuple[Run, Identified | None]:
+        """The run a request would make and the inline document it carries (identified, to be kept), every
+        check but the quotas passed; nothing stored."""
         stop = await self.control.emergency_stop()
         if stop is not None:
             raise EmergencyStopActive(stop)
         if (request.scenario is None) == (request.document is None):
             raise ValueError("a run request names a scenario or carries a document, not both")
+        inline: Identified | None = None
         if request.document is not None:
             # The version it would be (its hash fingerprints its credentials), judged without storing it.
-            parsed, digest = await self.catalog.identify(request.document)
-            name = parsed.name
+            inline = await self.catalog.identify(request.document)
+            parsed, name, digest = inline.scenario, inline.scenario.name, inline.content_hash
             o = request.overrides
             scenario = with_overrides(parsed, target_url=o.target_url, seed=o.seed, threshold=o.threshold)
         else:
@@ -179,13 +180,13 @@ class RunsService:
             kind=request.kind,
             sweep=request.sweep,
         )
-        return run, request.document
+        return run, inline
 
-    async def _keep(self, document: Mapping[str, Any] | None) -> None:
-        if document is not None:
-            await self.catalog.keep_inline(document)
+    async def _keep(self, inline: Identified | None) -> None:
+        if inline is not None:
+            await self.catalog.keep_inline(inline)
 
-    async def _check_quotas(self, caller: str, run: Run, document: Mapping[str, Any] | None) -> None:
+    async def _check_quotas(self, caller: str, run: Run, document: Identified | None) -> None:
         """Raises ``QuotaExceeded`` when ``caller`` already has its most queued runs, or would store a new inline
         document beyond its most in the window. Checked before the run is inserted, so two requests racing may
         both pass: a quota bounds what one caller holds, give or take its concurrent requests."""
