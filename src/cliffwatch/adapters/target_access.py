@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from yarl import URL
 
 from cliffwatch.domain.allowlist import Allowlist
-from cliffwatch.domain.errors import TargetNotAllowed, TargetUnreachable
+from cliffwatch.domain.errors import CliffwatchError, TargetNotAllowed, TargetUnreachable
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -83,6 +83,9 @@ async def _checked(url: str, allowlist: Allowlist, *, unresolved_ok: bool) -> tu
     return addresses
 
 
+MAX_REFUSED = 1_000  # refused places one run remembers (a target's redirects could name endless ones)
+
+
 class Destinations:
     """The places one run may connect to, each with the addresses it was checked on.
 
@@ -94,17 +97,38 @@ class Destinations:
     def __init__(self, allowlist: Allowlist) -> None:
         self.allowlist = allowlist
         self._pins: dict[Place, tuple[str, ...]] = {}
+        # A refusal is kept too, so a target redirecting every request to a place outside the allowlist costs
+        # one lookup, not one an attempt; and attempts admitting one place at once share its lookup.
+        self._refused: dict[Place, CliffwatchError] = {}
+        self._pending: dict[Place, asyncio.Task[tuple[str, ...]]] = {}
 
     async def admit(self, url: str, allowlist: Allowlist | None = None) -> tuple[str, ...]:
         """The addresses ``url``'s host is pinned to, resolving and checking it on first sight (against
         ``allowlist``, by default the run's). Raises ``TargetNotAllowed`` when any address is outside it,
-        ``TargetUnreachable`` when an allowed name does not resolve (there is nothing to pin)."""
+        ``TargetUnreachable`` when an allowed name does not resolve (there is nothing to pin); a place refused
+        once is refused again without a lookup."""
         place = Place.of(url)
         pinned = self._pins.get(place)
         if pinned is not None:
             return pinned
-        addresses = await _checked(url, allowlist or self.allowlist, unresolved_ok=False)
-        # Another admission of the same place may have finished while this one resolved: the first pin wins.
+        refused = self._refused.get(place)
+        if refused is not None:
+            raise refused.with_traceback(None)
+        task = self._pending.get(place)
+        if task is None:
+            task = self._pending[place] = asyncio.ensure_future(self._admit(place, url, allowlist or self.allowlist))
+        # Shielded: an attempt that times out waiting gives up its wait, not the lookup others share.
+        return await asyncio.shield(task)
+
+    async def _admit(self, place: Place, url: str, allowlist: Allowlist) -> tuple[str, ...]:
+        try:
+            addresses = await _checked(url, allowlist, unresolved_ok=False)
+        except CliffwatchError as exc:
+            if len(self._refused) < MAX_REFUSED:
+                self._refused[place] = exc
+            raise
+        finally:
+            self._pending.pop(place, None)
         return self._pins.setdefault(place, addresses)
 
     def own(self, url: str) -> None:

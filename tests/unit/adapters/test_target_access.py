@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from cliffwatch.adapters import target_access
 from cliffwatch.adapters.target_access import Destinations, ensure_allowed, first_reachable
 from cliffwatch.domain.allowlist import DEFAULT_ALLOWLIST, Allowlist, parse_allowlist
 from cliffwatch.domain.errors import CliffwatchError, TargetNotAllowed
@@ -141,3 +142,26 @@ async def test_only_an_ip_address_can_be_admitted_unchecked() -> None:
     assert destinations.pinned("127.0.0.1", 8001) is None
     with pytest.raises(ValueError, match="only an IP address"):
         destinations.own("http://localhost:8000")
+
+
+async def test_a_place_is_looked_up_once_refused_or_admitted_and_at_once_shared(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A target redirecting every request to a name outside the allowlist costs one lookup, not one an attempt;
+    admissions of one place at once share its lookup; an admitted place is pinned."""
+    asked: list[str] = []
+
+    async def counted(host: str, port: int) -> list[str]:
+        asked.append(host)
+        await asyncio.sleep(0.01)
+        return ["203.0.113.7"] if host == "elsewhere.example" else ["127.0.0.1"]
+
+    monkeypatch.setattr(target_access, "lookup", counted)
+    destinations = Destinations(_allowlist())
+    for _ in range(5):
+        with pytest.raises(TargetNotAllowed):
+            await destinations.admit("http://elsewhere.example/x")
+    assert asked == ["elsewhere.example"]
+    pins = await asyncio.gather(*(destinations.admit("http://here.example/y") for _ in range(5)))
+    assert pins == [("127.0.0.1",)] * 5
+    assert asked == ["elsewhere.example", "here.example"]
