@@ -187,12 +187,15 @@ def test_deeply_nested_yaml_is_invalid_not_a_crash(tmp_path: Path) -> None:
 
 
 def test_bytes_that_are_not_utf8_are_reported_against_the_file(tmp_path: Path) -> None:
-    """Undecodable bytes do not crash the loader; the document is judged with them replaced."""
+    """A byte that is not UTF-8 is refused with its place, against the file, rather than read as U+FFFD (a
+    scenario that would then run under a name nobody wrote)."""
     path = tmp_path / "latin1.yaml"
     path.write_bytes(VALID.replace("name: tiny", "name: caf\xe9").encode("latin-1"))
     error = _invalid(str(path))
     assert error.source == str(path)
-    assert [p.path for p in error.problems] == ["name"]
+    (problem,) = error.problems
+    assert problem.path == ""
+    assert "UTF-8" in problem.message, problem.message
 
 
 def test_parse_errors_name_the_source_given() -> None:
