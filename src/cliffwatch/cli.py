@@ -53,7 +53,7 @@ from cliffwatch.services.reconcile import ReconcileReport
 from cliffwatch.services.tokens import TokenService
 
 EXIT_PASS, EXIT_FAIL, EXIT_INVALID, EXIT_ENVIRONMENT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-DEMO_SCENARIOS = ("burst-storm", "retry-storm")
+DEMO_SCENARIOS = ("burst-storm", "retry-storm", "hollow-answers")
 FAULT_DEMO = "slow-backend"  # runs when Toxiproxy is available
 _INPUT_ERRORS = (ScenarioInvalid, TargetConfigInvalid, SettingsInvalid, TargetNotAllowed, RunRefused)
 _ENVIRONMENT_ERRORS = (TargetUnreachable, BuiltinTargetFailed, FaultInjectionFailed, StoreUnavailable)
@@ -105,7 +105,8 @@ def _parser() -> argparse.ArgumentParser:
     validate.set_defaults(handler=_validate)
 
     demo = commands.add_parser(
-        "demo", help="run burst-storm, retry-storm (and slow-backend with Toxiproxy) on the built-in target"
+        "demo",
+        help="run burst-storm, retry-storm, hollow-answers (and slow-backend with Toxiproxy) on the built-in target",
     )
     demo.add_argument("--reports-dir", type=Path, default=Path("demo-out"), help="where the results (JSON, HTML) go")
     demo.set_defaults(handler=_demo)
@@ -365,7 +366,7 @@ def _coerce(raw: str, default: object) -> object:
     """A command-line string as the type of the field's default, left as text when it does not parse
     (validation then names the field and the reason)."""
     if isinstance(default, bool):
-        return raw
+        return {"true": True, "false": False}.get(raw.strip().lower(), raw)
     try:
         if isinstance(default, int):
             return int(raw)

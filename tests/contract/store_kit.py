@@ -139,10 +139,13 @@ def make_record(request_id: int, *, phase: int = 0, retried: bool = False, sent:
     )
 
 
-def scored_end(run_id: str, *, finished_at: datetime, score_seed: int = 5, redirects: bool = False) -> RunEnd:
+def scored_end(
+    run_id: str, *, finished_at: datetime, score_seed: int = 5, redirects: bool = False, incompletes: bool = False
+) -> RunEnd:
     """How a real run of a small two-phase scenario ends, as the worker reports it: ``RunResult.to_dict()``
     split by ``run_end`` into the document and its per-second rows. With ``redirects``, a quarter of the
-    burst (ids 13, 17, …, 29: five) is answered with a 307 that is not followed."""
+    burst (ids 13, 17, …, 29: five) is answered with a 307 that is not followed; with ``incompletes``, another
+    quarter (ids 11, 15, …, 27: five) with a stream that ended with [DONE] and no finish_reason."""
     scenario = parse_scenario(
         {
             "name": "burst",
@@ -169,6 +172,11 @@ def scored_end(run_id: str, *, finished_at: datetime, score_seed: int = 5, redir
             attempt = Attempt(number=1, sent_ns=start, end_ns=start + 5 * NS_PER_MS, status=307,
                               failure=FailureKind.REDIRECT, error="HTTP 307 redirect, not followed")  # fmt: skip
             outcome = Outcome.REDIRECT
+        if incompletes and request.phase == 1 and request.id % 4 == 3:
+            attempt = Attempt(number=1, sent_ns=start, end_ns=start + 5 * NS_PER_MS, status=200,
+                              failure=FailureKind.INCOMPLETE,
+                              error="incomplete: [DONE] without a finish_reason")  # fmt: skip
+            outcome = Outcome.INCOMPLETE
         aggregator.add(RequestRecord(id=request.id, phase=request.phase, scheduled_ns=request.scheduled_ns,
                                      prompt_tokens=request.prompt_tokens, max_tokens=request.max_tokens,
                                      attempts=(attempt,), outcome=outcome))  # fmt: skip

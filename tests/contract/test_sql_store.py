@@ -59,17 +59,22 @@ async def test_a_runs_phases_and_seconds_are_kept_as_queryable_rows(backend: Bac
 
 
 @sql_only()
-async def test_each_outcome_class_has_its_count_column_redirects_included(backend: Backend) -> None:
-    """Redirects (migration 0005) are counted in run_phases and run_seconds like every other class."""
+async def test_each_outcome_class_has_its_count_column_redirects_and_incompletes_included(backend: Backend) -> None:
+    """Redirects (migration 0005) and incompletes (0007) are counted in run_phases and run_seconds like every
+    other class."""
     await backend.store.create_run(make_run("r1"))
     assert await backend.store.claim_run(owner="i", now=T0, lease_until=T0 + LEASE) is not None
-    end = scored_end("r1", finished_at=T0 + seconds(4), redirects=True)
+    end = scored_end("r1", finished_at=T0 + seconds(4), redirects=True, incompletes=True)
     assert await backend.store.finish_run("r1", owner="i", end=end)
     async with backend.engines[0].connect() as conn:
         phases = (await conn.execute(select(run_phases).order_by(run_phases.c.phase))).mappings().all()
         rows = (await conn.execute(select(run_seconds))).mappings().all()
-    assert [(p["offered"], p["on_time"], p["late"], p["redirect"]) for p in phases] == [(10, 10, 0, 0), (20, 5, 10, 5)]
+    assert [(p["offered"], p["on_time"], p["late"], p["redirect"], p["incomplete"]) for p in phases] == [
+        (10, 10, 0, 0, 0),
+        (20, 0, 10, 5, 5),
+    ]
     assert sum(row["redirect"] for row in rows) == 5
+    assert sum(row["incomplete"] for row in rows) == 5
     for phase in phases:
         assert sum(phase[o.value] for o in OUTCOMES) == phase["offered"]
 

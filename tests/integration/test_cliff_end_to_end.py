@@ -9,11 +9,13 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import aiohttp
 import pytest
 
 from cliffwatch.bootstrap import prepare_run
 from cliffwatch.config import Settings
 from cliffwatch.domain.metrics import merge_phases
+from cliffwatch.domain.outcomes import Outcome
 from cliffwatch.domain.result import RunResult, RunStatus
 from cliffwatch.domain.scenario import Role, parse_scenario
 from cliffwatch.domain.scoring import HIDDEN_OVERLOAD, RETRY_CONTAINMENT
@@ -88,3 +90,29 @@ async def test_immediate_retries_amplify_the_burst_and_lower_the_score() -> None
     assert plain.score.value is not None
     assert stormy.score.value is not None
     assert stormy.score.value < plain.score.value
+
+
+async def test_every_stream_the_built_in_target_interrupts_is_incomplete_and_none_is_on_time() -> None:
+    """The built-in target with interrupt_when_full (llama-cpp-python's interrupt_requests) ends streams early
+    with [DONE] and no finish_reason. Its own count of them (/metrics) is exactly cliffwatch's incomplete
+    count, so not one was taken for an answer; the hidden-overload flag names them."""
+    document = copy.deepcopy(BURST)
+    document["target"]["builtin"] = {**TARGET, "interrupt_when_full": True}
+    scenario = parse_scenario(document)
+    async with prepare_run(Settings.from_env({}), scenario, observer=CollectingObserver()) as prepared:
+        result = await prepared.service.execute(scenario, run_id="e2e-hollow", target_url=prepared.target_url)
+        async with aiohttp.ClientSession() as session, session.get(f"{prepared.target_url}/metrics") as response:
+            metrics = await response.text()
+    interrupted = next(
+        float(line.split()[-1])
+        for line in metrics.splitlines()
+        if line.startswith('cliffwatch_target_requests_total{result="interrupted"}')
+    )
+    incomplete = sum(p.outcomes[Outcome.INCOMPLETE] for p in result.metrics.phases)
+    assert interrupted > 10
+    assert incomplete == interrupted
+    stress = stress_of(result)
+    assert stress.outcomes[Outcome.INCOMPLETE] > 0.3 * stress.offered
+    flag = next(f for f in result.score.flags if f.name == HIDDEN_OVERLOAD)
+    assert flag.raised
+    assert "without a whole answer" in flag.summary

@@ -55,7 +55,7 @@ FAILURES = " ({failures})"
 LATE_ON = "{share} % late on the {bound} SLO"  # every late request broke this bound
 LATE_MOSTLY = "{share} % late, mostly on the {bound} SLO"  # most of them did
 FAILURE = {outcome.value: OUTCOME_TEXT[outcome].shared for outcome in NOT_ON_TIME}  # "{share} % timed out"
-BOUND_NAMES = {"ttft": "TTFT", "tpot": "TPOT", "e2e": "e2e"}
+BOUND_NAMES = {"ttft": "TTFT", "ttfa": "TTFA", "tpot": "TPOT", "e2e": "e2e"}
 NOTHING_VALID = "no valid step: the generator could not keep its schedule at any rate measured"
 
 
@@ -346,6 +346,11 @@ def _decide(
             signal = TTFT_SIGNAL.format(slo=num(slo.ttft_ms or 0.0))
         else:
             signal = TIMEOUT_SIGNAL.format(share=pct(crossing.timeout_share or 0.0), budget=num(budget * 100))
+    if not detail and any(s.incomplete for s in crossing.trials):
+        # 2xx answers with nothing (or not all) in them: a latency signal alone would hide them, and a
+        # throughput that fell with them is their doing, not the latency's.
+        detail = FAILURES.format(failures=describe_failures(crossing))
+        evidence.update(failures=failure_shares(crossing), late_by=late_bounds(crossing))
     share = float(getattr(crossing, metric_key)) / peak_value if peak_value > 0 else 0.0
     constrained = share >= CONSTRAINED_SHARE
     evidence.update(

@@ -23,7 +23,7 @@ PERCENTILES = ("p50", "p90", "p99")
 _COUNTS = tuple(outcome.value for outcome in OUTCOMES)
 _RATES = ("sent_rate", "goodput_rps", "completions_per_s", "tokens_per_s")
 _LATENCIES = ("ttft_ms", "itl_ms", "e2e_ms")
-LATE_BOUNDS = ("ttft", "tpot", "e2e")  # the SLO bounds a late request can break (``StepStats.late_by``)
+LATE_BOUNDS = ("ttft", "ttfa", "tpot", "e2e")  # the SLO bounds a late request can break (``StepStats.late_by``)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,6 +97,7 @@ class StepStats:
     error: int
     not_sent: int
     redirect: int = 0  # 3xx answers not followed
+    incomplete: int = 0  # 2xx answers without a whole answer (hollow streams, aborted generations)
     sent_rate: float  # achieved send rate (first attempts per second)
     goodput_rps: float  # on-time completions per second
     completions_per_s: float  # successful completions per second (on time or late)
@@ -107,7 +108,7 @@ class StepStats:
     e2e_ms: Mapping[str, float | None]
     generator_limited: bool
     generator_reasons: tuple[str, ...] = ()
-    # Late requests by the SLO bound they broke ("ttft", "tpot", "e2e"); one request may break several, so
+    # Late requests by the SLO bound they broke ("ttft", "ttfa", "tpot", "e2e"); one request may break several, so
     # the counts may add up to more than ``late``. Empty when not known (a step from an older document).
     late_by: Mapping[str, int] = field(default_factory=dict)
 

@@ -23,6 +23,7 @@ from cliffwatch.domain.scenario import Role
 
 LATENCY_METRICS = (
     "ttft",
+    "ttfa",
     "e2e",
     "tpot",
     "itl",
@@ -60,6 +61,11 @@ class PhaseStats:
     completions: int = 0  # successful finishes during the window
     on_time_completions: int = 0
     token_sources: Counter[str] = field(default_factory=Counter)
+    # Output tokens of the successful answers whose split is known (``Attempt.reasoning_tokens``): reasoning,
+    # the rest (the answer), and how many answers that covers.
+    reasoning_tokens: int = 0
+    answer_tokens: int = 0
+    split_answers: int = 0
     latency: dict[str, Histogram] = field(default_factory=lambda: {m: Histogram() for m in LATENCY_METRICS})
 
     @property
@@ -155,6 +161,9 @@ def merge_phases(phases: Sequence[PhaseStats]) -> PhaseStats | None:
         pooled.completions += p.completions
         pooled.on_time_completions += p.on_time_completions
         pooled.token_sources.update(p.token_sources)
+        pooled.reasoning_tokens += p.reasoning_tokens
+        pooled.answer_tokens += p.answer_tokens
+        pooled.split_answers += p.split_answers
         for name, hist in p.latency.items():
             pooled.latency[name].merge(hist)
     return pooled
@@ -217,9 +226,17 @@ class RunAggregator:
         if ttft is not None:
             phase.latency["ttft"].add(max(0.0, ttft))
             scheduled.ttft.add(max(0.0, ttft))
+        ttfa = record.ttfa_ms
+        if ttfa is not None:
+            phase.latency["ttfa"].add(max(0.0, ttfa))
         tpot = record.tpot_ms
         if tpot is not None:
             phase.latency["tpot"].add(tpot)
+        if final.reasoning_tokens is not None:
+            reasoning = min(final.reasoning_tokens, final.output_tokens)
+            phase.reasoning_tokens += reasoning
+            phase.answer_tokens += final.output_tokens - reasoning
+            phase.split_answers += 1
         chunks = final.chunk_times_ns
         for before, after in itertools.pairwise(chunks):
             phase.latency["itl"].add((after - before) / NS_PER_MS)

@@ -29,6 +29,7 @@ class Outcome(StrEnum):
     LATE = "late"  # succeeded, but broke a latency bound
     SHED = "shed"  # the final answer was 429 or 503: the target refused the work
     TIMEOUT = "timeout"  # the attempt timeout or the request deadline ran out
+    INCOMPLETE = "incomplete"  # a 2xx without a whole answer: a hollow stream, an aborted generation
     ERROR = "error"  # any other failure: connection, truncated stream, other status, a refused redirect hop
     REDIRECT = "redirect"  # the final answer was a 3xx that was not followed: the target sent the work elsewhere
     NOT_SENT = "not_sent"  # never attempted (the run stopped first, or the generator could not send it)
@@ -59,6 +60,8 @@ OUTCOME_TEXT: dict[Outcome, OutcomeText] = {
     Outcome.SHED: OutcomeText(label="shed", short="shed", counted="{count} shed", shared="{share} % shed"),
     Outcome.TIMEOUT: OutcomeText(label="timeout", short="tmo", counted="{count} timed out",
                                  shared="{share} % timed out"),
+    Outcome.INCOMPLETE: OutcomeText(label="incomplete", short="hollow", counted="{count} incomplete",
+                                    shared="{share} % incomplete"),
     Outcome.ERROR: OutcomeText(label="error", short="err", counted="{count} errors",
                                shared="{share} % failed with errors"),
     Outcome.REDIRECT: OutcomeText(label="redirect", short="3xx", counted="{count} redirected",
@@ -81,8 +84,9 @@ class Slo:
 
     e2e_ms: float
     timeout_ms: float
-    ttft_ms: float | None = None
+    ttft_ms: float | None = None  # to the first generated output, reasoning included
     tpot_ms: float | None = None
+    ttfa_ms: float | None = None  # to the first answer token (visible content, not reasoning)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,10 +99,12 @@ class Attempt:
     error: str | None = None
     pool_wait_ns: int = 0  # time spent waiting for a pooled connection
     first_byte_ns: int | None = None  # response headers received
-    first_token_ns: int | None = None  # first chunk carrying generated text
+    first_token_ns: int | None = None  # first chunk carrying generated text (reasoning included)
+    first_answer_ns: int | None = None  # first chunk carrying answer text (content or a tool call, not reasoning)
     chunk_times_ns: tuple[int, ...] = ()  # arrival of each token-carrying chunk
     output_tokens: int = 0
     token_source: TokenSource = TokenSource.NONE
+    reasoning_tokens: int | None = None  # of output_tokens, the reasoning ones; None: no split known
     retry_after_s: float | None = None
 
     @property
@@ -146,6 +152,14 @@ class RequestRecord:
         return (final.first_token_ns - self.scheduled_ns) / NS_PER_MS
 
     @property
+    def ttfa_ms(self) -> float | None:
+        """Time to the first answer token: the first visible content after any reasoning."""
+        final = self.final
+        if final is None or not final.succeeded or final.first_answer_ns is None:
+            return None
+        return (final.first_answer_ns - self.scheduled_ns) / NS_PER_MS
+
+    @property
     def tpot_ms(self) -> float | None:
         final = self.final
         if final is None or not final.succeeded:
@@ -178,6 +192,8 @@ def classify(attempts: tuple[Attempt, ...], *, scheduled_ns: int, slo: Slo) -> O
         return Outcome.TIMEOUT
     if final.failure is FailureKind.REDIRECT:
         return Outcome.REDIRECT
+    if final.failure is FailureKind.INCOMPLETE:
+        return Outcome.INCOMPLETE
     return Outcome.ERROR
 
 
@@ -187,8 +203,9 @@ def meets_slo(attempt: Attempt, *, scheduled_ns: int, slo: Slo) -> bool:
 
 
 def missed_bounds(attempt: Attempt, *, scheduled_ns: int, slo: Slo) -> tuple[str, ...]:
-    """The SLO bounds a successful attempt broke ("e2e", "ttft", "tpot"), measured from the scheduled time;
-    empty when it met them all."""
+    """The SLO bounds a successful attempt broke ("e2e", "ttft", "tpot", "ttfa"), measured from the scheduled
+    time; empty when it met them all. An answer that never showed a content token (all reasoning) broke
+    ``ttfa``: its user saw no answer."""
     missed: list[str] = []
     if (attempt.end_ns - scheduled_ns) / NS_PER_MS > slo.e2e_ms:
         missed.append("e2e")
@@ -200,4 +217,8 @@ def missed_bounds(attempt: Attempt, *, scheduled_ns: int, slo: Slo) -> tuple[str
         tpot = time_per_output_token_ms(attempt)
         if tpot is not None and tpot > slo.tpot_ms:
             missed.append("tpot")
+    if slo.ttfa_ms is not None:
+        answer = attempt.first_answer_ns
+        if answer is None or (answer - scheduled_ns) / NS_PER_MS > slo.ttfa_ms:
+            missed.append("ttfa")
     return tuple(missed)

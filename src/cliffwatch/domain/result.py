@@ -190,8 +190,18 @@ def _phase_dict(stats: PhaseStats, timing: PhaseTiming | None) -> dict[str, Any]
         "fast_shed": stats.fast_shed,
         "capped": stats.capped,
         "token_count_source": dict(stats.token_sources),
+        **_token_split(stats),
         "latency_ms": {name: hist.summary() for name, hist in stats.latency.items()},
     }
+
+
+def _token_split(stats: PhaseStats) -> dict[str, Any]:
+    """``output_tokens_split`` when some answer's split was known (a reasoning model, or usage's
+    reasoning_tokens): reasoning and answer tokens over the answers it covers; nothing otherwise."""
+    if not stats.split_answers:
+        return {}
+    split = {"reasoning": stats.reasoning_tokens, "answer": stats.answer_tokens, "answers": stats.split_answers}
+    return {"output_tokens_split": split}
 
 
 def _second_dict(second: SecondStats) -> dict[str, Any]:

@@ -37,12 +37,13 @@ class FailureKind(StrEnum):
     REFUSED = "refused"  # cliffwatch would not send there (a redirect hop outside the allowlist); never retried
     TIMEOUT = "timeout"  # the attempt's own timeout (connect, read or total)
     CONNECTION = "connection"  # refused, reset, or closed before a response
-    TRUNCATED = "truncated"  # a 2xx stream that ended without finishing
+    TRUNCATED = "truncated"  # a 2xx body cut off or malformed: the bytes stopped, or were not the format
+    INCOMPLETE = "incomplete"  # a 2xx that ended properly without a whole answer (domain.completeness)
     CANCELLED = "cancelled"  # cut short by the run itself (interrupted); never retried
     INTERNAL = "internal"  # cliffwatch's own fault, not the target's; never retried
 
 
-RETRY_ON_WORDS = ("timeout", "connection", "truncated", "429", "5xx", "4xx")
+RETRY_ON_WORDS = ("timeout", "connection", "truncated", "incomplete", "429", "5xx", "4xx")
 # Never retried, whatever retry_on says: a redirect sent again is redirected again (and following it is the
 # client's own option, not a retry), a refusal is ours, and the run's own cut or bug is not the target's.
 NEVER_RETRIED = frozenset({FailureKind.REDIRECT, FailureKind.REFUSED, FailureKind.CANCELLED, FailureKind.INTERNAL})

@@ -237,12 +237,14 @@ def _parse_slo(reader: Reader | None) -> Slo | None:
     timeout = reader.number("timeout_ms", gt=0, le=3_600_000)
     ttft = reader.number("ttft_ms", None, gt=0, le=3_600_000)
     tpot = reader.number("tpot_ms", None, gt=0, le=3_600_000)
+    ttfa = reader.number("ttfa_ms", None, gt=0, le=3_600_000)
     reader.done()
     if (
         e2e is None
         or timeout is None
         or (reader.has("ttft_ms") and ttft is None)
         or (reader.has("tpot_ms") and tpot is None)
+        or (reader.has("ttfa_ms") and ttfa is None)
     ):
         return None
     ok = True
@@ -252,9 +254,15 @@ def _parse_slo(reader: Reader | None) -> Slo | None:
     if ttft is not None and ttft > e2e:
         reader.error("ttft_ms", f"must be <= e2e_ms ({e2e:g})")
         ok = False
+    if ttfa is not None and ttfa > e2e:
+        reader.error("ttfa_ms", f"must be <= e2e_ms ({e2e:g})")
+        ok = False
+    if ttfa is not None and ttft is not None and ttfa < ttft:
+        reader.error("ttfa_ms", f"must be >= ttft_ms ({ttft:g}): the first answer token is a token too")
+        ok = False
     if not ok:
         return None
-    return Slo(e2e_ms=float(e2e), timeout_ms=float(timeout), ttft_ms=ttft, tpot_ms=tpot)
+    return Slo(e2e_ms=float(e2e), timeout_ms=float(timeout), ttft_ms=ttft, tpot_ms=tpot, ttfa_ms=ttfa)
 
 
 def _parse_client(reader: Reader, slo: Slo | None) -> ClientSpec | None:

@@ -20,7 +20,7 @@ from cliffwatch.domain.metrics import PhaseStats, RunMetrics, SecondStats, merge
 from cliffwatch.domain.outcomes import NOT_ON_TIME, NS_PER_MS, NS_PER_S, OUTCOME_TEXT, Outcome, Slo
 from cliffwatch.domain.scenario import Role, ScoreSpec
 
-SCORE_VERSION = "1"
+SCORE_VERSION = "2"  # 2: incomplete answers are a class of their own and raise the hidden-overload flag
 
 PRESERVATION = "preservation"
 SAFE_DEGRADATION = "safe_degradation"
@@ -39,6 +39,7 @@ P99_FLOOR_MS = 100.0  # … or this much above it, whichever is larger (small p9
 PEAK_WINDOW_S = 5  # the run's peak tokens/s is the highest mean over this many consecutive seconds
 OVERLOAD_TOKENS_SHARE = 0.9  # stress output at or above this share of the peak …
 OVERLOAD_GOODPUT_SHARE = 0.8  # … while the stress on-time ratio is below this share of the baseline's
+OVERLOAD_INCOMPLETE_SHARE = 0.05  # or this share of the stress requests came back as a 2xx without an answer
 
 Evidence = Mapping[str, float | int | str | None]
 
@@ -380,7 +381,17 @@ def _hidden_overload(seconds: Sequence[SecondStats], stress: PhaseStats | None, 
         return flag(False, "No stress phase offered any request, so nothing could be hidden.")
     tokens_per_s = stress.tokens_per_s  # tokens received during the stress windows, per second
     ratio = stress.on_time / stress.offered
-    evidence.update(stress_tokens_per_s=tokens_per_s, stress_ratio=ratio)
+    incomplete = stress.outcomes[Outcome.INCOMPLETE]
+    evidence.update(stress_tokens_per_s=tokens_per_s, stress_ratio=ratio, stress_incomplete=incomplete,
+                    incomplete_share=incomplete / stress.offered)  # fmt: skip
+    if incomplete / stress.offered >= OVERLOAD_INCOMPLETE_SHARE:
+        # A 200 that carries no answer is invisible to status codes and error rates: the overload it hides
+        # is there whatever tokens/s did (it usually fell, as the hollow answers carry none).
+        hollow = (
+            f"{incomplete:,} of {stress.offered:,} stress requests ({_pct(incomplete / stress.offered)}) came back "
+            "as a 2xx without a whole answer (incomplete: a stream ended early, an aborted generation)"
+        )
+        return flag(True, f"Hidden overload: {hollow}; status codes and error rates do not show them.")
     if peak <= 0:
         return flag(False, "No output tokens were received, so token throughput cannot hide an overload.")
     if ref.ratio == 0:

@@ -38,6 +38,11 @@ class TargetModel:
     retry_after_s: float = 1.0
     max_queue_wait_ms: float = 2_000.0
     step_jitter: float = 0.0
+    # A request waiting for a full batch ends the oldest running stream early: the stream gets [DONE] with no
+    # finish_reason, and its slot goes to the newcomer. llama-cpp-python's server does this by default (its
+    # ``interrupt_requests`` setting: ``get_event_publisher`` in llama_cpp/server/app.py sends [DONE] and stops
+    # when another request waits for the model's lock). Non-streamed requests are not interrupted, as there.
+    interrupt_when_full: bool = False
     max_prompt_tokens: int = 32_768
     default_max_tokens: int = 256
     seed: int = 0
@@ -162,6 +167,7 @@ def parse_target_model(value: object, path: str, problems: Problems) -> TargetMo
         "retry_after_s": reader.number("retry_after_s", base.retry_after_s, ge=0, le=3_600),
         "max_queue_wait_ms": reader.number("max_queue_wait_ms", base.max_queue_wait_ms, gt=0, le=3_600_000),
         "step_jitter": reader.number("step_jitter", base.step_jitter, ge=0, le=0.9),
+        "interrupt_when_full": reader.boolean("interrupt_when_full", base.interrupt_when_full),
         "max_prompt_tokens": reader.number("max_prompt_tokens", base.max_prompt_tokens, ge=1, integer=True),
         "default_max_tokens": reader.number("default_max_tokens", base.default_max_tokens, ge=1, integer=True),
         "seed": reader.number("seed", base.seed, ge=0, integer=True),

@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Any
 from urllib.parse import urlsplit
 
+from cliffwatch.domain.completeness import DEFAULT_EXPECTATION, Expectation, parse_expectation
 from cliffwatch.domain.distributions import Distribution, parse_distribution
 from cliffwatch.domain.masking import mask_url
 from cliffwatch.domain.secrets import SecretRef, parse_reference
@@ -70,6 +71,7 @@ class Target:
     request: RequestTemplate
     builtin: TargetModel | None = None  # the simulated server's parameters when url is builtin
     via_proxy: str | None = None  # send through this Toxiproxy proxy
+    expect: Expectation = DEFAULT_EXPECTATION  # what a whole answer shows (OpenAI APIs)
 
     @property
     def is_builtin(self) -> bool:
@@ -88,18 +90,36 @@ def parse_target(reader: Reader | None) -> Target | None:
         if url is not None and url != BUILTIN:
             reader.error("builtin", f"only applies when url is {BUILTIN!r}")
     request = _parse_request(reader.mapping("request", {}) or Reader({}, reader.child("request"), reader.problems), api)
+    expect = _parse_expect(reader, api, request)
     reader.done()
     if url == BUILTIN and api == Api.HTTP:
         reader.error("api", BUILTIN_SPEAKS_OPENAI)
         return None
-    if url is None or api is None or request is None or (reader.has("via_proxy") and via_proxy is None):
+    if url is None or api is None or request is None or expect is None:
+        return None
+    if reader.has("via_proxy") and via_proxy is None:
         return None
     if url == BUILTIN and builtin is None:
         builtin = TargetModel()
     if credentials_clash(url, request.headers):
         reader.error("url", URL_AND_AUTHORIZATION)
         return None
-    return Target(url=url, api=Api(api), request=request, builtin=builtin, via_proxy=via_proxy)
+    return Target(url=url, api=Api(api), request=request, builtin=builtin, via_proxy=via_proxy, expect=expect)
+
+
+def _parse_expect(reader: Reader, api: str | None, request: RequestTemplate | None) -> Expectation | None:
+    """``target.expect``: only for the OpenAI APIs, whose answers say how they ended."""
+    if api == Api.HTTP:
+        if reader.has("expect"):
+            reader.raw("expect")
+            reader.error("expect", "only applies to the OpenAI APIs: a plain http answer has no finish_reason")
+            return None
+        return DEFAULT_EXPECTATION
+    extra = request.extra_body if request is not None else None
+    section = reader.mapping("expect", None)
+    if reader.has("expect") and section is None:
+        return None
+    return parse_expectation(section, extra_body=extra)
 
 
 def credentials_clash(url: str, headers: tuple[tuple[str, str | SecretRef], ...]) -> bool:

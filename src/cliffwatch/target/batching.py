@@ -45,6 +45,7 @@ class Result(StrEnum):
     DROPPED_DEADLINE_503 = "dropped_deadline_503"
     ABORTED_DISCONNECT = "aborted_disconnect"
     ABORTED_SHUTDOWN = "aborted_shutdown"
+    INTERRUPTED = "interrupted"  # ended early for a waiting request (``interrupt_when_full``): a hollow answer
     BAD_REQUEST = "bad_request"
 
 
@@ -74,6 +75,7 @@ class EngineRequest:
     max_tokens: int
     arrived_at: float
     rng: random.Random = field(repr=False)
+    streaming: bool = True
     state: SeqState = SeqState.WAITING
     result: Result | None = None
     admitted_at: float | None = None
@@ -95,6 +97,7 @@ class Step:
     batch: int  # 0 means there is nothing to run
     admitted: tuple[EngineRequest, ...]
     dropped: tuple[EngineRequest, ...]  # waited past the deadline, ended with 503
+    interrupted: tuple[EngineRequest, ...] = ()  # ended early to make room (``interrupt_when_full``)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -161,7 +164,7 @@ class BatchCore:
         """Counts a request the server refused before it reached the engine (400, 404, 413)."""
         self._results[Result.BAD_REQUEST] += 1
 
-    def submit(self, *, prompt_tokens: int, max_tokens: int, now: float) -> EngineRequest:
+    def submit(self, *, prompt_tokens: int, max_tokens: int, now: float, streaming: bool = True) -> EngineRequest:
         """Queues a new sequence and returns it; raises ``QueueFull`` when admission refuses it."""
         if self.model.admission is Admission.QUEUE_LIMIT:
             # Requests that will take a free batch slot at the next step boundary are not really
@@ -184,6 +187,7 @@ class BatchCore:
             arrived_at=now,
             # Seeding per (seed, id) keeps each request's text independent of how batches interleave.
             rng=random.Random(f"{self.model.seed}:{request_id}"),
+            streaming=streaming,
         )
         self._waiting[request_id] = request
         return request
@@ -238,6 +242,7 @@ class BatchCore:
         if self._in_step:
             raise RuntimeError("begin_step called twice without end_step")
         dropped = self.expire(now)
+        interrupted = self._interrupt(now) if self.model.interrupt_when_full else []
         admitted: list[EngineRequest] = []
         while self._waiting and len(self._running) < self.model.max_batch:
             _, request = self._waiting.popitem(last=False)
@@ -248,7 +253,8 @@ class BatchCore:
             admitted.append(request)
         batch = len(self._running)
         if batch == 0:
-            return Step(started_at=now, duration_s=0.0, batch=0, admitted=(), dropped=tuple(dropped))
+            return Step(started_at=now, duration_s=0.0, batch=0, admitted=(), dropped=tuple(dropped),
+                        interrupted=tuple(interrupted))  # fmt: skip
         duration_ms = self.model.step_ms(batch) + sum(self.model.prefill_ms(r.prompt_tokens) for r in admitted)
         if self.model.step_jitter > 0:
             duration_ms *= 1.0 + self._jitter.uniform(-self.model.step_jitter, self.model.step_jitter)
@@ -259,7 +265,22 @@ class BatchCore:
             batch=batch,
             admitted=tuple(admitted),
             dropped=tuple(dropped),
+            interrupted=tuple(interrupted),
         )
+
+    def _interrupt(self, now: float) -> list[EngineRequest]:
+        """Ends the oldest running streams, one per request waiting beyond the free slots, so the waiting
+        ones are admitted now; each ends with the tokens it had (often only its first), and no finish."""
+        wanted = len(self._waiting) - (self.model.max_batch - len(self._running))
+        interrupted: list[EngineRequest] = []
+        for request in list(self._running.values()):  # in admission order: the oldest first
+            if len(interrupted) >= wanted:
+                break
+            if request.streaming:
+                del self._running[request.id]
+                self._end(request, Result.INTERRUPTED, now)
+                interrupted.append(request)
+        return interrupted
 
     def end_step(self, now: float) -> list[EngineRequest]:
         """Gives every running sequence one token; returns them (finished ones are now ENDED)."""

@@ -80,6 +80,14 @@ class GenerationAborted(CliffwatchError):
         super().__init__(f"sequence {request_id} ended without completing: {result.value}")
 
 
+class GenerationInterrupted(CliffwatchError):
+    """The stream was ended early to make room for a waiting request (``interrupt_when_full``)."""
+
+    def __init__(self, request_id: int) -> None:
+        self.request_id = request_id
+        super().__init__(f"sequence {request_id} was interrupted for a waiting request")
+
+
 class EngineClosed(CliffwatchError):
     """The engine is shutting down and takes no new requests."""
 
@@ -138,6 +146,8 @@ class Generation:
         request = self.request
         if request.result is Result.COMPLETED:
             return
+        if request.result is Result.INTERRUPTED:
+            raise GenerationInterrupted(request.id)
         if request.result is Result.DROPPED_DEADLINE_503:
             ended = request.ended_at if request.ended_at is not None else request.arrived_at
             raise QueueDeadlineExceeded(waited_s=ended - request.arrived_at, limit_s=self._max_queue_wait_s)
@@ -209,7 +219,9 @@ class Engine:
         """
         if self._closed:
             raise EngineClosed()
-        request = self._core.submit(prompt_tokens=prompt_tokens, max_tokens=max_tokens, now=self.clock.now())
+        request = self._core.submit(
+            prompt_tokens=prompt_tokens, max_tokens=max_tokens, now=self.clock.now(), streaming=streaming
+        )
         generation = Generation(request, streaming=streaming, max_queue_wait_s=self.model.max_queue_wait_ms / 1000.0)
         self._live[request.id] = generation
         self._work.set()
@@ -257,6 +269,7 @@ class Engine:
                 start = now
             step = core.begin_step(start)
             self._notify(step.dropped)
+            self._notify(step.interrupted)
             if step.batch == 0:
                 continue
             end = start + step.duration_s

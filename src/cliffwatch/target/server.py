@@ -23,9 +23,11 @@ from cliffwatch.target.engine import (
     EngineClosed,
     Generation,
     GenerationAborted,
+    GenerationInterrupted,
     QueueDeadlineExceeded,
 )
 from cliffwatch.target.openai_format import (
+    DONE_EVENT,
     ApiError,
     ChunkWriter,
     GenerationRequest,
@@ -205,6 +207,14 @@ async def _stream(
             await response.write(data + writer.closing(sent))
             await response.write_eof()
             return response
+    except GenerationInterrupted:
+        # As llama-cpp-python's interrupt_requests: [DONE] with no finish_reason, after the role chunk at least
+        if not response.prepared:
+            await response.prepare(request)
+            await response.write(writer.opening())
+        await response.write(DONE_EVENT)
+        await response.write_eof()
+        return response
     except GenerationAborted:
         if not response.prepared:
             raise

@@ -69,3 +69,23 @@ async def test_deadline_answers_503_to_a_request_that_waited_too_long_without_wa
     metrics = await target.metrics()
     assert metrics['cliffwatch_target_requests_total{result="dropped_deadline_503"}'] == 1
     assert metrics['cliffwatch_target_requests_total{result="completed"}'] == 2
+
+
+async def test_interrupt_when_full_ends_the_running_stream_with_done_and_no_finish_reason(start_target) -> None:
+    """The hollow answer of llama-cpp-python's interrupt_requests (tests/fixtures/sse, the interrupted stream):
+    the role chunk, the tokens so far, then [DONE] with no finish_reason; the newcomer is served whole."""
+    target = await start_target(TargetModel(**SLOW, interrupt_when_full=True))
+    engine = target.engine
+    body = {"model": "sim-llm", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 50}
+    first = asyncio.create_task(target.stream("/v1/chat/completions", body))
+    await target.wait_until(lambda: engine.stats().generation_tokens_total >= 2, what="the first stream's tokens")
+    second = await target.stream("/v1/chat/completions", {**body, "max_tokens": 3})
+    cut = await first
+    assert cut.status == 200
+    assert cut.events[-1] == "[DONE]"
+    assert cut.chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+    assert all(chunk["choices"][0]["finish_reason"] is None for chunk in cut.chunks)
+    assert 2 <= len(cut.chunks) - 1 < 50
+    assert second.chunks[-1]["choices"][0]["finish_reason"] == "length"
+    metrics = await target.metrics()
+    assert metrics['cliffwatch_target_requests_total{result="interrupted"}'] == 1

@@ -151,13 +151,13 @@ def test_the_step_table_shows_every_step_in_order_with_its_figures_and_settled_v
     header = next(line for line in table.splitlines() if "sent/s" in line)
     for column in ("req/s", "#", "n", "sent/s", "good/s", "on time", "95% CI", "tokens/s", "done/s"):
         assert column in header
-    for column in ("p99 TTFT", "p99 e2e", "shed", "tmo", "err", "3xx", "amp", "verdict"):
+    for column in ("p99 TTFT", "p99 e2e", "shed", "tmo", "hollow", "err", "3xx", "amp", "verdict"):
         assert column in header
     found = rows(table)
     assert list(found) == ["10#1", "14#1", "12#1", "12#2", "13#1", "21#1"]  # as measured, not sorted
     assert found["10#1"][2:] == [
         "2000", "200", "200", "100.0%", "99.8–100.0", "1,000", "200", "240 ms", "1.50 s", "0%", "0%", "0%", "0%",
-        "1.00", "good",
+        "0%", "1.00", "good",
     ]  # fmt: skip
     assert found["14#1"][5] == "85.0%"
     assert found["14#1"][10] == "4.50 s"

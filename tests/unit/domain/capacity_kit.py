@@ -18,6 +18,7 @@ def step(
     shed: int = 0,
     error: int = 0,
     redirect: int = 0,
+    incomplete: int = 0,
     duration_s: float = 20.0,
     tokens_per_s: float | None = None,
     completions_per_s: float | None = None,
@@ -27,10 +28,10 @@ def step(
     generator_limited: bool = False,
 ) -> StepStats:
     """A step at ``rate``: ``rate × duration`` requests by default, all on time unless told; the failures that
-    are not timeouts, shed, errors or redirects are late."""
+    are not timeouts, shed, errors, redirects or incompletes are late."""
     offered = round(rate * duration_s) if offered is None else offered
     on_time = offered if on_time is None else on_time
-    late = offered - on_time - timeout - shed - error - redirect
+    late = offered - on_time - timeout - shed - error - redirect - incomplete
     completions = (on_time + late) / duration_s if completions_per_s is None else completions_per_s
     return StepStats(
         rate=rate,
@@ -44,6 +45,7 @@ def step(
         timeout=timeout,
         error=error,
         redirect=redirect,
+        incomplete=incomplete,
         not_sent=0,
         sent_rate=offered / duration_s,
         goodput_rps=on_time / duration_s,

@@ -167,6 +167,36 @@ def test_a_rate_bad_by_redirects_names_them_in_the_verdict() -> None:
     assert result.evidence["failures"] == {"redirect": pytest.approx(0.1)}
 
 
+def test_a_rate_bad_by_hollow_answers_names_them_in_the_verdict() -> None:
+    """Incomplete answers fail the rate; tokens/s falls with them, and the sentence says what they were."""
+    steps = [
+        step(10.0, offered=2000, tokens_per_s=1000.0),
+        step(20.0, offered=2000, on_time=800, incomplete=1200, tokens_per_s=400.0),
+    ]
+
+    result = result_of(steps)
+
+    assert result.verdict.startswith(
+        "tokens/s had already fallen to 40 % of peak when attainment fell to 40.0 % at 20 req/s (60.0 % incomplete): "
+        "tokens and completions fell together"
+    )
+    assert result.evidence["failures"] == {"incomplete": pytest.approx(0.6)}
+
+
+def test_a_latency_crossing_with_hollow_answers_names_them_too() -> None:
+    """When p99 e2e crosses first, the incompletes at that rate still appear: a latency verdict alone would
+    size for a rate whose answers were partly empty."""
+    steps = [
+        step(10.0, offered=2000, tokens_per_s=1000.0),
+        step(12.0, offered=2000, on_time=1950, incomplete=50, p99_e2e_ms=5000.0, tokens_per_s=990.0),
+    ]
+
+    result = result_of(steps, target=0.95)
+
+    assert result.verdict.startswith("p99 e2e crossed the 4000 ms SLO at 12 req/s (2.5 % incomplete) while tokens/s")
+    assert result.evidence["failures"] == {"incomplete": pytest.approx(0.025)}
+
+
 def test_a_bad_rate_whose_throughput_had_fallen_names_its_failure_in_the_throughput_bound_sentence() -> None:
     steps = [
         step(10.0, offered=2000, tokens_per_s=1000.0),

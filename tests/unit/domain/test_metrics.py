@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import pytest
 
@@ -356,4 +357,22 @@ def test_outcome_counts_lists_every_class_in_a_fixed_order_zeros_included() -> N
     counts = outcome_counts({Outcome.SHED: 2, Outcome.ON_TIME: 5})
 
     assert list(counts) == [o.value for o in OUTCOMES]
-    assert counts == {"on_time": 5, "late": 0, "shed": 2, "timeout": 0, "error": 0, "redirect": 0, "not_sent": 0}
+    assert counts == {"on_time": 5, "late": 0, "shed": 2, "timeout": 0, "incomplete": 0, "error": 0,
+                      "redirect": 0, "not_sent": 0}  # fmt: skip
+
+
+def test_ttfa_and_the_reasoning_split_are_measured_for_answers_that_say_them() -> None:
+    """A reasoning answer gives its time to first answer token and its split; one without a known split adds
+    only its TTFA (first answer at its first token) and is not counted in the split."""
+    reasoned = replace(
+        _attempt(1.0, 3.0, chunks_s=(1.2, 1.4, 1.6, 2.0)), first_answer_ns=_ns(2.0), output_tokens=40,
+        reasoning_tokens=30,
+    )  # fmt: skip
+    plain = replace(_attempt(1.0, 2.0, chunks_s=(1.1, 1.5)), first_answer_ns=_ns(1.1))
+    metrics = _feed(_record(0, 1.0, Outcome.ON_TIME, reasoned), _record(0, 1.0, Outcome.ON_TIME, plain)).result()
+    warmup = metrics.phases[0]
+
+    assert warmup.latency["ttfa"].count == 2
+    assert warmup.latency["ttfa"].quantile(1.0) == pytest.approx(1000, rel=0.01)
+    assert warmup.latency["ttft"].quantile(1.0) == pytest.approx(200, rel=0.01)
+    assert (warmup.reasoning_tokens, warmup.answer_tokens, warmup.split_answers) == (30, 10, 1)

@@ -235,3 +235,41 @@ def test_every_outcome_class_has_its_words_and_the_groups_partition_them() -> No
     assert sorted([*SUCCEEDED, *FAILED, Outcome.NOT_SENT]) == sorted(OUTCOMES)
     assert Outcome.REDIRECT in FAILED
     assert tuple(o for o in OUTCOMES if o is not Outcome.ON_TIME) == NOT_ON_TIME
+
+
+def test_an_incomplete_final_attempt_is_incomplete_never_on_time_however_fast() -> None:
+    hollow = _attempt(SCHEDULED_MS, SCHEDULED_MS + 5, failure=FailureKind.INCOMPLETE, status=200)
+
+    assert classify((hollow,), scheduled_ns=_ns(SCHEDULED_MS), slo=SLO) is Outcome.INCOMPLETE
+    assert Outcome.INCOMPLETE in NOT_ON_TIME
+    assert Outcome.INCOMPLETE in FAILED
+
+
+def _reasoned(answer_after_ms: float | None) -> Attempt:
+    """Reasoning from 100 ms on (the first token), the answer's first content token at ``answer_after_ms``."""
+    return Attempt(
+        number=1,
+        sent_ns=_ns(SCHEDULED_MS),
+        end_ns=_ns(SCHEDULED_MS + 1500),
+        status=200,
+        first_token_ns=_ns(SCHEDULED_MS + 100),
+        first_answer_ns=None if answer_after_ms is None else _ns(SCHEDULED_MS + answer_after_ms),
+        output_tokens=40,
+        reasoning_tokens=30,
+    )
+
+
+@pytest.mark.parametrize(
+    ("answer_after_ms", "missed"),
+    [(900, ()), (1001, ("ttfa",)), (None, ("ttfa",))],  # no answer token at all: its user saw no answer
+)
+def test_ttfa_judges_the_first_answer_token_and_ttft_the_first_token_of_any_kind(
+    answer_after_ms: float | None, missed: tuple[str, ...]
+) -> None:
+    slo = Slo(e2e_ms=2000, timeout_ms=5000, ttft_ms=500, ttfa_ms=1000)
+    attempt = _reasoned(answer_after_ms)
+
+    assert missed_bounds(attempt, scheduled_ns=_ns(SCHEDULED_MS), slo=slo) == missed
+    record = _record((attempt,))
+    assert record.ttft_ms == 100
+    assert record.ttfa_ms == answer_after_ms

@@ -393,7 +393,7 @@ def test_a_bare_yaml_on_key_is_reported_because_yaml_reads_it_as_true() -> None:
     assert _parse(document) == (None, ["r: keys must be strings, got True"])
 
 
-_WORDS = "timeout, connection, truncated, 429, 5xx, 4xx or a 4xx/5xx status code"
+_WORDS = "timeout, connection, truncated, incomplete, 429, 5xx, 4xx or a 4xx/5xx status code"
 
 
 @pytest.mark.parametrize(
@@ -474,3 +474,12 @@ def test_a_huge_number_in_retry_on_is_reported_without_printing_it() -> None:
 
     assert policy is None
     assert problems == [f"r.retry_on[0]: must be one of {_WORDS}, got <a number>"]
+
+
+def test_an_incomplete_answer_is_retried_only_when_retry_on_names_it() -> None:
+    """A hollow 200 is not retried by default (the server said it was done); ``incomplete`` opts in."""
+    default = RetryPolicy(kind=RetryKind.IMMEDIATE, max_retries=1)
+    opted = RetryPolicy(kind=RetryKind.IMMEDIATE, max_retries=1, retry_on=frozenset({"incomplete"}))
+
+    assert not _decide(default, FailureKind.INCOMPLETE, 200).retry
+    assert _decide(opted, FailureKind.INCOMPLETE, 200).retry

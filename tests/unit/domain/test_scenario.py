@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from cliffwatch.domain.arrivals import Constant, Poisson, Spike, Step, Steps, plan_offsets
+from cliffwatch.domain.completeness import Expectation
 from cliffwatch.domain.distributions import Choice, Fixed, Uniform
 from cliffwatch.domain.errors import ScenarioInvalid
 from cliffwatch.domain.faults import FaultSpec, ProxySpec, Stream, ToxicType
@@ -214,6 +215,7 @@ def test_a_full_document_parses_into_exactly_the_values_it_states() -> None:
             url="http://localhost:8000",
             api=Api.OPENAI_CHAT,
             via_proxy="llm",
+            expect=Expectation(exact_output=True),  # from ignore_eos in extra_body
             request=RequestTemplate(
                 method="POST",
                 path="/v1/chat/completions",
@@ -366,7 +368,8 @@ def test_a_builtin_target_carries_its_simulator_settings() -> None:
 # -- invalid documents -----------------------------------------------------------------------------
 
 _ALL_TOXICS = "latency, bandwidth, timeout, reset_peer, slow_close, slicer, limit_data"
-_RETRY_WORDS = "timeout, connection, truncated, 429, 5xx, 4xx or a 4xx/5xx status code"
+_FAILURES = "late, shed, timeout, incomplete, error, redirect"
+_RETRY_WORDS = "timeout, connection, truncated, incomplete, 429, 5xx, 4xx or a 4xx/5xx status code"
 
 
 _INVALID: list[tuple[dict[str, Any], list[str]]] = [
@@ -575,8 +578,8 @@ _INVALID: list[tuple[dict[str, Any], list[str]]] = [
     (
         {"abort.error_rate.outcomes": ["error", "on_time", "late", "bogus"]},
         [
-            "abort.error_rate.outcomes[1]: must be one of late, shed, timeout, error, redirect, got 'on_time'",
-            "abort.error_rate.outcomes[3]: must be one of late, shed, timeout, error, redirect, got 'bogus'",
+            f"abort.error_rate.outcomes[1]: must be one of {_FAILURES}, got 'on_time'",
+            f"abort.error_rate.outcomes[3]: must be one of {_FAILURES}, got 'bogus'",
         ],
     ),
     # request sizes: a hard limit, so that building one request's body stays bounded
@@ -930,3 +933,15 @@ def test_the_builtin_target_cannot_be_used_with_the_plain_http_api() -> None:
     scenario = parse_scenario(document)
     with pytest.raises(ScenarioInvalid, match=r"--target: the built-in target speaks the OpenAI API"):
         with_overrides(scenario, target_url="builtin")
+
+
+def test_slo_ttfa_is_the_first_answer_tokens_bound_between_ttft_and_e2e() -> None:
+    document = minimal_document()
+    document["slo"] = {"e2e_ms": 2000, "timeout_ms": 5000, "ttft_ms": 300, "ttfa_ms": 1500}
+    assert parse_scenario(document).slo == Slo(e2e_ms=2000, timeout_ms=5000, ttft_ms=300, ttfa_ms=1500)
+    document["slo"] = {"e2e_ms": 2000, "timeout_ms": 5000, "ttft_ms": 300, "ttfa_ms": 200}
+    assert _problems(document) == ["slo.ttfa_ms: must be >= ttft_ms (300): the first answer token is a token too"]
+    document["slo"] = {"e2e_ms": 2000, "timeout_ms": 5000, "ttfa_ms": 2500}
+    assert _problems(document) == ["slo.ttfa_ms: must be <= e2e_ms (2000)"]
+    document["slo"] = {"e2e_ms": 2000, "timeout_ms": 5000, "ttfa_ms": 0}
+    assert _problems(document) == ["slo.ttfa_ms: must be > 0"]

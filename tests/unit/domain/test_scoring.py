@@ -624,7 +624,7 @@ def test_to_dict_is_json_ready_and_reads_back() -> None:
     for score in (score_run(metrics, slo=slo, spec=SPEC), score_run(partial, slo=slo, spec=SPEC)):
         text = json.dumps(score.to_dict(), allow_nan=False)
         assert Score.from_dict(json.loads(text)) == score
-        assert json.loads(text)["version"] == SCORE_VERSION == "1"
+        assert json.loads(text)["version"] == SCORE_VERSION == "2"
     empty = score_run(_metrics([]), slo=slo, spec=SPEC)
     assert Score.from_dict(json.loads(json.dumps(empty.to_dict(), allow_nan=False))) == empty
 

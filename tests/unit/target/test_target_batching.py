@@ -339,3 +339,47 @@ def test_bad_requests_are_counted_without_touching_the_queue() -> None:
     stats = core.stats()
     assert stats.results[Result.BAD_REQUEST] == 2
     assert stats.waiting == 0
+
+
+# --- interrupt_when_full: llama-cpp-python's interrupt_requests ---------------------------------------------
+
+
+def test_a_request_waiting_for_a_full_batch_interrupts_the_oldest_stream() -> None:
+    """With every slot busy, a newcomer ends the oldest running stream (tokens kept, no completion) and takes
+    its slot at once; without a waiting request nothing is interrupted."""
+    core = BatchCore(TargetModel(max_batch=2, decode_base_ms=10.0, interrupt_when_full=True))
+    first, second = submit(core), submit(core)
+    now = 0.0
+    for _ in range(3):
+        step = core.begin_step(now)
+        assert step.interrupted == ()
+        now += step.duration_s
+        core.end_step(now)
+    third = submit(core, at=now)
+    step = core.begin_step(now)
+    assert step.interrupted == (first,)
+    assert step.admitted == (third,)
+    assert (first.state, first.result, len(first.tokens)) == (SeqState.ENDED, Result.INTERRUPTED, 3)
+    assert second.state is SeqState.RUNNING
+    assert core.stats().results[Result.INTERRUPTED] == 1
+
+
+def test_non_streamed_requests_are_not_interrupted() -> None:
+    """As in llama-cpp-python, where the interrupt lives in the stream publisher: a whole answer waits."""
+    core = BatchCore(TargetModel(max_batch=1, decode_base_ms=10.0, interrupt_when_full=True))
+    whole = core.submit(prompt_tokens=0, max_tokens=3, now=0.0, streaming=False)
+    step = core.begin_step(0.0)
+    core.end_step(step.duration_s)
+    waiting = submit(core, at=step.duration_s)
+    assert core.begin_step(step.duration_s).interrupted == ()
+    assert whole.state is SeqState.RUNNING
+    assert waiting.state is SeqState.WAITING
+
+
+def test_without_the_mode_a_full_batch_only_queues() -> None:
+    core = BatchCore(TargetModel(max_batch=1, decode_base_ms=10.0))
+    running = submit(core)
+    core.end_step(core.begin_step(0.0).duration_s)
+    submit(core, at=0.01)
+    assert core.begin_step(0.01).interrupted == ()
+    assert running.state is SeqState.RUNNING

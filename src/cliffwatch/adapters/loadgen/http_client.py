@@ -20,8 +20,10 @@ from types import SimpleNamespace
 import aiohttp
 
 from cliffwatch import __version__
+from cliffwatch.adapters.loadgen.attempt_state import AttemptState
 from cliffwatch.adapters.loadgen.bodies import RequestBodies
-from cliffwatch.adapters.loadgen.openai_stream import OpenAIStream, error_message, parse_completion
+from cliffwatch.adapters.loadgen.openai_body import error_message, parse_completion
+from cliffwatch.adapters.loadgen.openai_stream import OpenAIStream
 from cliffwatch.adapters.loadgen.pinned_resolver import PinnedResolver, PinRefused
 from cliffwatch.adapters.loadgen.redirects import Hop, next_hop, shown_url
 from cliffwatch.adapters.target_access import Destinations
@@ -153,7 +155,7 @@ class HttpExecutor:
         timing = _Timing()
         body = self.body(request)
         sent = time.perf_counter_ns()
-        state = _AttemptState()
+        state = AttemptState()
         self.in_flight += 1
         try:
             async with asyncio.timeout(timeout_s):
@@ -188,26 +190,14 @@ class HttpExecutor:
         finally:
             self.in_flight -= 1
         if state.stream is not None:
-            self._harvest(state.stream, state)
+            state.harvest(state.stream)
+        if state.answered and state.failure is None:
+            state.judge(self.scenario.target.expect, max_tokens=request.max_tokens)
         end = state.end or time.perf_counter_ns()
-        return Attempt(
-            number=number,
-            sent_ns=sent - origin_ns,
-            end_ns=end - origin_ns,
-            failure=state.failure,
-            status=state.status,
-            error=state.error,
-            pool_wait_ns=timing.pool_wait_ns,
-            first_byte_ns=None if state.first_byte is None else state.first_byte - origin_ns,
-            first_token_ns=None if state.first_token is None else state.first_token - origin_ns,
-            chunk_times_ns=tuple(t - origin_ns for t in state.chunk_times),
-            output_tokens=state.tokens,
-            token_source=state.token_source,
-            retry_after_s=state.retry_after_s,
-        )
+        return state.attempt(number, sent_ns=sent, end_ns=end, origin_ns=origin_ns, pool_wait_ns=timing.pool_wait_ns)
 
     async def _exchange(
-        self, session: aiohttp.ClientSession, hop: Hop, hops: int, state: _AttemptState, timing: _Timing
+        self, session: aiohttp.ClientSession, hop: Hop, hops: int, state: AttemptState, timing: _Timing
     ) -> Hop | None:
         """Sends one hop and reads its answer into ``state``; returns the next hop when the answer is a
         redirect the scenario follows and the allowlist admits, else None (the attempt is over)."""
@@ -227,7 +217,7 @@ class HttpExecutor:
         return None
 
     async def _redirected(
-        self, response: aiohttp.ClientResponse, hop: Hop, hops: int, state: _AttemptState
+        self, response: aiohttp.ClientResponse, hop: Hop, hops: int, state: AttemptState
     ) -> Hop | None:
         """A 3xx answer: the next hop when followed and admitted; otherwise the attempt ends as a redirect
         (or, for a hop the allowlist refuses, as refused, naming the URL), and nothing more is sent."""
@@ -269,7 +259,7 @@ class HttpExecutor:
             return f"read timeout: no data for {client.read_timeout_ms / 1000.0:.3g}s"
         return _describe(exc)
 
-    async def _read_error(self, response: aiohttp.ClientResponse, state: _AttemptState) -> None:
+    async def _read_error(self, response: aiohttp.ClientResponse, state: AttemptState) -> None:
         # The status is the answer; the body only adds a message, so a slow or broken body cannot change it.
         state.retry_after_s = parse_retry_after(response.headers.get("Retry-After"))
         state.fail(FailureKind.STATUS, f"HTTP {response.status}: {response.reason or ''}".rstrip(": "))
@@ -280,7 +270,7 @@ class HttpExecutor:
         message = error_message(bytes(parts)) or response.reason or ""
         state.fail(FailureKind.STATUS, f"HTTP {response.status}: {message}".rstrip(": "))
 
-    async def _read_stream(self, response: aiohttp.ClientResponse, state: _AttemptState) -> None:
+    async def _read_stream(self, response: aiohttp.ClientResponse, state: AttemptState) -> None:
         parser = state.stream = OpenAIStream()
         counted = 0
         async for data in response.content.iter_any():
@@ -295,73 +285,32 @@ class HttpExecutor:
                     await _drain(response)
                 break
 
-    @staticmethod
-    def _harvest(parser: OpenAIStream, state: _AttemptState) -> None:
-        """Takes what the stream delivered, also when the attempt failed part-way: tokens that arrived
-        before a timeout or a reset were still generated and sent, and throughput must count them."""
-        summary = parser.finish()
-        state.first_token = summary.first_token_ns
-        state.chunk_times = summary.chunk_times_ns
-        state.tokens = summary.output_tokens
-        state.token_source = summary.token_source
-        if state.failure is None and summary.failure is not None:
-            state.fail(summary.failure, summary.error or "stream failed")
-
-    async def _read_body(self, response: aiohttp.ClientResponse, state: _AttemptState) -> None:
+    async def _read_body(self, response: aiohttp.ClientResponse, state: AttemptState) -> None:
         parts = bytearray()
         await _read_into(response, parts, MAX_BODY)
         body = bytes(parts)
         arrived = time.perf_counter_ns()
-        state.first_token = arrived
+        state.first_token = state.first_answer = arrived
         if not self.openai:
             return
         completion = parse_completion(body)
         if completion.error is not None:
-            state.fail(FailureKind.TRUNCATED, completion.error)
+            state.fail(completion.failure or FailureKind.TRUNCATED, completion.error)
             return
         if completion.usage_tokens is not None:
             state.tokens, state.token_source = completion.usage_tokens, TokenSource.USAGE
         else:
             state.tokens, state.token_source = completion.estimated_tokens, TokenSource.ESTIMATED
         self.tokens += state.tokens
+        state.finish_reason = completion.finish_reason
+        state.empty = completion.empty
+        state.reasoning_tokens = completion.reasoning_tokens
+        state.answered = True
 
     def _require_session(self) -> aiohttp.ClientSession:
         if self._session is None:
             raise RuntimeError("HttpExecutor used outside 'async with'")
         return self._session
-
-
-class _AttemptState:
-    __slots__ = (
-        "chunk_times",
-        "end",
-        "error",
-        "failure",
-        "first_byte",
-        "first_token",
-        "retry_after_s",
-        "status",
-        "stream",
-        "token_source",
-        "tokens",
-    )
-
-    def __init__(self) -> None:
-        self.failure: FailureKind | None = None
-        self.error: str | None = None
-        self.status: int | None = None
-        self.first_byte: int | None = None
-        self.first_token: int | None = None
-        self.chunk_times: tuple[int, ...] = ()
-        self.tokens = 0
-        self.token_source = TokenSource.NONE
-        self.retry_after_s: float | None = None
-        self.stream: OpenAIStream | None = None
-        self.end: int | None = None  # when the answer was complete, if that was before the body ended
-
-    def fail(self, failure: FailureKind, error: str) -> None:
-        self.failure = failure
-        self.error = error
 
 
 async def _read_into(response: aiohttp.ClientResponse, parts: bytearray, limit: int) -> None:

@@ -33,23 +33,34 @@ Each SSE event's data payload is one of:
    ``role: assistant`` in every chunk, so the role alone cannot disqualify a chunk.
 
 Only ``choices[0]`` is read (a load test asks for one choice). Events of any type other than ``error``
-are read as chunks. Every failure inside a 2xx stream is ``FailureKind.TRUNCATED`` (the stream did not
-finish) with the reason in ``error``; a transport error the client sees itself should take precedence.
+are read as chunks.
 
 Times are passed in (``now_ns``, the arrival of the bytes being fed), so every event of one read shares
-its read's time. The first token time (TTFT) is the arrival of the first token chunk with visible text;
-the chunk times list the arrival of every token chunk.
+its read's time. The first token time (TTFT) is the arrival of the first token chunk with visible text,
+reasoning included; the first answer time (TTFA) that of the first with visible answer text (content, a
+tool call, a completion's text), which for a model that does not reason is the same chunk. The chunk
+times list the arrival of every token chunk.
 
-At the end (:meth:`OpenAIStream.finish`) the stream succeeded if it saw ``[DONE]`` or a finish_reason
-and did not fail before. A finish_reason without ``[DONE]`` is a success: the server said the generation
-is complete and every token was delivered; only the closing sentinel (and perhaps a usage chunk) is
-missing, which some compatible servers never send. A stream with neither is truncated (the server or a
-proxy dropped it) and fails, with the tokens seen so far still reported. The output token count is
-``usage`` when the stream carried it (source "usage"), else the number of token chunks (source
-"chunks"), else zero (source "none").
+Reasoning tokens: ``usage.completion_tokens_details.reasoning_tokens`` when the server reports it (the
+OpenAI form), else the token chunks that carried reasoning and no content; None for a stream with
+neither (nothing to split).
 
-Non-streamed responses (:func:`parse_completion`) and error bodies (:func:`error_message`) are read here
-too, so one module owns the OpenAI wire format.
+At the end (:meth:`OpenAIStream.finish`) the stream is judged, most specific first:
+
+- a malformed payload (rule 3): ``FailureKind.TRUNCATED``, the bytes were not the format;
+- a server error (rule 2): ``FailureKind.INCOMPLETE``, the server ended the answer and said so;
+- ``[DONE]`` without any finish_reason: ``FailureKind.INCOMPLETE``. A server out of slots may end a
+  stream early like that (the role chunk, then ``[DONE]``): an HTTP 200 that carries no answer;
+- neither ``[DONE]`` nor a finish_reason: ``FailureKind.TRUNCATED``, the server or a proxy dropped it;
+- a finish_reason (with or without ``[DONE]``, which some compatible servers never send): it ended
+  properly. Whether the answer is a whole one (a real finish reason, enough tokens) is the caller's
+  judgement against the scenario's expectation (``domain.completeness.shortfall``).
+
+A failure the client sees itself (a timeout, a reset) takes precedence. Tokens seen before a failure are
+still reported. The output token count is ``usage`` when the stream carried it (source "usage"), else the
+number of token chunks (source "chunks"), else zero (source "none").
+
+Non-streamed responses and error bodies are read by ``openai_body``.
 """
 
 from __future__ import annotations
@@ -59,12 +70,17 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from cliffwatch.adapters.loadgen.openai_body import (
+    MAX_ERROR_CHARS,
+    error_text,
+    excerpt,
+    loads_or_text,
+    shorten,
+    tool_call_text,
+)
 from cliffwatch.adapters.loadgen.sse import DEFAULT_MAX_PENDING, SseDecoder, SseEvent, SseLineTooLong
 from cliffwatch.domain.outcomes import TokenSource
 from cliffwatch.domain.retry import FailureKind
-
-MAX_ERROR_CHARS = 300  # error texts kept on an attempt; bodies can be whole HTML pages
-_EXCERPT_CHARS = 80  # of a malformed payload, quoted in its error
 
 
 class EventKind(StrEnum):
@@ -93,6 +109,8 @@ class StreamSummary:
     ended_mid_event: bool  # the bytes stopped inside an SSE event, which was discarded
     first_token_ns: int | None
     chunk_times_ns: tuple[int, ...]
+    first_answer_ns: int | None = None
+    reasoning_tokens: int | None = None
 
     @property
     def succeeded(self) -> bool:
@@ -108,9 +126,13 @@ class OpenAIStream:
         "chunk_times_ns",
         "done",
         "error",
+        "error_kind",
         "finish_reason",
+        "first_answer_ns",
         "first_token_ns",
+        "reasoning_chunks",
         "token_chunks",
+        "usage_reasoning",
         "usage_tokens",
     )
 
@@ -119,11 +141,15 @@ class OpenAIStream:
         self._summary: StreamSummary | None = None
         self.chunk_times_ns: list[int] = []
         self.first_token_ns: int | None = None
+        self.first_answer_ns: int | None = None
         self.token_chunks = 0
+        self.reasoning_chunks = 0
+        self.usage_reasoning: int | None = None
         self.usage_tokens: int | None = None
         self.finish_reason: str | None = None
         self.done = False
         self.error: str | None = None
+        self.error_kind = FailureKind.TRUNCATED
 
     @property
     def ended(self) -> bool:
@@ -150,23 +176,27 @@ class OpenAIStream:
             return EventKind.IGNORED
         data = event.data
         if event.event == "error":
-            return self._fail(f"server error in stream: {_error_text(_loads_or_text(data))}")
+            return self._fail(f"server error in stream: {error_text(loads_or_text(data))}", FailureKind.INCOMPLETE)
         try:
             chunk = json.loads(data)
         except ValueError as exc:
             if data.strip() == "[DONE]":  # checked here, so JSON chunks do not pay for it
                 self.done = True
                 return EventKind.DONE
-            return self._fail(f"malformed chunk: {exc.args[0]} in {_excerpt(data)}")
+            return self._fail(f"malformed chunk: {exc.args[0]} in {excerpt(data)}")
         if type(chunk) is not dict:
-            return self._fail(f"malformed chunk: not a JSON object: {_excerpt(data)}")
+            return self._fail(f"malformed chunk: not a JSON object: {excerpt(data)}")
         if chunk.get("error") is not None or chunk.get("object") == "error":
-            return self._fail(f"server error in stream: {_error_text(chunk)}")
+            return self._fail(f"server error in stream: {error_text(chunk)}", FailureKind.INCOMPLETE)
         usage = chunk.get("usage")
         if type(usage) is dict:
             completion_tokens = usage.get("completion_tokens")
             if type(completion_tokens) is int and completion_tokens >= 0:
                 self.usage_tokens = completion_tokens
+            details = usage.get("completion_tokens_details")
+            reasoning_tokens = details.get("reasoning_tokens") if type(details) is dict else None
+            if type(reasoning_tokens) is int and reasoning_tokens >= 0:
+                self.usage_reasoning = reasoning_tokens
         choices = chunk.get("choices")
         if not choices or type(choices) is not list or type(choices[0]) is not dict:
             return EventKind.OTHER
@@ -177,14 +207,15 @@ class OpenAIStream:
         if self._summary is not None:
             return self._summary
         mid_event = self._decoder.finish()
-        failure: FailureKind | None = None
+        failure: FailureKind | None = None if self.error is None else self.error_kind
         error = self.error
-        if error is None and not self.done and self.finish_reason is None:
-            error = "truncated: stream ended without [DONE] or a finish_reason"
-            if mid_event:
-                error += " (cut inside an event)"
-        if error is not None:
-            failure = FailureKind.TRUNCATED
+        if error is None and self.finish_reason is None:
+            if self.done:
+                failure, error = FailureKind.INCOMPLETE, "incomplete: [DONE] without a finish_reason"
+            else:
+                failure, error = FailureKind.TRUNCATED, "truncated: stream ended without [DONE] or a finish_reason"
+                if mid_event:
+                    error += " (cut inside an event)"
         if self.usage_tokens is not None:
             tokens, source = self.usage_tokens, TokenSource.USAGE
         elif self.token_chunks:
@@ -203,6 +234,10 @@ class OpenAIStream:
             ended_mid_event=mid_event,
             first_token_ns=self.first_token_ns,
             chunk_times_ns=tuple(self.chunk_times_ns),
+            first_answer_ns=self.first_answer_ns,
+            reasoning_tokens=self.usage_reasoning
+            if self.usage_reasoning is not None
+            else (self.reasoning_chunks if self.reasoning_chunks else None),
         )
         return self._summary
 
@@ -220,149 +255,35 @@ class OpenAIStream:
                 reasoning = delta.get("reasoning")
             tool_calls = delta.get("tool_calls")
             has_output = type(content) is str or type(reasoning) is str
-            visible = bool(content and type(content) is str) or bool(reasoning and type(reasoning) is str)
+            answer = bool(content and type(content) is str)
             if tool_calls and type(tool_calls) is list:
                 has_output = True
-                visible = visible or _tool_call_text(tool_calls)
+                answer = answer or tool_call_text(tool_calls)
+            visible = answer or bool(reasoning and type(reasoning) is str)
             if not has_output or (not visible and "role" in delta and not self.token_chunks):
                 return EventKind.OTHER
+            # reasoning, and no content beside it (an empty content with empty reasoning is the answer's byte token)
+            thinking = type(reasoning) is str and not answer and (bool(reasoning) or type(content) is not str)
         else:
             text = choice.get("text")
             if type(text) is not str:
                 return EventKind.OTHER
-            visible = bool(text)
+            visible = answer = bool(text)
+            thinking = False
         if not visible and finish_reason is not None:
             return EventKind.OTHER
         self.token_chunks += 1
+        self.reasoning_chunks += thinking
         self.chunk_times_ns.append(now_ns)
         if not visible:
             return EventKind.TOKENS
         if self.first_token_ns is None:
             self.first_token_ns = now_ns
+        if answer and self.first_answer_ns is None:
+            self.first_answer_ns = now_ns
         return EventKind.TEXT
 
-    def _fail(self, error: str) -> EventKind:
-        self.error = _shorten(error, MAX_ERROR_CHARS)
+    def _fail(self, error: str, kind: FailureKind = FailureKind.TRUNCATED) -> EventKind:
+        self.error = shorten(error, MAX_ERROR_CHARS)
+        self.error_kind = kind
         return EventKind.ERROR
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Completion:
-    """A non-streamed response body, read; ``error`` is None exactly when it is a well-formed completion.
-
-    ``usage_tokens`` is the server's count; ``estimated_tokens`` counts whitespace-separated words of the
-    generated content and reasoning, a rough stand-in (usually an undercount) for servers that report no
-    usage. :attr:`output_tokens` and :attr:`token_source` pick between them as an ``Attempt`` wants them.
-    """
-
-    text: str
-    finish_reason: str | None
-    usage_tokens: int | None
-    estimated_tokens: int
-    error: str | None = None
-
-    @property
-    def output_tokens(self) -> int:
-        return self.usage_tokens if self.usage_tokens is not None else self.estimated_tokens
-
-    @property
-    def token_source(self) -> TokenSource:
-        if self.usage_tokens is not None:
-            return TokenSource.USAGE
-        return TokenSource.NONE if self.error is not None else TokenSource.ESTIMATED
-
-
-def parse_completion(body: bytes) -> Completion:
-    """Reads a non-streamed chat (``choices[0].message.content``) or completions (``choices[0].text``) body.
-
-    Never raises: a body that is not a completion comes back with ``error`` set and no tokens.
-    """
-    try:
-        document = json.loads(body)
-    except ValueError as exc:
-        return _bad_completion(f"malformed response: {exc.args[0]} in {_excerpt(_decode(body))}")
-    if type(document) is not dict:
-        return _bad_completion(f"malformed response: not a JSON object: {_excerpt(_decode(body))}")
-    if document.get("error") is not None or document.get("object") == "error":
-        return _bad_completion(_shorten(f"server error: {_error_text(document)}", MAX_ERROR_CHARS))
-    choices = document.get("choices")
-    if not choices or type(choices) is not list or type(choices[0]) is not dict:
-        return _bad_completion("malformed response: no choices")
-    choice: dict[str, Any] = choices[0]
-    message = choice.get("message")
-    if type(message) is dict:
-        content = message.get("content")
-        reasoning = message.get("reasoning_content") or message.get("reasoning")
-    else:
-        content, reasoning = choice.get("text"), None
-    text = content if type(content) is str else ""
-    words = len(text.split()) + (len(reasoning.split()) if type(reasoning) is str else 0)
-    finish_reason = choice.get("finish_reason")
-    usage = document.get("usage")
-    usage_tokens = usage.get("completion_tokens") if type(usage) is dict else None
-    return Completion(
-        text=text,
-        finish_reason=None if finish_reason is None else str(finish_reason),
-        usage_tokens=usage_tokens if type(usage_tokens) is int and usage_tokens >= 0 else None,
-        estimated_tokens=words,
-    )
-
-
-def error_message(body: bytes, *, limit: int = MAX_ERROR_CHARS) -> str | None:
-    """The message of an error response body, at most ``limit`` characters; None for an empty body.
-
-    Knows ``{"error": {"message": ...}}`` (OpenAI, vLLM, llama.cpp), ``{"error": "..."}`` (TGI),
-    ``{"object": "error", "message": ...}`` (older vLLM), ``{"message": ...}`` and ``{"detail": ...}``
-    (FastAPI); any other body (JSON or not, HTML included) comes back as its text, whitespace collapsed.
-    """
-    text = _decode(body)
-    if not text.strip():
-        return None
-    return _shorten(_error_text(_loads_or_text(text)), limit)
-
-
-def _error_text(document: object) -> str:
-    """The human part of an error document: its message where one is found, else the document."""
-    if isinstance(document, dict):
-        for key in ("error", "message", "detail"):
-            value = document.get(key)
-            if isinstance(value, dict) and isinstance(value.get("message"), str):
-                return str(value["message"])
-            if isinstance(value, str) and value:
-                return value
-        return json.dumps(document, ensure_ascii=False, separators=(",", ":"))
-    if isinstance(document, str):
-        return document
-    return json.dumps(document, ensure_ascii=False)
-
-
-def _tool_call_text(tool_calls: list[Any]) -> bool:
-    for call in tool_calls:
-        function = call.get("function") if type(call) is dict else None
-        if type(function) is dict and (function.get("name") or function.get("arguments")):
-            return True
-    return False
-
-
-def _loads_or_text(text: str) -> object:
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
-
-
-def _decode(body: bytes) -> str:
-    return body.decode("utf-8", "replace")
-
-
-def _excerpt(text: str) -> str:
-    return repr(_shorten(text, _EXCERPT_CHARS))
-
-
-def _shorten(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _bad_completion(error: str) -> Completion:
-    return Completion(text="", finish_reason=None, usage_tokens=None, estimated_tokens=0, error=error)

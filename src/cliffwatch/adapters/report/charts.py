@@ -27,6 +27,7 @@ DASH_DOT = (10, 3, 2, 3)
 LONG_DASH = (14, 5)
 DASH_DOT_DOT = (10, 3, 2, 3, 2, 3)
 SLO_DASH = (4, 4)
+SHORT_DASH = (4, 2)
 # Each outcome class's band in the stacked outcome chart: label, colour, dash. Every class needs one (the
 # table below is built at import, so a class without a style fails every report test at once).
 _OUTCOME_STYLE: dict[Outcome, tuple[str, str, tuple[int, ...]]] = {
@@ -34,6 +35,7 @@ _OUTCOME_STYLE: dict[Outcome, tuple[str, str, tuple[int, ...]]] = {
     Outcome.LATE: ("late", ORANGE, DASHED),
     Outcome.SHED: ("shed (429/503)", SKY_BLUE, DOTTED),
     Outcome.TIMEOUT: ("timeout", VERMILLION, DASH_DOT),
+    Outcome.INCOMPLETE: ("incomplete (hollow 2xx)", YELLOW, SHORT_DASH),
     Outcome.ERROR: ("error", PURPLE, LONG_DASH),
     Outcome.REDIRECT: ("redirect (3xx)", BLUE, DASH_DOT_DOT),
     Outcome.NOT_SENT: ("not sent", BLACK, SLO_DASH),

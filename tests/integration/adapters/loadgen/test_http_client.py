@@ -144,7 +144,7 @@ async def test_a_streamed_completions_answer_is_read_from_the_completions_path(s
     assert served.requests[0].path == "/v1/completions"
 
 
-async def test_an_error_event_inside_a_stream_fails_the_attempt_as_truncated_with_the_servers_message(
+async def test_an_error_event_inside_a_stream_ends_the_attempt_as_incomplete_with_the_servers_message(
     serve: Serve,
 ) -> None:
     events = [chat_chunk(role=True), chat_chunk("x"), sse({"error": {"message": "KV cache exhausted"}})]
@@ -155,7 +155,7 @@ async def test_an_error_event_inside_a_stream_fails_the_attempt_as_truncated_wit
     served = await serve(handler)
     attempt = await one_attempt(scenario_for(served.url), served.url)
 
-    assert attempt.failure is FailureKind.TRUNCATED
+    assert attempt.failure is FailureKind.INCOMPLETE  # the server ended the answer and said why
     assert attempt.error is not None
     assert "KV cache exhausted" in attempt.error
     assert attempt.output_tokens == 1

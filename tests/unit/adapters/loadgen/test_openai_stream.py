@@ -9,14 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cliffwatch.adapters.loadgen.openai_stream import (
-    MAX_ERROR_CHARS,
-    EventKind,
-    OpenAIStream,
-    StreamSummary,
-    error_message,
-    parse_completion,
-)
+from cliffwatch.adapters.loadgen.openai_body import MAX_ERROR_CHARS, error_message, parse_completion
+from cliffwatch.adapters.loadgen.openai_stream import EventKind, OpenAIStream, StreamSummary
 from cliffwatch.adapters.loadgen.sse import SseDecoder, SseEvent
 from cliffwatch.domain.outcomes import TokenSource
 from cliffwatch.domain.retry import FailureKind
@@ -25,6 +19,7 @@ FIXTURES = Path(__file__).parents[3] / "fixtures" / "sse"
 CHAT = (FIXTURES / "llamacpp-chat-stream.txt").read_bytes()
 COMPLETIONS = (FIXTURES / "llamacpp-completions-stream.txt").read_bytes()
 TRUNCATED = (FIXTURES / "llamacpp-chat-stream-truncated.txt").read_bytes()
+INTERRUPTED = (FIXTURES / "llama-cpp-python-chat-stream-interrupted.txt").read_bytes()
 DONE = b"data: [DONE]\n\n"
 
 
@@ -132,7 +127,9 @@ def test_a_stream_cut_inside_an_event_says_so() -> None:
     assert summary.ended_mid_event
 
 
-@pytest.mark.parametrize("raw", [CHAT, COMPLETIONS, TRUNCATED], ids=["chat", "completions", "truncated"])
+@pytest.mark.parametrize(
+    "raw", [CHAT, COMPLETIONS, TRUNCATED, INTERRUPTED], ids=["chat", "completions", "truncated", "interrupted"]
+)
 def test_every_read_size_gives_the_same_summary(raw: bytes) -> None:
     """Reads of 1 byte up to the whole body give the same summary when they arrive at the same time."""
 
@@ -150,7 +147,7 @@ def test_every_read_size_gives_the_same_summary(raw: bytes) -> None:
 @given(st.data())
 def test_any_partition_of_a_captured_stream_gives_the_same_summary(data: st.DataObject) -> None:
     """Wherever the reads are cut, counts, outcome and finish reason are the same as for one read."""
-    raw = data.draw(st.sampled_from([CHAT, COMPLETIONS, TRUNCATED]))
+    raw = data.draw(st.sampled_from([CHAT, COMPLETIONS, TRUNCATED, INTERRUPTED]))
     cuts = sorted(data.draw(st.sets(st.integers(min_value=1, max_value=len(raw) - 1), max_size=40)))
     bounds = [0, *cuts, len(raw)]
     stream = OpenAIStream()
@@ -196,9 +193,9 @@ def test_a_usage_of_zero_tokens_is_still_the_servers_count() -> None:
 
 
 def test_a_stream_without_tokens_or_usage_has_no_token_source() -> None:
-    """[DONE] alone is a success with zero tokens from nowhere."""
+    """[DONE] alone has zero tokens from nowhere, and is no answer: incomplete."""
     summary = replay(DONE)
-    assert summary.succeeded
+    assert summary.failure is FailureKind.INCOMPLETE
     assert (summary.output_tokens, summary.token_source, summary.first_token_ns) == (0, TokenSource.NONE, None)
 
 
@@ -236,6 +233,31 @@ def test_reasoning_content_counts_as_tokens_and_visible_text() -> None:
         DONE,
     )
     assert (summary.output_tokens, summary.first_token_ns) == (3, 10)
+    # the answer's first content token came in the fourth read; two of the three tokens were reasoning
+    assert (summary.first_answer_ns, summary.reasoning_tokens) == (30, 2)
+
+
+def test_a_model_that_does_not_reason_has_its_first_answer_at_its_first_token_and_no_split() -> None:
+    summary = replay(chat({"role": "assistant", "content": ""}), chat({"content": "Hi"}), chat({}, "stop"), DONE)
+    assert summary.first_token_ns == summary.first_answer_ns == 10
+    assert summary.reasoning_tokens is None
+
+
+def test_usage_reasoning_tokens_give_the_split_over_the_chunk_count() -> None:
+    """OpenAI's usage.completion_tokens_details.reasoning_tokens is the server's own split."""
+    usage = {"completion_tokens": 12, "completion_tokens_details": {"reasoning_tokens": 9}}
+    summary = replay(
+        chat({"reasoning_content": "hm"}), chat({"content": "ok"}, "stop"), sse({"choices": [], "usage": usage})
+    )
+    assert (summary.output_tokens, summary.reasoning_tokens) == (12, 9)
+
+
+def test_a_non_streamed_answer_reads_its_reasoning_tokens_from_usage() -> None:
+    body = {
+        "choices": [{"message": {"content": "42", "reasoning_content": "six times seven"}, "finish_reason": "stop"}],
+        "usage": {"completion_tokens": 20, "completion_tokens_details": {"reasoning_tokens": 15}},
+    }
+    assert parse_completion(json.dumps(body).encode()).reasoning_tokens == 15
 
 
 def test_tool_call_deltas_are_tokens_and_show_text_once_they_carry_a_name_or_arguments() -> None:
@@ -267,11 +289,27 @@ def test_chunks_without_output_are_not_tokens() -> None:
 # --- how a stream ends -------------------------------------------------------------------------------
 
 
-def test_done_without_a_finish_reason_is_a_success() -> None:
-    """[DONE] is the explicit end of an OpenAI stream, whatever came before it."""
+def test_done_without_a_finish_reason_is_incomplete() -> None:
+    """[DONE] without any finish_reason is how a server out of slots ends a stream early: an HTTP 200 that is
+    not an answer. It is incomplete, with the reason, and the tokens that came are still counted."""
     summary = replay(chat({"content": "a"}), DONE)
-    assert summary.succeeded
+    assert summary.failure is FailureKind.INCOMPLETE
+    assert summary.error == "incomplete: [DONE] without a finish_reason"
     assert (summary.done, summary.finish_reason, summary.output_tokens) == (True, None, 1)
+
+
+def test_the_captured_interrupted_stream_is_incomplete() -> None:
+    """What llama-cpp-python sent when a second request arrived (interrupt_requests): role chunk, [DONE]."""
+    summary = replay(*events_of(INTERRUPTED))
+    assert summary.failure is FailureKind.INCOMPLETE
+    assert (summary.done, summary.finish_reason, summary.output_tokens) == (True, None, 0)
+
+
+def test_the_hollow_stream_a_busy_server_sends_is_incomplete() -> None:
+    """The role chunk, a null finish_reason, then [DONE]: no token, no finish_reason."""
+    summary = replay(chat({"role": "assistant", "content": ""}), chat({"content": None}, None), DONE)
+    assert summary.failure is FailureKind.INCOMPLETE
+    assert (summary.output_tokens, summary.first_token_ns) == (0, None)
 
 
 def test_a_finish_reason_without_done_is_a_success() -> None:
@@ -292,7 +330,7 @@ def test_a_finish_reason_then_a_cut_inside_the_next_event_is_still_a_success() -
 def test_anything_after_done_is_ignored() -> None:
     """Once [DONE] arrived, later chunks (even broken ones) neither count nor fail the stream."""
     stream = OpenAIStream()
-    assert stream.feed(chat({"content": "a"}) + DONE, 1) is True
+    assert stream.feed(chat({"content": "a"}, "stop") + DONE, 1) is True
     assert stream.feed(chat({"content": "b"}) + b"data: {broken\n\n", 2) is True
     summary = stream.finish()
     assert summary.succeeded
@@ -324,7 +362,7 @@ def test_a_mid_stream_error_object_fails_the_stream_with_its_message() -> None:
     stream = OpenAIStream()
     assert stream.feed(chat({"content": "a"}) + error + chat({"content": "b"}) + DONE, 7) is True
     summary = stream.finish()
-    assert summary.failure is FailureKind.TRUNCATED
+    assert summary.failure is FailureKind.INCOMPLETE  # the server ended the answer and said so
     assert summary.error == "server error in stream: CUDA out of memory"
     assert (summary.output_tokens, summary.done) == (1, False)
 
@@ -340,15 +378,15 @@ def test_a_mid_stream_error_object_fails_the_stream_with_its_message() -> None:
     ],
 )
 def test_every_known_error_shape_fails_with_its_message(read: bytes, message: str) -> None:
-    """Error objects, error strings, vLLM's old form and SSE error events all fail the stream."""
+    """Error objects, error strings, vLLM's old form and SSE error events all end the answer as incomplete."""
     summary = replay(chat({"content": "a"}), read)
     assert summary.error == f"server error in stream: {message}"
-    assert summary.failure is FailureKind.TRUNCATED
+    assert summary.failure is FailureKind.INCOMPLETE
 
 
 def test_a_null_error_member_is_not_an_error() -> None:
     """Some proxies add "error": null to every chunk; only a present error fails the stream."""
-    assert replay(chat({"content": "a"}, error=None), DONE).succeeded
+    assert replay(chat({"content": "a"}, error=None), chat({}, "stop"), DONE).succeeded
 
 
 def test_a_payload_that_is_not_json_fails_as_a_malformed_chunk() -> None:
@@ -403,6 +441,26 @@ def test_a_non_streamed_completions_response_without_usage_is_estimated_from_wor
     assert (result.output_tokens, result.token_source) == (4, TokenSource.ESTIMATED)
 
 
+@pytest.mark.parametrize(
+    ("message", "empty"),
+    [
+        pytest.param({"content": ""}, True, id="empty-content"),
+        pytest.param({"content": None}, True, id="null-content"),
+        pytest.param({"content": None, "reasoning_content": "hmm"}, False, id="reasoning"),
+        pytest.param(
+            {"content": None, "tool_calls": [{"function": {"name": "get", "arguments": "{}"}}]}, False, id="tool-call"
+        ),
+        pytest.param({"content": "x"}, False, id="text"),
+    ],
+)
+def test_a_non_streamed_answer_is_empty_without_content_reasoning_or_a_tool_call(
+    message: dict[str, Any], empty: bool
+) -> None:
+    """The caller holds an empty answer against min_output_tokens; a tool call or reasoning is an answer."""
+    body = json.dumps({"choices": [{"message": message, "finish_reason": "stop"}]}).encode()
+    assert parse_completion(body).empty is empty
+
+
 def test_a_non_streamed_reasoning_response_estimates_reasoning_words_too() -> None:
     """Reasoning is generated output as well: it adds to the estimate but is not the text."""
     body = b'{"choices": [{"message": {"content": "42", "reasoning_content": "six times seven"}}]}'
@@ -420,13 +478,16 @@ def test_a_non_streamed_reasoning_response_estimates_reasoning_words_too() -> No
             id="html",
         ),
         pytest.param(b"[1]", "malformed response: not a JSON object: '[1]'", id="list"),
-        pytest.param(b'{"choices": []}', "malformed response: no choices", id="no-choices"),
+        pytest.param(b'{"choices": []}', "incomplete: no choices", id="no-choices"),
     ],
 )
 def test_a_body_that_is_not_a_completion_comes_back_as_an_error(body: bytes, error: str) -> None:
-    """Errors and junk in a 200 body are reported, never raised, with no tokens."""
+    """Errors and junk in a 200 body are reported, never raised, with no tokens. An error document or a
+    completion without choices is an answer that is not there (incomplete); junk is not the format."""
     result = parse_completion(body)
     assert result.error == error
+    hollow = body.startswith(b"{")
+    assert result.failure is (FailureKind.INCOMPLETE if hollow else FailureKind.TRUNCATED)
     assert (result.text, result.usage_tokens, result.estimated_tokens) == ("", None, 0)
     assert (result.output_tokens, result.token_source) == (0, TokenSource.NONE)
 

@@ -87,7 +87,9 @@ def test_outcomes_stack_in_order_and_the_legend_shows_each_own_count(document: d
     data = report_data(render_run_report(document))
     outcomes = next(c for c in data["charts"] if c["id"] == "outcomes")
     labels = [s["label"] for s in outcomes["series"]]
-    assert labels == ["on time", "late", "shed (429/503)", "timeout", "error", "redirect (3xx)", "not sent"]
+    assert labels == [
+        "on time", "late", "shed (429/503)", "timeout", "incomplete (hollow 2xx)", "error", "redirect (3xx)", "not sent"
+    ]  # fmt: skip
     top = outcomes["series"][-1]["values"]
     assert top == [row["offered"] for row in document["timeseries"]]  # every offered request in one band
     assert outcomes["series"][3]["shown"] == [row["timeout"] for row in document["timeseries"]]
