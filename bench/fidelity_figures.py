@@ -30,6 +30,7 @@ class Config:
     chunks: int
     chunk_interval_ms: float
     max_lag_p99_ms: float = MAX_P99_LAG_MS
+    tokenizer: str | None = None  # sse: token-exact prompts under this tokenizer (request.tokenizer)
 
     @property
     def server_time_ms(self) -> float:

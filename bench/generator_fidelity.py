@@ -20,6 +20,7 @@ cliffwatch's passes. See docs/performance.md.
 
     .venv/bin/python bench/generator_fidelity.py --mode http --json http.json
     .venv/bin/python bench/generator_fidelity.py --mode sse --json sse.json
+    .venv/bin/python bench/generator_fidelity.py --mode sse --tokenizer DIR   # token-exact prompts
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from cliffwatch import __version__
 from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.adapters.loadgen.engine import OpenLoopGenerator
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
+from cliffwatch.adapters.loadgen.token_prompts import TokenExactPrompts, load_counter
 from cliffwatch.domain.outcomes import RequestRecord
 from cliffwatch.domain.plan import PlannedRequest, iter_plan
 from cliffwatch.domain.scenario import Scenario, parse_scenario
@@ -132,7 +134,10 @@ def cliffwatch_scenario(config: Config, base_url: str, rate: float, duration_s: 
 async def run_cliffwatch(config: Config, base_url: str, rate: float) -> Samples:
     """cliffwatch at ``rate``: preflight, a warm-up pass, then the measured one, on one executor."""
     measured = cliffwatch_scenario(config, base_url, rate, config.duration_s)
-    async with HttpExecutor(measured, base_url) as executor:
+    prompts = None
+    if config.tokenizer is not None and config.mode == "sse":  # prepared here, before any rate is measured
+        prompts = TokenExactPrompts(load_counter(config.tokenizer, chat=True), path=config.tokenizer)
+    async with HttpExecutor(measured, base_url, prompts=prompts) as executor:
         await executor.preflight()
         if config.warmup_s > 0:
             await _cliffwatch_pass(cliffwatch_scenario(config, base_url, rate, config.warmup_s), executor)
@@ -294,6 +299,9 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Config, Path | None, 
     parser.add_argument(
         "--max-lag-p99-ms", type=float, default=MAX_P99_LAG_MS, help="faithful: p99 schedule lag at most this"
     )
+    parser.add_argument(
+        "--tokenizer", help="sse: build token-exact prompts with this Hugging Face tokenizer (request.tokenizer)"
+    )
     parser.add_argument("--json", type=Path, help="also write every figure to this file")
     parser.add_argument("--quick", action="store_true", help="a short smoke run: rates 50,100 for 0.75 s each")
     parser.add_argument(
@@ -317,6 +325,7 @@ def parse_args(argv: Sequence[str] | None = None) -> tuple[Config, Path | None, 
         chunks=args.chunks,
         chunk_interval_ms=args.chunk_interval_ms,
         max_lag_p99_ms=args.max_lag_p99_ms,
+        tokenizer=args.tokenizer,
     )
     return config, args.json, args.profile
 

@@ -25,6 +25,7 @@ from cliffwatch.adapters.descriptors import DescriptorBudget, descriptor_budget,
 from cliffwatch.adapters.fault_ledger import FileFaultLedger
 from cliffwatch.adapters.loadgen.engine import OpenLoopGenerator
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
+from cliffwatch.adapters.loadgen.prompt_setup import prompt_options
 from cliffwatch.adapters.logs import remember_secrets
 from cliffwatch.adapters.secret_sources import LocalSecrets
 from cliffwatch.adapters.target_access import Destinations, Place, first_reachable
@@ -195,7 +196,10 @@ async def prepare_run(
             if load_url != url:  # through a proxy: the address it bound, checked above, pinned for the run
                 await destinations.admit(load_url, proxies.listen)
         cap = attempt_cap(settings, clock)
-        executor = await stack.enter_async_context(HttpExecutor(sent, load_url, destinations=destinations, cap=cap))
+        prompts = prompt_options(scenario, builtin=scenario.target.is_builtin, data_dirs=settings.data_dirs)
+        executor = await stack.enter_async_context(
+            HttpExecutor(sent, load_url, destinations=destinations, cap=cap, **prompts)
+        )
         service = RunService(
             clock=clock,
             generator=OpenLoopGenerator(scenario, executor, clock, cap=cap),

@@ -13,6 +13,7 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontext
 from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.adapters.descriptors import DescriptorBudget, descriptor_budget
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
+from cliffwatch.adapters.loadgen.prompt_setup import prompt_options
 from cliffwatch.adapters.sweep_steps import HttpStepRunner
 from cliffwatch.adapters.target_access import Destinations
 from cliffwatch.bootstrap import attempt_cap, check_caps, new_run_id, pool_within, start_target, with_secrets
@@ -114,7 +115,10 @@ async def prepare_sweep(
         # within the sweep's share of the file descriptors (a cut is told and logged, like a run's).
         budget = descriptors or descriptor_budget(runs=1, reserve=settings.fd_reserve)
         client, _ = pool_within(sweep_client_scenario(sent, spec), budget, observer)
-        executor = await stack.enter_async_context(HttpExecutor(client, url, destinations=destinations, cap=cap))
+        prompts = prompt_options(scenario, builtin=scenario.target.is_builtin, data_dirs=settings.data_dirs)
+        executor = await stack.enter_async_context(
+            HttpExecutor(client, url, destinations=destinations, cap=cap, **prompts)
+        )
         await executor.preflight()
 
         def runner_for(variant: str) -> AbstractAsyncContextManager[StepRunner]:

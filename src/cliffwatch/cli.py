@@ -22,6 +22,7 @@ from cliffwatch import __version__
 from cliffwatch.adapters.console import ConsoleProgress, comparison, scorecard
 from cliffwatch.adapters.descriptors import settle_descriptors
 from cliffwatch.adapters.documents import CONFIG_LIMITS, DocumentInvalid, DocumentLoader, load_json, load_yaml
+from cliffwatch.adapters.loadgen.prompt_setup import tokenizer_problem
 from cliffwatch.adapters.logs import configure_logging
 from cliffwatch.adapters.report.files import write_run_report
 from cliffwatch.adapters.result_files import write_result
@@ -204,6 +205,10 @@ def _validate(args: argparse.Namespace, settings: Settings) -> int:
     for reference in args.files:
         try:
             scenario = load_scenario(reference)
+            # the files a scenario names are read here too: a run would refuse them before sending anything
+            problem = tokenizer_problem(scenario, data_dirs=settings.data_dirs)
+            if problem is not None:
+                raise ScenarioInvalid([problem], source=reference)
         except ScenarioInvalid as exc:
             failed += 1
             out.print(str(exc), markup=False, soft_wrap=True)

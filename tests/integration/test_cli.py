@@ -79,6 +79,28 @@ def test_validate_rejects_a_bad_file_with_path_qualified_messages(tmp_path: Path
     assert "client.pool_sise: unknown key" in result.stdout
 
 
+def test_validate_names_a_tokenizer_that_cannot_be_used_with_its_field(tmp_path: Path) -> None:
+    """The files a scenario names are checked too: missing, outside CLIFFWATCH_DATA_DIRS, not a tokenizer."""
+    document = json.loads(json.dumps(QUICK))
+    document["target"] = {"url": "http://127.0.0.1:8000", "request": {"model": "m", "tokenizer": "missing/tok"}}
+    (tmp_path / "junk").mkdir()
+    (tmp_path / "junk" / "tokenizer.json").write_text("{not a tokenizer", encoding="utf-8")
+    cases = [
+        ("missing/tok", {}, "target.request.tokenizer: missing/tok does not exist"),
+        ("junk", {}, "target.request.tokenizer: tokenizer.json is not a Hugging Face tokenizer (Exception)"),
+        ("junk", {"CLIFFWATCH_DATA_DIRS": "/nowhere"}, "outside the directories data files may be read from"),
+    ]
+    for path, env, message in cases:
+        document["target"]["request"]["tokenizer"] = path
+        file = write(tmp_path, document)
+        result = subprocess.run(
+            [sys.executable, "-m", "cliffwatch", "validate", str(file)], capture_output=True, text=True,
+            timeout=60, cwd=tmp_path, env={**os.environ, "CLIFFWATCH_STATE_DIR": STATE_DIR, **env}, check=False,
+        )  # fmt: skip
+        assert result.returncode == 1, (path, result.stdout, result.stderr)
+        assert message in result.stdout, result.stdout
+
+
 def test_run_writes_a_complete_result_and_exits_by_the_score(tmp_path: Path) -> None:
     """`run --json` writes phases, the time series, the score with components and the generator verdict;
     the exit code follows the pass/fail it records."""

@@ -66,6 +66,10 @@ class PhaseStats:
     reasoning_tokens: int = 0
     answer_tokens: int = 0
     split_answers: int = 0
+    # The server's count of each prompt (usage.prompt_tokens) against the intended one: the absolute error in
+    # percent of the intended count, and the signed errors' sum (over prompt_error.count answers).
+    prompt_error: Histogram = field(default_factory=Histogram)
+    prompt_error_signed: float = 0.0
     latency: dict[str, Histogram] = field(default_factory=lambda: {m: Histogram() for m in LATENCY_METRICS})
 
     @property
@@ -164,6 +168,8 @@ def merge_phases(phases: Sequence[PhaseStats]) -> PhaseStats | None:
         pooled.reasoning_tokens += p.reasoning_tokens
         pooled.answer_tokens += p.answer_tokens
         pooled.split_answers += p.split_answers
+        pooled.prompt_error.merge(p.prompt_error)
+        pooled.prompt_error_signed += p.prompt_error_signed
         for name, hist in p.latency.items():
             pooled.latency[name].merge(hist)
     return pooled
@@ -201,6 +207,10 @@ class RunAggregator:
         if final is None:
             return
         self._add_attempts(record.attempts, phase)
+        if final.server_prompt_tokens is not None and record.prompt_tokens > 0:
+            error = 100.0 * (final.server_prompt_tokens - record.prompt_tokens) / record.prompt_tokens
+            phase.prompt_error.add(abs(error))
+            phase.prompt_error_signed += error
         lag_ms = record.schedule_lag_ms
         if lag_ms is not None:
             phase.latency["schedule_lag"].add(max(0.0, lag_ms))

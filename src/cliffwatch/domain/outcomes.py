@@ -105,6 +105,7 @@ class Attempt:
     output_tokens: int = 0
     token_source: TokenSource = TokenSource.NONE
     reasoning_tokens: int | None = None  # of output_tokens, the reasoning ones; None: no split known
+    server_prompt_tokens: int | None = None  # the server's count of the prompt (usage.prompt_tokens)
     retry_after_s: float | None = None
 
     @property

@@ -11,6 +11,7 @@ from cliffwatch.domain.faults import FaultSpec, ProxyState, ToxicState
 from cliffwatch.domain.generator_health import GeneratorReport
 from cliffwatch.domain.outcomes import RequestRecord
 from cliffwatch.domain.plan import PlannedRequest
+from cliffwatch.domain.prompt_sizing import PromptSizing
 from cliffwatch.domain.secrets import SecretRef
 
 
@@ -44,7 +45,7 @@ class LiveCounters:
 
 
 class LoadGenerator(Protocol):
-    async def preflight(self) -> None:
+    async def preflight(self) -> PromptSizing:
         """Checks the target answers at all; raises ``TargetUnreachable`` before any load is sent."""
 
     async def run(

@@ -9,9 +9,11 @@ from typing import Any
 
 from cliffwatch import __version__
 from cliffwatch.domain.generator_health import GeneratorReport
-from cliffwatch.domain.metrics import PhaseStats, RunMetrics, SecondStats, outcome_counts
+from cliffwatch.domain.histogram import Histogram
+from cliffwatch.domain.metrics import PhaseStats, RunMetrics, SecondStats, merge_phases, outcome_counts
 from cliffwatch.domain.outcomes import NS_PER_S, Outcome
 from cliffwatch.domain.ports import FaultEvent
+from cliffwatch.domain.prompt_sizing import WORDS_SIZING, PromptSizing
 from cliffwatch.domain.scenario import Scenario
 from cliffwatch.domain.scoring import Score
 
@@ -62,6 +64,7 @@ class RunResult:
     fault_events: tuple[FaultEvent, ...] = ()
     phase_timings: tuple[PhaseTiming, ...] = ()
     notes: tuple[str, ...] = ()  # where the run as prepared differs from its scenario (a capped pool, say)
+    prompt_sizing: PromptSizing = WORDS_SIZING  # how prompt_tokens became prompts (domain.prompt_sizing)
 
     @property
     def passed(self) -> bool:
@@ -126,6 +129,19 @@ class RunResult:
             "timeseries": [_second_dict(s) for s in self.metrics.seconds],
             "faults": [_fault_dict(e) for e in self.fault_events],
             "notes": list(self.notes),
+            "prompt_tokens": self._prompt_tokens(),
+        }
+
+    def _prompt_tokens(self) -> dict[str, Any]:
+        """The sizing and, over every phase, the intended prompt counts against the server's own (None when
+        no answer carried ``usage.prompt_tokens``)."""
+        pooled = merge_phases(self.metrics.phases) if self.metrics.phases else None
+        errors = None if pooled is None or not pooled.prompt_error.count else pooled.prompt_error
+        return {
+            **self.prompt_sizing.to_dict(),
+            "error": None
+            if errors is None or pooled is None
+            else prompt_error_summary(errors, pooled.prompt_error_signed),
         }
 
 
@@ -191,6 +207,7 @@ def _phase_dict(stats: PhaseStats, timing: PhaseTiming | None) -> dict[str, Any]
         "capped": stats.capped,
         "token_count_source": dict(stats.token_sources),
         **_token_split(stats),
+        **_prompt_errors(stats),
         "latency_ms": {name: hist.summary() for name, hist in stats.latency.items()},
     }
 
@@ -202,6 +219,25 @@ def _token_split(stats: PhaseStats) -> dict[str, Any]:
         return {}
     split = {"reasoning": stats.reasoning_tokens, "answer": stats.answer_tokens, "answers": stats.split_answers}
     return {"output_tokens_split": split}
+
+
+def _prompt_errors(stats: PhaseStats) -> dict[str, Any]:
+    """``prompt_tokens_error`` when the server reported prompt counts: the intended count against the
+    server's, in percent of the intended (mean signed, mean and p99 absolute), over ``answers``."""
+    errors = stats.prompt_error
+    if not errors.count:
+        return {}
+    return {"prompt_tokens_error": prompt_error_summary(errors, stats.prompt_error_signed)}
+
+
+def prompt_error_summary(errors: Histogram, signed: float) -> dict[str, Any]:
+    p99 = errors.quantile(0.99)
+    return {
+        "answers": errors.count,
+        "mean_pct": round(signed / errors.count, 3),
+        "mean_abs_pct": round(errors.total / errors.count, 3),
+        "p99_abs_pct": None if p99 is None else round(p99, 3),
+    }
 
 
 def _second_dict(second: SecondStats) -> dict[str, Any]:

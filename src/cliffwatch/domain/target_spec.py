@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from cliffwatch.domain.completeness import DEFAULT_EXPECTATION, Expectation, parse_expectation
 from cliffwatch.domain.distributions import Distribution, parse_distribution
 from cliffwatch.domain.masking import mask_url
+from cliffwatch.domain.prompt_sizing import SERVER
 from cliffwatch.domain.secrets import SecretRef, parse_reference
 from cliffwatch.domain.target_model import TargetModel, parse_target_model
 from cliffwatch.domain.validation import Problems, Reader, short_repr
@@ -62,6 +63,7 @@ class RequestTemplate:
     include_usage: bool = False
     extra_body: Mapping[str, Any] | None = None  # merged into OpenAI bodies (e.g. ignore_eos for vLLM)
     body: Any = None  # the JSON body of plain http requests
+    tokenizer: str | None = None  # a Hugging Face tokenizer's path: prompt_tokens counted by it (domain.prompt_sizing)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -186,6 +188,14 @@ def _parse_request(reader: Reader, api: str | None) -> RequestTemplate | None:
                                         maximum=MAX_OUTPUT_TOKENS)  # fmt: skip
         stream = reader.boolean("stream", True)
         usage = reader.boolean("include_usage", False)
+        tokenizer = reader.string("tokenizer", None)
+        if tokenizer == SERVER:
+            reader.error("tokenizer", "'server' (the target's /tokenize) is not supported yet: give a tokenizer's "
+                         "path, or leave it out to calibrate against the server's usage")  # fmt: skip
+            tokenizer = None
+        elif tokenizer is not None and ("\x00" in tokenizer or len(tokenizer) > 4096):
+            reader.error("tokenizer", "must be a path")
+            tokenizer = None
         extra = reader.raw("extra_body", None)
         extra_ok = extra is None or _check_json(extra, reader.child("extra_body"), reader.problems)
         if extra is not None and not isinstance(extra, Mapping):
@@ -193,6 +203,8 @@ def _parse_request(reader: Reader, api: str | None) -> RequestTemplate | None:
             extra_ok = False
         reader.done()
         if None in (method, path, model, prompt, max_tokens, stream, usage) or headers is None or not extra_ok:
+            return None
+        if reader.has("tokenizer") and tokenizer is None:
             return None
         return RequestTemplate(
             method=method,
@@ -204,6 +216,7 @@ def _parse_request(reader: Reader, api: str | None) -> RequestTemplate | None:
             stream=stream,
             include_usage=usage,
             extra_body=extra,
+            tokenizer=tokenizer,
         )
     body = reader.raw("body", None)
     body_ok = _check_json(body, reader.child("body"), reader.problems)

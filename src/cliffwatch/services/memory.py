@@ -23,6 +23,7 @@ from cliffwatch.domain.ports import (
     Progress,
     ToxiproxyApi,
 )
+from cliffwatch.domain.prompt_sizing import WORDS_SIZING, PromptSizing
 
 
 class InMemorySink:
@@ -123,8 +124,9 @@ class ScriptedGenerator:
         self._in_flight = 0
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def preflight(self) -> None:
+    async def preflight(self) -> PromptSizing:
         self.preflights += 1
+        return WORDS_SIZING
 
     def stop(self, reason: str, *, cancel_in_flight: bool = False) -> None:
         self.stopped = self.stopped or reason

@@ -26,6 +26,7 @@ from cliffwatch.domain.ports import (
     ProgressObserver,
     RecordSink,
 )
+from cliffwatch.domain.prompt_sizing import WORDS_SIZING
 from cliffwatch.domain.result import PhaseTiming, RunResult, RunStatus
 from cliffwatch.domain.scenario import Role, Scenario
 from cliffwatch.domain.scoring import score_run
@@ -95,6 +96,7 @@ class RunService:
         self.sink = sink
         self.observer = observer
         self.notes = notes  # how the run was prepared differs from what its scenario asks (a capped pool)
+        self.sizing = WORDS_SIZING  # how prompt_tokens became prompts: the generator's preflight says
         self._state: _RunState | None = None
 
     def interrupt(self) -> None:
@@ -184,6 +186,7 @@ class RunService:
             fault_events=tuple(events),
             phase_timings=tuple(timings),
             notes=self.notes,
+            prompt_sizing=self.sizing,
         )
         bound.info("run finished", status=status.value, score=result.score.value, passed=result.passed)
         return result
@@ -192,7 +195,8 @@ class RunService:
         """Before any load: the fault injector (when the scenario has faults) and the target answer."""
         if scenario.needs_faults():
             await self.faults.check()
-        await self.generator.preflight()
+        self.sizing = WORDS_SIZING
+        self.sizing = await self.generator.preflight()
 
     async def _until_stopped(self, checks: Coroutine[Any, Any, None], state: _RunState) -> None:
         """Runs ``checks``, or cancels them when the run is stopped (an interrupt or abort) before they end."""

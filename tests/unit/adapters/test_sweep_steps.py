@@ -11,6 +11,7 @@ from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.adapters.sweep_steps import HttpStepRunner
 from cliffwatch.domain.outcomes import Attempt
 from cliffwatch.domain.plan import PlannedRequest
+from cliffwatch.domain.prompt_sizing import WORDS_SIZING, PromptSizing
 from cliffwatch.domain.scenario import parse_scenario
 from cliffwatch.domain.sweep_spec import SweepSpec
 from cliffwatch.services.memory import CollectingObserver
@@ -41,10 +42,11 @@ class Executor:
         self.attempts = 0
         self.checking = asyncio.Event()
 
-    async def preflight(self) -> None:
+    async def preflight(self) -> PromptSizing:
         self.checking.set()
         if self.hang:
             await asyncio.Event().wait()
+        return WORDS_SIZING
 
     async def attempt(
         self, request: PlannedRequest, number: int, timeout_s: float, *, origin_ns: int, deadline_bound: bool

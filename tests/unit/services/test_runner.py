@@ -21,6 +21,7 @@ from cliffwatch.domain.faults import FaultSpec
 from cliffwatch.domain.outcomes import NS_PER_MS, NS_PER_S, Attempt, Outcome, RequestRecord, Slo, classify
 from cliffwatch.domain.plan import PlannedRequest, iter_plan, phase_windows
 from cliffwatch.domain.ports import Clock, FaultEvent, FaultInjector
+from cliffwatch.domain.prompt_sizing import WORDS_SIZING, PromptSizing
 from cliffwatch.domain.result import RunResult, RunStatus
 from cliffwatch.domain.retry import FailureKind
 from cliffwatch.domain.scenario import Scenario, parse_scenario
@@ -530,13 +531,14 @@ class _HangingPreflight(ScriptedGenerator):
         self.checking = asyncio.Event()
         self.check_cancelled = False
 
-    async def preflight(self) -> None:
+    async def preflight(self) -> PromptSizing:
         self.checking.set()
         try:
             await asyncio.Event().wait()
         except asyncio.CancelledError:
             self.check_cancelled = True
             raise
+        return WORDS_SIZING
 
 
 @pytest.mark.parametrize("stop", ["interrupt", "abort"])
@@ -563,7 +565,7 @@ async def test_a_stop_during_the_preflight_check_ends_the_run_at_once_with_nothi
 
 async def test_a_failed_preflight_check_still_raises_and_leaves_the_service_free() -> None:
     class Unreachable(ScriptedGenerator):
-        async def preflight(self) -> None:
+        async def preflight(self) -> PromptSizing:
             raise TargetUnreachable("http://127.0.0.1:9", "connection refused")
 
     rig = Rig(on_time())

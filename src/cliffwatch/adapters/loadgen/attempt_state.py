@@ -24,6 +24,7 @@ class AttemptState:
         "first_answer",
         "first_byte",
         "first_token",
+        "prompt_tokens",
         "reasoning_tokens",
         "retry_after_s",
         "status",
@@ -40,6 +41,7 @@ class AttemptState:
         self.first_token: int | None = None
         self.first_answer: int | None = None
         self.reasoning_tokens: int | None = None
+        self.prompt_tokens: int | None = None
         self.chunk_times: tuple[int, ...] = ()
         self.tokens = 0
         self.token_source = TokenSource.NONE
@@ -61,6 +63,7 @@ class AttemptState:
         self.first_token = summary.first_token_ns
         self.first_answer = summary.first_answer_ns
         self.reasoning_tokens = summary.reasoning_tokens
+        self.prompt_tokens = summary.prompt_tokens
         self.chunk_times = summary.chunk_times_ns
         self.tokens = summary.output_tokens
         self.token_source = summary.token_source
@@ -99,5 +102,6 @@ class AttemptState:
             output_tokens=self.tokens,
             token_source=self.token_source,
             reasoning_tokens=self.reasoning_tokens,
+            server_prompt_tokens=self.prompt_tokens,
             retry_after_s=self.retry_after_s,
         )

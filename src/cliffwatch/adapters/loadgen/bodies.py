@@ -8,8 +8,8 @@ holds the event loop for longer than that. ``extra_body`` is merged as before an
 sets (say ``max_tokens``) simply has no placeholder. The bytes are exactly those ``json.dumps`` of the
 whole document gave. A plain ``http`` body is the same for every request and encoded once.
 
-Prompt sources to come (token-exact prompts, datasets) fit in by giving JSON-escaped fragments per request,
-prepared ahead like these.
+The prompt's pieces come from a ``PromptSource`` (``token_prompts``): words, words sized by a calibration, or
+token-exact prompts under the scenario's tokenizer; each gives JSON-safe fragments prepared ahead.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import uuid
 from typing import Any
 
 from cliffwatch.adapters.loadgen import prompts
+from cliffwatch.adapters.loadgen.token_prompts import PromptSource, WordCount
 from cliffwatch.domain.plan import PlannedRequest
 from cliffwatch.domain.scenario import Scenario
 from cliffwatch.domain.target_spec import Api
@@ -32,15 +33,16 @@ _MAX_TOKENS = f"cliffwatch-max-tokens-{uuid.uuid4().hex}"
 class RequestBodies:
     """Every request body of one scenario: ``render(request)``, None for a plain request without a body."""
 
-    def __init__(self, scenario: Scenario) -> None:
+    def __init__(self, scenario: Scenario, source: PromptSource | None = None) -> None:
         template = scenario.target.request
+        self._source: PromptSource = source or WordCount(prompts.WORDS)
         self._constant: bytes | None = None
         self._parts: list[bytes | str] = []  # literal bytes, or which placeholder goes there
         if scenario.target.api is Api.HTTP:
             self._constant = None if template.body is None else json.dumps(template.body).encode()
             return
         if template.prompt_tokens is not None:
-            prompts.prepare(template.prompt_tokens.largest)
+            self._source.prepare(template.prompt_tokens.largest)
         stream = template.stream
         document: dict[str, Any] = {"model": template.model, "max_tokens": _MAX_TOKENS, "stream": stream}
         if scenario.target.api is Api.OPENAI_CHAT:
@@ -62,7 +64,7 @@ class RequestBodies:
         pieces: list[bytes | memoryview] = []
         for part in self._parts:
             if part is _PROMPT:
-                pieces += (b'"', *prompts.fragments(request.id, request.prompt_tokens), b'"')
+                pieces += (b'"', *self._source.fragments(request.id, request.prompt_tokens), b'"')
             elif part is _MAX_TOKENS:
                 pieces.append(b"%d" % request.max_tokens)
             else:

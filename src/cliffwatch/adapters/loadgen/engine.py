@@ -27,6 +27,7 @@ from cliffwatch.domain.histogram import Histogram
 from cliffwatch.domain.outcomes import CAP_REASON, NS_PER_MS, NS_PER_S, Attempt
 from cliffwatch.domain.plan import PlannedRequest
 from cliffwatch.domain.ports import Clock, GeneratorListener, LiveCounters
+from cliffwatch.domain.prompt_sizing import PromptSizing
 from cliffwatch.domain.rate_limit import TokenBucket
 from cliffwatch.domain.retry import FailureKind, RetryBudgetState, RetryKind, decide_retry
 from cliffwatch.domain.scenario import Scenario
@@ -43,7 +44,8 @@ class AttemptExecutor(Protocol):
     tokens: float
     capped_hops: int  # redirect hops the attempt cap kept it from following (0 when it follows none)
 
-    async def preflight(self) -> None: ...
+    async def preflight(self) -> PromptSizing:
+        """Proves the target is there (raises ``TargetUnreachable``) and says how prompts are sized."""
 
     async def attempt(
         self, request: PlannedRequest, number: int, timeout_s: float, *, origin_ns: int, deadline_bound: bool
@@ -84,8 +86,8 @@ class OpenLoopGenerator:
         self._max_stall_ns = 0
         self._budgets = {i: RetryBudgetState(scenario.retry_for(i).budget) for i in range(len(scenario.phases))}
 
-    async def preflight(self) -> None:
-        await self.executor.preflight()
+    async def preflight(self) -> PromptSizing:
+        return await self.executor.preflight()
 
     def live(self) -> LiveCounters:
         return LiveCounters(dispatched=self._dispatched, in_flight=self.executor.in_flight, tokens=self.executor.tokens)

@@ -22,15 +22,19 @@ import aiohttp
 from cliffwatch import __version__
 from cliffwatch.adapters.loadgen.attempt_state import AttemptState
 from cliffwatch.adapters.loadgen.bodies import RequestBodies
+from cliffwatch.adapters.loadgen.calibration import calibrate
 from cliffwatch.adapters.loadgen.openai_body import error_message, parse_completion
 from cliffwatch.adapters.loadgen.openai_stream import OpenAIStream
 from cliffwatch.adapters.loadgen.pinned_resolver import PinnedResolver, PinRefused
+from cliffwatch.adapters.loadgen.prompts import WORDS
 from cliffwatch.adapters.loadgen.redirects import Hop, next_hop, shown_url
+from cliffwatch.adapters.loadgen.token_prompts import CalibratedPrompts, PromptSource
 from cliffwatch.adapters.target_access import Destinations
 from cliffwatch.domain.allowlist import DEFAULT_ALLOWLIST, Allowlist, parse_allowlist
 from cliffwatch.domain.errors import CliffwatchError, TargetUnreachable
 from cliffwatch.domain.outcomes import CAP_REASON, Attempt, TokenSource
 from cliffwatch.domain.plan import PlannedRequest
+from cliffwatch.domain.prompt_sizing import WORDS_SIZING, PromptSizing
 from cliffwatch.domain.rate_limit import TokenBucket
 from cliffwatch.domain.retry import FailureKind
 from cliffwatch.domain.scenario import Scenario
@@ -76,6 +80,9 @@ class HttpExecutor:
         *,
         destinations: Destinations | None = None,
         cap: TokenBucket | None = None,
+        prompts: PromptSource | None = None,
+        sizing: PromptSizing = WORDS_SIZING,
+        calibrate: bool = False,
     ) -> None:
         self.scenario = scenario
         # The run's attempt cap, also the generator's: each followed redirect hop is a request of its own and
@@ -100,7 +107,11 @@ class HttpExecutor:
             _default_header(self.headers, "Accept", "text/event-stream")
         self.in_flight = 0
         self.tokens = 0.0
-        self._bodies = RequestBodies(scenario)
+        self._bodies = RequestBodies(scenario, prompts)
+        # How prompts are sized: given (a tokenizer's, the built-in target's words), or found by the preflight's
+        # calibration probes when ``calibrate`` (a real OpenAI target without a tokenizer).
+        self.sizing = sizing
+        self._calibrate = calibrate and self.openai
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> HttpExecutor:
@@ -132,9 +143,9 @@ class HttpExecutor:
             await self._session.close()
             self._session = None
 
-    async def preflight(self) -> None:
+    async def preflight(self) -> PromptSizing:
         """Any HTTP answer from the target's root proves it is there (a redirect too: it is not followed);
-        no answer means no load is sent."""
+        no answer means no load is sent. Then, when asked to, the calibration probes size the prompts."""
         session = self._require_session()
         try:
             async with asyncio.timeout(PREFLIGHT_TIMEOUT_S + self.scenario.client.connect_timeout_ms / 1000.0):
@@ -144,6 +155,14 @@ class HttpExecutor:
             raise TargetUnreachable(self.base_url, f"no answer within {PREFLIGHT_TIMEOUT_S:g}s") from exc
         except aiohttp.ClientError as exc:
             raise TargetUnreachable(self.base_url, _describe(exc)) from exc
+        if self._calibrate:
+            self._calibrate = False
+            self.sizing = await calibrate(
+                session, self.url, self.headers, self.scenario, cap=self.cap, now_ns=time.perf_counter_ns()
+            )
+            if self.sizing.calibration is not None:
+                self._bodies = RequestBodies(self.scenario, CalibratedPrompts(self.sizing.calibration, WORDS))
+        return self.sizing
 
     def body(self, request: PlannedRequest) -> bytes | None:
         return self._bodies.render(request)  # prepared ahead: one copy per request (bodies.py)
@@ -305,6 +324,7 @@ class HttpExecutor:
         state.finish_reason = completion.finish_reason
         state.empty = completion.empty
         state.reasoning_tokens = completion.reasoning_tokens
+        state.prompt_tokens = completion.prompt_tokens
         state.answered = True
 
     def _require_session(self) -> aiohttp.ClientSession:

@@ -37,6 +37,7 @@ class Completion:
     failure: FailureKind | None = None
     empty: bool = False
     reasoning_tokens: int | None = None  # usage.completion_tokens_details.reasoning_tokens
+    prompt_tokens: int | None = None  # usage.prompt_tokens
 
     @property
     def output_tokens(self) -> int:
@@ -83,6 +84,7 @@ def parse_completion(body: bytes) -> Completion:
     usage_tokens = usage.get("completion_tokens") if type(usage) is dict else None
     details = usage.get("completion_tokens_details") if type(usage) is dict else None
     reasoning_tokens = details.get("reasoning_tokens") if type(details) is dict else None
+    prompt_tokens = usage.get("prompt_tokens") if type(usage) is dict else None
     return Completion(
         text=text,
         finish_reason=None if finish_reason is None else str(finish_reason),
@@ -90,6 +92,7 @@ def parse_completion(body: bytes) -> Completion:
         estimated_tokens=words,
         empty=not text and not (type(reasoning) is str and reasoning) and not called,
         reasoning_tokens=reasoning_tokens if type(reasoning_tokens) is int and reasoning_tokens >= 0 else None,
+        prompt_tokens=prompt_tokens if type(prompt_tokens) is int and prompt_tokens >= 0 else None,
     )
 
 

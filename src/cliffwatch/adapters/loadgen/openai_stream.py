@@ -111,6 +111,7 @@ class StreamSummary:
     chunk_times_ns: tuple[int, ...]
     first_answer_ns: int | None = None
     reasoning_tokens: int | None = None
+    prompt_tokens: int | None = None  # usage.prompt_tokens: the server's count of the prompt
 
     @property
     def succeeded(self) -> bool:
@@ -132,6 +133,7 @@ class OpenAIStream:
         "first_token_ns",
         "reasoning_chunks",
         "token_chunks",
+        "usage_prompt",
         "usage_reasoning",
         "usage_tokens",
     )
@@ -145,6 +147,7 @@ class OpenAIStream:
         self.token_chunks = 0
         self.reasoning_chunks = 0
         self.usage_reasoning: int | None = None
+        self.usage_prompt: int | None = None
         self.usage_tokens: int | None = None
         self.finish_reason: str | None = None
         self.done = False
@@ -193,6 +196,9 @@ class OpenAIStream:
             completion_tokens = usage.get("completion_tokens")
             if type(completion_tokens) is int and completion_tokens >= 0:
                 self.usage_tokens = completion_tokens
+            prompt_tokens = usage.get("prompt_tokens")
+            if type(prompt_tokens) is int and prompt_tokens >= 0:
+                self.usage_prompt = prompt_tokens
             details = usage.get("completion_tokens_details")
             reasoning_tokens = details.get("reasoning_tokens") if type(details) is dict else None
             if type(reasoning_tokens) is int and reasoning_tokens >= 0:
@@ -238,6 +244,7 @@ class OpenAIStream:
             reasoning_tokens=self.usage_reasoning
             if self.usage_reasoning is not None
             else (self.reasoning_chunks if self.reasoning_chunks else None),
+            prompt_tokens=self.usage_prompt,
         )
         return self._summary
 

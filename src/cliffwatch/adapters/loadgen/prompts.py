@@ -22,53 +22,69 @@ _VOCABULARY = (
     "roll", "across", "wide", "open", "plains", "carrying", "rain", "toward", "distant", "mountain", "villages",
 )  # fmt: skip
 _CYCLE_LENGTH = 4096
-# A fixed, non-repeating-looking word sequence; the prompt after the tag is a stretch of it, repeated.
-_WORDS = tuple(_VOCABULARY[(i * 7 + i // len(_VOCABULARY)) % len(_VOCABULARY)] for i in range(_CYCLE_LENGTH))
-_UNIT = (" ".join(_WORDS) + " ").encode("ascii")  # one cycle, each word followed by its space
-_OFFSETS = tuple(itertools.accumulate((len(w) + 1 for w in _WORDS[:-1]), initial=0))  # word i's first byte
 
 
-class _Text:
-    """The word cycle repeated, grown (by doubling) to the longest stretch asked for; never shrunk."""
+def _cycle(vocabulary: tuple[str, ...]) -> tuple[str, ...]:
+    """A fixed, non-repeating-looking word sequence; the prompt after the tag is a stretch of it, repeated."""
+    return tuple(vocabulary[(i * 7 + i // len(vocabulary)) % len(vocabulary)] for i in range(_CYCLE_LENGTH))
 
-    def __init__(self) -> None:
+
+class WordPrompts:
+    """Prompts of a chosen number of words from ``vocabulary`` (ASCII words nothing in JSON must escape).
+
+    The word cycle is held repeated, grown (by doubling) to the longest stretch asked for, never shrunk.
+    """
+
+    def __init__(self, vocabulary: tuple[str, ...] = _VOCABULARY) -> None:
+        words = _cycle(vocabulary)
+        self._unit = (" ".join(words) + " ").encode("ascii")  # one cycle, each word followed by its space
+        self._offsets = tuple(itertools.accumulate((len(w) + 1 for w in words[:-1]), initial=0))  # word i's first byte
         self.cycles = 1
-        self.text = _UNIT
+        self.text = self._unit
         self.view = memoryview(self.text)
 
-    def grow(self, words: int) -> None:
-        """Holds any stretch of ``words`` words from then on (with room for its start in the first cycle)."""
+    def prepare(self, words: int) -> None:
+        """Holds any stretch of ``words`` words from then on (with room for its start in the first cycle), so
+        that no request pays for growing it."""
         needed = (words + _CYCLE_LENGTH) // _CYCLE_LENGTH + 1
         if needed > self.cycles:
             self.cycles = max(needed, 2 * self.cycles)
-            self.text = _UNIT * self.cycles
+            self.text = self._unit * self.cycles
             self.view = memoryview(self.text)
 
     def stretch(self, start: int, words: int) -> memoryview:
         """Words ``start`` (< one cycle) to ``start + words`` of the sequence, spaces between, no copy."""
         end = start + words
         if end // _CYCLE_LENGTH + 1 > self.cycles:
-            self.grow(words)
-        last = (end // _CYCLE_LENGTH) * len(_UNIT) + _OFFSETS[end % _CYCLE_LENGTH]
-        return self.view[_OFFSETS[start] : last - 1]  # without the space after the last word
+            self.prepare(words)
+        last = (end // _CYCLE_LENGTH) * len(self._unit) + self._offsets[end % _CYCLE_LENGTH]
+        return self.view[self._offsets[start] : last - 1]  # without the space after the last word
+
+    def fragments(self, request_id: int, words: int) -> tuple[bytes | memoryview, ...]:
+        """The prompt of exactly ``words`` whitespace-separated words (at least one: the request's tag) as
+        pieces to be joined (ASCII, nothing to escape in JSON); the pieces share a buffer prepared ahead."""
+        tag = b"req-%d" % request_id
+        rest = max(0, words - 1)
+        if not rest:
+            return (tag,)
+        return tag, b" ", self.stretch((request_id * 131) % _CYCLE_LENGTH, rest)
+
+    def filler(self, request_id: int, words: int) -> memoryview:
+        """``words`` words of the cycle for this request, without its tag (at least one)."""
+        return self.stretch((request_id * 131) % _CYCLE_LENGTH, max(1, words))
 
 
-_TEXT = _Text()
+VOCABULARY = _VOCABULARY
+WORDS = WordPrompts()
 
 
 def prepare(words: int) -> None:
-    """Prepares the text for prompts of up to ``words`` words ahead (before a run), so that no request pays."""
-    _TEXT.grow(words)
+    """Prepares the default word prompts for up to ``words`` words ahead (before a run)."""
+    WORDS.prepare(words)
 
 
 def fragments(request_id: int, words: int) -> tuple[bytes | memoryview, ...]:
-    """The prompt of exactly ``words`` whitespace-separated words (at least one: the request's tag) as pieces
-    to be joined (ASCII, nothing to escape in JSON); the pieces share a buffer prepared ahead."""
-    tag = b"req-%d" % request_id
-    rest = max(0, words - 1)
-    if not rest:
-        return (tag,)
-    return tag, b" ", _TEXT.stretch((request_id * 131) % _CYCLE_LENGTH, rest)
+    return WORDS.fragments(request_id, words)
 
 
 def prompt_bytes(request_id: int, words: int) -> bytes:

@@ -10,6 +10,7 @@ from cliffwatch.adapters.loadgen.closed_loop import ClosedLoopGenerator
 from cliffwatch.adapters.loadgen.engine import OpenLoopGenerator
 from cliffwatch.domain.outcomes import CAP_REASON, NS_PER_S, Attempt, Outcome, RequestRecord
 from cliffwatch.domain.plan import PlannedRequest, iter_plan
+from cliffwatch.domain.prompt_sizing import WORDS_SIZING, PromptSizing
 from cliffwatch.domain.rate_limit import RateLimit, TokenBucket
 from cliffwatch.domain.retry import FailureKind
 from cliffwatch.domain.runs import StoredOutcome
@@ -38,8 +39,8 @@ class Refusing:
         self.tokens = 0.0
         self.sent: list[int] = []
 
-    async def preflight(self) -> None:
-        pass
+    async def preflight(self) -> PromptSizing:
+        return WORDS_SIZING
 
     async def attempt(
         self, request: PlannedRequest, number: int, timeout_s: float, *, origin_ns: int, deadline_bound: bool

@@ -10,6 +10,7 @@ from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.adapters.loadgen.closed_loop import ClosedLoopGenerator
 from cliffwatch.domain.outcomes import NS_PER_S, Attempt, Outcome, RequestRecord
 from cliffwatch.domain.plan import PlannedRequest, iter_plan
+from cliffwatch.domain.prompt_sizing import WORDS_SIZING, PromptSizing
 from cliffwatch.domain.scenario import parse_scenario
 
 SERVICE_S = 0.05
@@ -36,8 +37,8 @@ class SlowExecutor:
         self.tokens = 0.0
         self.most = 0
 
-    async def preflight(self) -> None:
-        pass
+    async def preflight(self) -> PromptSizing:
+        return WORDS_SIZING
 
     async def attempt(
         self, request: PlannedRequest, number: int, timeout_s: float, *, origin_ns: int, deadline_bound: bool

@@ -28,10 +28,11 @@ def test_the_same_request_always_gets_the_same_prompt_and_others_differ_beyond_t
 
 def _reference(request_id: int, words: int) -> str:
     """The prompt as it was first defined: the words joined one by one from the cycle (slow, but plain)."""
-    from cliffwatch.adapters.loadgen.prompts import _CYCLE_LENGTH, _WORDS
+    from cliffwatch.adapters.loadgen.prompts import _CYCLE_LENGTH, VOCABULARY, _cycle
 
+    cycle = _cycle(VOCABULARY)
     start = (request_id * 131) % _CYCLE_LENGTH
-    rest = [_WORDS[(start + i) % _CYCLE_LENGTH] for i in range(max(0, words - 1))]
+    rest = [cycle[(start + i) % _CYCLE_LENGTH] for i in range(max(0, words - 1))]
     return " ".join([f"req-{request_id}", *rest])
 
 
@@ -46,3 +47,15 @@ def test_a_prompt_is_the_word_cycle_from_its_requests_offset_however_long(reques
 def test_prepared_text_serves_every_length_up_to_what_was_prepared() -> None:
     prepare(10_000)
     assert prompt_bytes(4095, 10_000).decode() == _reference(4095, 10_000)
+
+
+def test_prompts_of_another_vocabulary_use_only_its_words() -> None:
+    """Token-exact prompts keep to the words a tokenizer counts as one token each (token_prompts.py)."""
+    from cliffwatch.adapters.loadgen.prompts import WordPrompts
+
+    few = WordPrompts(("alpha", "beta", "gamma"))
+    text = b"".join(few.fragments(7, 5000)).decode()
+    assert text.split()[0] == "req-7"
+    assert set(text.split()[1:]) == {"alpha", "beta", "gamma"}
+    assert len(text.split()) == 5000
+    assert bytes(few.filler(7, 3)).decode().split() == text.split()[1:4]

@@ -1,0 +1,209 @@
+"""Prompts of an exact number of tokens, as a Hugging Face tokenizer counts them, or as a calibration fits them.
+
+``request.tokenizer: PATH`` names a ``tokenizer.json`` or a directory holding one (and, for chat, its
+``tokenizer_config.json``, whose ``chat_template`` is then applied the way the server applies it). The
+``tokenizers`` library reads it offline (the ``cliffwatch[tokenizers]`` extra); nothing is downloaded.
+
+A token-exact prompt is the request's tag (``req-<id>``, the prefix-cache buster) and filler words that are
+one token each under this tokenizer, so a prompt of N tokens is its tag's tokens, N − tag − overhead filler
+words, and the overhead (special tokens, the chat template) counted once. That holds for tokenizers that
+split on whitespace before merging (byte-level BPE, Metaspace/SentencePiece), which :class:`TokenExactPrompts`
+checks on a sample of whole prompts when it is made; one that does not is refused, naming the miss, rather
+than sending prompts of unknown size. Per request only the tag is encoded (a few microseconds): the filler
+is a slice of text prepared ahead, as for word prompts.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Protocol
+
+from cliffwatch.adapters.loadgen.prompts import VOCABULARY, WordPrompts
+from cliffwatch.domain.errors import CliffwatchError
+from cliffwatch.domain.prompt_sizing import Calibration
+
+MAX_TOKENIZER_BYTES = 64 * 1024 * 1024  # tokenizer.json files of large vocabularies are 10–20 MB
+MIN_FILLER_WORDS = 8
+# Common English words: most tokenizers hold each, after a space, as one token.
+_COMMON = (
+    "time", "year", "people", "way", "day", "man", "thing", "woman", "life", "child", "world", "school", "state",
+    "family", "group", "country", "problem", "hand", "part", "place", "case", "week", "company", "system",
+    "program", "question", "work", "number", "night", "point", "home", "water", "room", "mother", "area", "money",
+    "story", "fact", "month", "lot", "right", "study", "book", "eye", "job", "word", "business", "issue", "side",
+    "kind", "head", "house", "service", "friend", "father", "power", "hour", "game", "line", "end", "member",
+)  # fmt: skip
+_SAMPLE_IDS = (0, 7, 99, 1234, 65_537)
+_SAMPLE_LENGTHS = (1, 2, 17, 300)
+
+
+class TokenizerUnavailable(CliffwatchError):
+    """The tokenizer a scenario names cannot be used: ``reason`` says why (never the file's content)."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"tokenizer {path}: {reason}")
+
+
+class PromptSource(Protocol):
+    def prepare(self, tokens: int) -> None: ...
+
+    def fragments(self, request_id: int, tokens: int) -> tuple[bytes | memoryview, ...]: ...
+
+
+class TokenCounter:
+    """Counts a prompt's tokens the way the server will: through the chat template for chat, with the
+    tokenizer's special tokens for completions."""
+
+    def __init__(self, tokenizer: Any, *, chat: bool, template: Any | None, specials: dict[str, str]) -> None:
+        self._tokenizer = tokenizer
+        self.chat = chat
+        self._template = template
+        self._specials = specials
+
+    @property
+    def applies_template(self) -> bool:
+        return self.chat and self._template is not None
+
+    def plain(self, text: str) -> int:
+        return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
+
+    def prompt(self, text: str) -> int:
+        """The server's count of a prompt whose user content (chat) or prompt (completions) is ``text``."""
+        if not self.chat:
+            return len(self._tokenizer.encode(text, add_special_tokens=True).ids)
+        if self._template is None:
+            return self.plain(text)
+        rendered = self._template.render(
+            messages=[{"role": "user", "content": text}], add_generation_prompt=True, **self._specials
+        )
+        return len(self._tokenizer.encode(rendered, add_special_tokens=False).ids)
+
+
+def load_counter(path: str, *, chat: bool) -> TokenCounter:
+    """The tokenizer at ``path`` (a tokenizer.json, or a directory with one and maybe tokenizer_config.json)."""
+    try:
+        from tokenizers import Tokenizer
+    except ImportError as exc:  # pragma: no cover - the extra is part of the dev install
+        raise TokenizerUnavailable(path, "needs the tokenizers library: pip install 'cliffwatch[tokenizers]'") from exc
+    target = Path(path)
+    file = target / "tokenizer.json" if target.is_dir() else target
+    config_file = (target if target.is_dir() else target.parent) / "tokenizer_config.json"
+    try:
+        size = file.stat().st_size
+        if size > MAX_TOKENIZER_BYTES:
+            raise TokenizerUnavailable(path, f"{file.name} is over the limit of {MAX_TOKENIZER_BYTES:,} bytes")
+        tokenizer = Tokenizer.from_str(file.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise TokenizerUnavailable(path, f"cannot read {file.name}: {exc.strerror}") from exc
+    except TokenizerUnavailable:
+        raise
+    except Exception as exc:  # the library raises plain Exceptions; its text may quote the file, so it is left out
+        raise TokenizerUnavailable(path, f"{file.name} is not a Hugging Face tokenizer ({type(exc).__name__})") from exc
+    template, specials = _chat_template(config_file) if chat and config_file.is_file() else (None, {})
+    return TokenCounter(tokenizer, chat=chat, template=template, specials=specials)
+
+
+def _chat_template(config_file: Path) -> tuple[Any | None, dict[str, str]]:
+    """The config's chat template compiled in Jinja's sandbox (as transformers does), and its special tokens."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise TokenizerUnavailable(str(config_file), f"tokenizer_config.json is not readable JSON ({exc})") from exc
+    source = config.get("chat_template") if isinstance(config, dict) else None
+    if isinstance(source, list):  # named templates: the default one
+        source = next((t.get("template") for t in source if isinstance(t, dict) and t.get("name") == "default"), None)
+    if not isinstance(source, str):
+        return None, {}
+    specials = {}
+    for key in ("bos_token", "eos_token"):
+        value = config.get(key)
+        value = value.get("content") if isinstance(value, dict) else value
+        if isinstance(value, str):
+            specials[key] = value
+    environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    try:
+        return environment.from_string(source), specials
+    except Exception as exc:  # a template Jinja cannot compile
+        raise TokenizerUnavailable(str(config_file), f"its chat_template does not compile ({exc})") from exc
+
+
+class TokenExactPrompts:
+    """Prompts of exactly N tokens under ``counter``; raises ``TokenizerUnavailable`` when it cannot be exact."""
+
+    def __init__(self, counter: TokenCounter, *, path: str) -> None:
+        self.counter = counter
+        base = counter.plain("req-0")
+        words = tuple(dict.fromkeys(w for w in (*VOCABULARY, *_COMMON) if counter.plain(f"req-0 {w}") - base == 1))
+        if len(words) < MIN_FILLER_WORDS:
+            raise TokenizerUnavailable(
+                path,
+                f"only {len(words)} common English words are one token each; token-exact prompts need "
+                f"{MIN_FILLER_WORDS}",
+            )
+        self.filler_words = words
+        self._words = WordPrompts(words)
+        self.overhead = counter.prompt("req-0 time") - counter.plain("req-0 time")
+        self._tags: dict[int, int] = {}
+        for request_id in _SAMPLE_IDS:
+            for tokens in _SAMPLE_LENGTHS:
+                wanted = max(tokens, self.least(request_id))
+                got = counter.prompt(b"".join(self.fragments(request_id, wanted)).decode("ascii"))
+                if got != wanted:
+                    raise TokenizerUnavailable(
+                        path, f"a prompt built for {wanted} tokens counts {got}: this tokenizer does not add up "
+                        "word by word, so prompts cannot be made token-exact with it"
+                    )  # fmt: skip
+
+    def least(self, request_id: int) -> int:
+        """The shortest prompt this request can have: its tag and the overhead."""
+        return self._tag_tokens(request_id) + self.overhead
+
+    def prepare(self, tokens: int) -> None:
+        self._words.prepare(tokens)
+
+    def fragments(self, request_id: int, tokens: int) -> tuple[bytes | memoryview, ...]:
+        """The prompt of ``tokens`` tokens, or the shortest this request can have when that is more."""
+        tag = b"req-%d" % request_id
+        filler = tokens - self._tag_tokens(request_id) - self.overhead
+        if filler <= 0:
+            return (tag,)
+        return tag, b" ", self._words.filler(request_id, filler)
+
+    def _tag_tokens(self, request_id: int) -> int:
+        known = self._tags.get(request_id)
+        if known is None:
+            if len(self._tags) > 100_000:  # ids are not reused within a run; keep the memory bounded
+                self._tags.clear()
+            known = self._tags[request_id] = self.counter.plain(f"req-{request_id}")
+        return known
+
+
+class CalibratedPrompts:
+    """Word prompts sized by a calibration fit: N tokens become ``calibration.words_for(N)`` words."""
+
+    def __init__(self, calibration: Calibration, words: WordPrompts) -> None:
+        self.calibration = calibration
+        self._words = words
+
+    def prepare(self, tokens: int) -> None:
+        self._words.prepare(self.calibration.words_for(tokens))
+
+    def fragments(self, request_id: int, tokens: int) -> tuple[bytes | memoryview, ...]:
+        return self._words.fragments(request_id, self.calibration.words_for(tokens))
+
+
+class WordCount:
+    """One word per token: the built-in target's count, and the fallback."""
+
+    def __init__(self, words: WordPrompts) -> None:
+        self._words = words
+
+    def prepare(self, tokens: int) -> None:
+        self._words.prepare(tokens)
+
+    def fragments(self, request_id: int, tokens: int) -> tuple[bytes | memoryview, ...]:
+        return self._words.fragments(request_id, tokens)
