@@ -32,6 +32,7 @@ from cliffwatch.adapters.target_access import Destinations, Place, first_reachab
 from cliffwatch.adapters.toxiproxy import ToxiproxyClient
 from cliffwatch.adapters.toxiproxy_faults import ToxiproxyFaultInjector
 from cliffwatch.adapters.toxiproxy_server import ManagedToxiproxy, find_toxiproxy_server
+from cliffwatch.adapters.trace_files import load_traces
 from cliffwatch.config import Settings
 from cliffwatch.domain.allowlist import Allowlist
 from cliffwatch.domain.caps import cap_violations, sweep_cap_violations
@@ -49,6 +50,7 @@ from cliffwatch.domain.ports import (
 from cliffwatch.domain.rate_limit import TokenBucket
 from cliffwatch.domain.scenario import Scenario
 from cliffwatch.domain.sweep_spec import SweepSpec
+from cliffwatch.domain.trace import trace_notes, traces_of
 from cliffwatch.services.memory import NoFaultInjector, NullSink
 from cliffwatch.services.reconcile import ReconcileReport, reconcile_faults
 from cliffwatch.services.runner import RunService
@@ -168,6 +170,7 @@ async def prepare_run(
     run's connection pool is cut to its share of ``descriptors`` (the process's budget settled at start; by
     default, one run's share of the limit as it is), and the run says so.
     """
+    scenario = load_traces(scenario, data_dirs=settings.data_dirs)  # before the caps: they judge its real rates
     check_caps(settings, scenario)
     run_id = run_id or new_run_id()
     budget = descriptors or descriptor_budget(runs=1, reserve=settings.fd_reserve)
@@ -206,7 +209,8 @@ async def prepare_run(
             faults=faults,
             sink=sink or NullSink(),
             observer=observer,
-            notes=() if capped is None else (capped,),
+            notes=(() if capped is None else (capped,)) + trace_notes(scenario),
+            traces=traces_of(scenario),
         )
         yield PreparedRun(service=service, run_id=run_id, target_url=mask_url(url), load_url=mask_url(load_url))
 

@@ -28,6 +28,7 @@ from cliffwatch.adapters.report.files import write_run_report
 from cliffwatch.adapters.result_files import write_result
 from cliffwatch.adapters.scenario_files import bundled_names, load_scenario
 from cliffwatch.adapters.store.migrate import upgrade
+from cliffwatch.adapters.trace_files import load_traces
 from cliffwatch.bootstrap import clean_up_leftover_faults, prepare_run, toxiproxy_unavailable
 from cliffwatch.bootstrap_service import open_store, serve, utc_now
 from cliffwatch.cli_report import add_parser as add_report_parser
@@ -209,6 +210,10 @@ def _validate(args: argparse.Namespace, settings: Settings) -> int:
             problem = tokenizer_problem(scenario, data_dirs=settings.data_dirs)
             if problem is not None:
                 raise ScenarioInvalid([problem], source=reference)
+            try:
+                scenario = load_traces(scenario, data_dirs=settings.data_dirs)
+            except ScenarioInvalid as exc:
+                raise ScenarioInvalid(exc.problems, source=reference) from None
         except ScenarioInvalid as exc:
             failed += 1
             out.print(str(exc), markup=False, soft_wrap=True)

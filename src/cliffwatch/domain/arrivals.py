@@ -13,6 +13,7 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from cliffwatch.domain.trace import TraceArrival, parse_trace
 from cliffwatch.domain.validation import Problems, Reader
 
 
@@ -123,9 +124,9 @@ class Spike:
         )
 
 
-Arrival = Constant | Poisson | Gamma | Steps | Spike
+Arrival = Constant | Poisson | Gamma | Steps | Spike | TraceArrival
 
-PROCESSES = ("constant", "poisson", "gamma", "step", "spike")
+PROCESSES = ("constant", "poisson", "gamma", "step", "spike", "trace")
 MIN_BURSTINESS = 0.01
 MIN_SPIKE_PERIOD_S = 0.1
 
@@ -148,6 +149,9 @@ def plan_offsets(arrival: Arrival, duration_s: float, rng: random.Random) -> Ite
         while offset < duration_s:
             yield offset
             offset += rng.gammavariate(arrival.burstiness, scale)
+    elif isinstance(arrival, TraceArrival):
+        for offset, _ in arrival.offsets(duration_s):
+            yield offset
     elif isinstance(arrival, Steps):
         start = 0.0
         for step in arrival.steps:
@@ -193,6 +197,8 @@ def parse_arrival(value: object, path: str, problems: Problems, *, duration_s: f
         result = _parse_steps(reader, duration_s)
     elif process == "spike":
         result = _parse_spike(reader, duration_s)
+    elif process == "trace":
+        result = parse_trace(reader)
     else:
         for key in reader.data:
             reader.raw(key, None)

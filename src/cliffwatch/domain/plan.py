@@ -15,6 +15,7 @@ from cliffwatch.domain.arrivals import plan_offsets
 from cliffwatch.domain.metrics import PhaseWindow
 from cliffwatch.domain.outcomes import NS_PER_S, Attempt, Outcome, RequestRecord, Slo, classify
 from cliffwatch.domain.scenario import Scenario
+from cliffwatch.domain.trace import TraceArrival
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -79,6 +80,17 @@ def iter_plan(scenario: Scenario) -> Iterator[PlannedRequest]:
     for index, (phase, window) in enumerate(zip(scenario.phases, phase_windows(scenario), strict=True)):
         arrivals = random.Random(f"{scenario.seed}:arrivals:{index}")
         shapes = random.Random(f"{scenario.seed}:shapes:{index}")
+        if isinstance(phase.arrival, TraceArrival):  # the trace's own times and lengths
+            for offset, traced in phase.arrival.offsets(phase.duration_s):
+                yield PlannedRequest(
+                    id=request_id,
+                    phase=index,
+                    scheduled_ns=window.start_ns + round(offset * NS_PER_S),
+                    prompt_tokens=max(1, traced.prompt_tokens),
+                    max_tokens=max(1, traced.output_tokens),
+                )
+                request_id += 1
+            continue
         for offset in plan_offsets(phase.arrival, phase.duration_s, arrivals):
             prompt = template.prompt_tokens.sample(shapes) if template.prompt_tokens else 0
             max_tokens = template.max_tokens.sample(shapes) if template.max_tokens else 0

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Coroutine, Iterable, Iterator
+from collections.abc import Coroutine, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -30,6 +30,7 @@ from cliffwatch.domain.prompt_sizing import WORDS_SIZING
 from cliffwatch.domain.result import PhaseTiming, RunResult, RunStatus
 from cliffwatch.domain.scenario import Role, Scenario
 from cliffwatch.domain.scoring import score_run
+from cliffwatch.domain.trace import TraceRequests, with_traces
 
 log = structlog.get_logger(__name__)
 
@@ -89,8 +90,10 @@ class RunService:
         sink: RecordSink,
         observer: ProgressObserver,
         notes: tuple[str, ...] = (),
+        traces: Mapping[int, TraceRequests] | None = None,
     ) -> None:
         self.clock = clock
+        self.traces = dict(traces or {})  # the trace phases' requests, read before the run (by phase index)
         self.generator = generator
         self.faults = faults
         self.sink = sink
@@ -144,7 +147,9 @@ class RunService:
         timings: list[PhaseTiming] = []
         listener = _Listener(aggregator, self.sink)
         generator_task = asyncio.create_task(
-            self.generator.run(iter_plan(scenario), start_ns=state.start_ns, listener=listener)
+            self.generator.run(
+                iter_plan(with_traces(scenario, self.traces)), start_ns=state.start_ns, listener=listener
+            )
         )
         bound.info("run started", target=target_url, phases=len(windows))
         try:

@@ -10,10 +10,10 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
+from cliffwatch.adapters.data_files import DataFileRefused, allowed_path
 from cliffwatch.adapters.loadgen.token_prompts import TokenExactPrompts, TokenizerUnavailable, load_counter
 from cliffwatch.domain.errors import Problem, ScenarioInvalid
 from cliffwatch.domain.prompt_sizing import PromptSizing, PromptSource
@@ -57,13 +57,10 @@ def _tokenizer_prompts(path: str, *, chat: bool, data_dirs: tuple[Path, ...] | N
     def refuse(reason: str) -> ScenarioInvalid:
         return ScenarioInvalid([Problem(path=TOKENIZER_FIELD, message=reason)], source=source)
 
-    resolved = os.path.realpath(path)
-    allowed = [os.path.realpath(d) for d in (data_dirs if data_dirs is not None else (Path.cwd(),))]
-    if not any(resolved == d or resolved.startswith(d.rstrip("/") + "/") for d in allowed):
-        raise refuse(f"{path} is outside the directories data files may be read from (CLIFFWATCH_DATA_DIRS: "
-                     f"{', '.join(allowed) or 'none'})")  # fmt: skip
-    if not os.path.exists(resolved):
-        raise refuse(f"{path} does not exist")
+    try:
+        resolved = allowed_path(path, data_dirs=data_dirs)
+    except DataFileRefused as exc:
+        raise refuse(exc.reason) from exc
     try:
         return TokenExactPrompts(load_counter(resolved, chat=chat), path=path)
     except TokenizerUnavailable as exc:

@@ -1,0 +1,91 @@
+"""Trace replay on the wire: the server sees the trace's requests at the trace's times over ``speed``.
+
+The server records when each request arrives (its own monotonic clock) and the prompt it carried, and
+answers a short stream. The traces are the small committed fixtures of tests/fixtures/traces.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+from loadgen_testkit import Serve, chat_chunk, send_events
+
+from cliffwatch.bootstrap import prepare_run
+from cliffwatch.config import Settings
+from cliffwatch.domain.scenario import parse_scenario
+from cliffwatch.services.memory import CollectingObserver
+
+TRACES = Path(__file__).parents[3] / "fixtures" / "traces"
+DONE = b"data: [DONE]\n\n"
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.arrivals: list[float] = []
+        self.max_tokens: list[int] = []
+
+    async def handler(self, request: web.Request) -> web.StreamResponse:
+        if request.method != "POST":
+            return web.Response(status=404)
+        body = json.loads(await request.read())
+        if body.get("stream"):  # not the calibration probes
+            self.arrivals.append(time.perf_counter())
+            self.max_tokens.append(body["max_tokens"])
+        return await send_events(request, [chat_chunk("ok"), chat_chunk(finish="stop"), DONE])
+
+
+def replay(url: str, trace: dict[str, Any], duration_s: float) -> Any:
+    return parse_scenario({
+        "name": "replay",
+        "seed": 1,
+        "slo": {"e2e_ms": 1000, "timeout_ms": 3000},
+        "target": {"url": url, "request": {"model": "m"}},
+        "client": {"pool_size": 64},
+        "phases": [{"name": "peak", "role": "baseline", "duration_s": duration_s,
+                    "arrival": {"process": "trace", **trace}}],
+    })  # fmt: skip
+
+
+async def run(scenario: Any) -> dict[str, Any]:
+    settings = dataclasses.replace(Settings.from_env({}), data_dirs=(TRACES,))
+    async with prepare_run(settings, scenario, observer=CollectingObserver()) as prepared:
+        result = await prepared.service.execute(scenario, run_id="replay", target_url=prepared.target_url)
+    return result.to_dict()
+
+
+async def test_a_replay_at_speed_2_sends_at_twice_the_traces_rate_within_1_percent(serve: Serve) -> None:
+    """steady.jsonl is 20 requests/s for 5 s; at speed 2 the server sees 40/s for 2.5 s."""
+    recorder = Recorder()
+    served = await serve(recorder.handler)
+    document = await run(replay(served.url, {"path": str(TRACES / "steady.jsonl"), "format": "jsonl", "speed": 2}, 2.5))
+
+    arrivals = recorder.arrivals
+    assert len(arrivals) == 100
+    seen_rate = (len(arrivals) - 1) / (arrivals[-1] - arrivals[0])
+    print(f"speed 2: the server saw {seen_rate:.3f} req/s against 40 (trace 20 req/s)")
+    assert seen_rate == pytest.approx(40.0, rel=0.01)
+    assert recorder.max_tokens[:3] == [4, 5, 6]  # the trace's output lengths
+    assert document["phases"][0]["offered"] == 100
+    assert any("replays 100 of the 100 requests of jsonl trace" in note for note in document["notes"])
+
+
+@pytest.mark.parametrize(
+    ("form", "file"), [("azure", "azure.csv"), ("mooncake", "mooncake.jsonl"), ("burstgpt", "burstgpt.csv")]
+)
+async def test_each_public_format_replays_end_to_end(serve: Serve, form: str, file: str) -> None:
+    """About 3 s of each trace at speed 3: every request of it reaches the server, with its output length."""
+    recorder = Recorder()
+    served = await serve(recorder.handler)
+    document = await run(replay(served.url, {"path": str(TRACES / file), "format": form, "speed": 3}, 2))
+
+    offered = document["phases"][0]["offered"]
+    assert offered >= 55  # the whole trace is about 3 s: within 2 s at speed 3
+    assert len(recorder.arrivals) == offered
+    assert document["phases"][0]["outcomes"]["on_time"] == offered
+    assert all(n >= 1 for n in recorder.max_tokens)
