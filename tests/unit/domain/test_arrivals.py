@@ -285,7 +285,7 @@ _SPIKE = {"process": "spike", "base_rate": 1, "burst_rate": 20, "burst_s": 2, "p
         ({"rate": 1}, ["a.process: is required"]),
         (
             {"process": "linear", "rate": 1},
-            ["a.process: must be one of constant, poisson, gamma, step, spike; got 'linear'"],
+            ["a.process: must be one of constant, poisson, gamma, step, spike, trace; got 'linear'"],
         ),
         ({"process": "constant"}, ["a.rate: is required"]),
         ({"process": "poisson", "rate": -1}, ["a.rate: must be > 0"]),
