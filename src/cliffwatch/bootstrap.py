@@ -21,11 +21,12 @@ import structlog
 
 from cliffwatch.adapters.builtin_target import BuiltinTarget
 from cliffwatch.adapters.clock import MonotonicClock
+from cliffwatch.adapters.dataset_files import dataset_notes, load_dataset
 from cliffwatch.adapters.descriptors import DescriptorBudget, descriptor_budget, within_budget
 from cliffwatch.adapters.fault_ledger import FileFaultLedger
 from cliffwatch.adapters.loadgen.engine import OpenLoopGenerator
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
-from cliffwatch.adapters.loadgen.prompt_setup import prompt_options
+from cliffwatch.adapters.loadgen.prompt_setup import counter_of, prompt_options
 from cliffwatch.adapters.logs import remember_secrets
 from cliffwatch.adapters.secret_sources import LocalSecrets
 from cliffwatch.adapters.target_access import Destinations, Place, first_reachable
@@ -36,6 +37,7 @@ from cliffwatch.adapters.trace_files import load_traces
 from cliffwatch.config import Settings
 from cliffwatch.domain.allowlist import Allowlist
 from cliffwatch.domain.caps import cap_violations, sweep_cap_violations
+from cliffwatch.domain.dataset import with_dataset
 from cliffwatch.domain.errors import CliffwatchError, FaultInjectionFailed, RunRefused, TargetNotAllowed
 from cliffwatch.domain.masking import mask_url
 from cliffwatch.domain.ports import (
@@ -50,7 +52,7 @@ from cliffwatch.domain.ports import (
 from cliffwatch.domain.rate_limit import TokenBucket
 from cliffwatch.domain.scenario import Scenario
 from cliffwatch.domain.sweep_spec import SweepSpec
-from cliffwatch.domain.trace import trace_notes, traces_of
+from cliffwatch.domain.trace import trace_notes, traces_of, with_traces
 from cliffwatch.services.memory import NoFaultInjector, NullSink
 from cliffwatch.services.reconcile import ReconcileReport, reconcile_faults
 from cliffwatch.services.runner import RunService
@@ -170,7 +172,11 @@ async def prepare_run(
     run's connection pool is cut to its share of ``descriptors`` (the process's budget settled at start; by
     default, one run's share of the limit as it is), and the run says so.
     """
-    scenario = load_traces(scenario, data_dirs=settings.data_dirs)  # before the caps: they judge its real rates
+    # What the scenario's files hold, read before the caps (they judge a trace's real rates) and any load.
+    scenario = load_traces(scenario, data_dirs=settings.data_dirs)
+    prompts = prompt_options(scenario, builtin=scenario.target.is_builtin, data_dirs=settings.data_dirs)
+    dataset = load_dataset(scenario, data_dirs=settings.data_dirs, counter=counter_of(prompts))
+    scenario = with_dataset(scenario, None if dataset is None else dataset.sizes)
     check_caps(settings, scenario)
     run_id = run_id or new_run_id()
     budget = descriptors or descriptor_budget(runs=1, reserve=settings.fd_reserve)
@@ -199,18 +205,18 @@ async def prepare_run(
             if load_url != url:  # through a proxy: the address it bound, checked above, pinned for the run
                 await destinations.admit(load_url, proxies.listen)
         cap = attempt_cap(settings, clock)
-        prompts = prompt_options(scenario, builtin=scenario.target.is_builtin, data_dirs=settings.data_dirs)
         executor = await stack.enter_async_context(
-            HttpExecutor(sent, load_url, destinations=destinations, cap=cap, **prompts)
+            HttpExecutor(sent, load_url, destinations=destinations, cap=cap, dataset=dataset, **prompts)
         )
+        traces, sizes = traces_of(scenario), None if dataset is None else dataset.sizes
         service = RunService(
             clock=clock,
             generator=OpenLoopGenerator(scenario, executor, clock, cap=cap),
             faults=faults,
             sink=sink or NullSink(),
             observer=observer,
-            notes=(() if capped is None else (capped,)) + trace_notes(scenario),
-            traces=traces_of(scenario),
+            notes=(() if capped is None else (capped,)) + trace_notes(scenario) + dataset_notes(scenario, dataset),
+            attach=lambda s: with_dataset(with_traces(s, traces), sizes),
         )
         yield PreparedRun(service=service, run_id=run_id, target_url=mask_url(url), load_url=mask_url(load_url))
 

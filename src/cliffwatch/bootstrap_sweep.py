@@ -18,7 +18,7 @@ from cliffwatch.adapters.sweep_steps import HttpStepRunner
 from cliffwatch.adapters.target_access import Destinations
 from cliffwatch.bootstrap import attempt_cap, check_caps, new_run_id, pool_within, start_target, with_secrets
 from cliffwatch.config import Settings
-from cliffwatch.domain.errors import CliffwatchError
+from cliffwatch.domain.errors import CliffwatchError, Problem, ScenarioInvalid
 from cliffwatch.domain.masking import mask_url
 from cliffwatch.domain.ports import Clock, ProgressObserver, SecretResolver
 from cliffwatch.domain.result import RunStatus
@@ -100,8 +100,16 @@ async def prepare_sweep(
     outside the allowlist, ``TargetUnreachable`` when it does not answer, ``BuiltinTargetFailed`` when the
     simulator does not start, ``SecretsUnavailable`` when a secret reference cannot be read (read once, here,
     into the HTTP client's copy only). The scenario's proxies and faults are not used (a sweep measures the
-    target as it is), so Toxiproxy is not needed.
+    target as it is), so Toxiproxy is not needed. A sweep sets its own arrivals (a trace phase is not replayed)
+    and does not draw from a dataset yet: a scenario with ``request.dataset`` is refused, rather than swept with
+    synthetic prompts it did not ask for.
     """
+    if scenario.target.request.dataset is not None:
+        raise ScenarioInvalid(
+            [Problem(path="target.request.dataset", message="sweeps do not draw from datasets yet: sweep a copy "
+                     "with prompt_tokens and max_tokens set to the dataset's lengths")],
+            source=scenario.name,
+        )  # fmt: skip
     check_caps(settings, scenario, spec)
     sweep_id = sweep_id or new_run_id()
     clock = MonotonicClock()

@@ -20,6 +20,7 @@ from rich.console import Console
 
 from cliffwatch import __version__
 from cliffwatch.adapters.console import ConsoleProgress, comparison, scorecard
+from cliffwatch.adapters.dataset_files import load_dataset
 from cliffwatch.adapters.descriptors import settle_descriptors
 from cliffwatch.adapters.documents import CONFIG_LIMITS, DocumentInvalid, DocumentLoader, load_json, load_yaml
 from cliffwatch.adapters.loadgen.prompt_setup import tokenizer_problem
@@ -212,6 +213,7 @@ def _validate(args: argparse.Namespace, settings: Settings) -> int:
                 raise ScenarioInvalid([problem], source=reference)
             try:
                 scenario = load_traces(scenario, data_dirs=settings.data_dirs)
+                load_dataset(scenario, data_dirs=settings.data_dirs, counter=None)
             except ScenarioInvalid as exc:
                 raise ScenarioInvalid(exc.problems, source=reference) from None
         except ScenarioInvalid as exc:

@@ -95,7 +95,7 @@ class Settings:
     sensitive_headers: tuple[str, ...] = ()  # masked like Authorization, in addition to the built-in names
     secret_env: tuple[str, ...] = DEFAULT_SECRET_ENV  # variables env: references may read (names, PREFIX_*)
     secret_dirs: tuple[Path, ...] = DEFAULT_SECRET_DIRS  # directories file: references may read below
-    # Directories a scenario's data files (request.tokenizer) may be read below; None: the working directory.
+    # Directories a scenario's data files (tokenizer, dataset, traces) may be read below; None: the working directory.
     data_dirs: tuple[Path, ...] | None = None
     # The variables of the environment that ``secret_env`` allows, and nothing else: what env: references read.
     secret_environment: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
@@ -439,7 +439,8 @@ SPECS: tuple[Spec, ...] = (
          help="Environment variables a scenario's {secret: env:NAME} may read: names, or prefixes ending in *, "
               "comma-separated (never CLIFFWATCH_*). Default TARGET_*."),
     Spec(field="data_dirs", env="CLIFFWATCH_DATA_DIRS", parse=_secret_dirs,
-         help="Directories a scenario's data files (request.tokenizer) may be read below (symlinks followed), "
+         help="Directories a scenario's data files (request.tokenizer, request.dataset, traces) may be read below "
+              "(symlinks followed), "
               "comma-separated absolute paths. Default: the working directory of the process."),
     Spec(field="secret_dirs", env="CLIFFWATCH_SECRET_DIRS", parse=_secret_dirs,
          help="Directories a scenario's {secret: file:/path} may read files below (symlinks followed), "

@@ -25,6 +25,7 @@ class PlannedRequest:
     scheduled_ns: int  # from the run's start
     prompt_tokens: int
     max_tokens: int
+    entry: int = -1  # the dataset entry whose prompt it sends (request.dataset); -1: a synthetic prompt
 
     def record(
         self, attempts: tuple[Attempt, ...], *, slo: Slo, not_sent_reason: str | None = None, capped: bool = False
@@ -91,15 +92,25 @@ def iter_plan(scenario: Scenario) -> Iterator[PlannedRequest]:
                 )
                 request_id += 1
             continue
+        dataset = template.dataset
+        draws = None if dataset is None or dataset.loaded is None else dataset.draws(index, scenario.seed)
         for offset in plan_offsets(phase.arrival, phase.duration_s, arrivals):
             prompt = template.prompt_tokens.sample(shapes) if template.prompt_tokens else 0
             max_tokens = template.max_tokens.sample(shapes) if template.max_tokens else 0
+            entry = -1
+            if draws is not None and dataset is not None and dataset.loaded is not None:
+                entry = draws.next()
+                prompt = dataset.loaded.prompt_tokens[entry]
+                recorded = dataset.loaded.output_tokens[entry]
+                if dataset.recorded_output and recorded is not None:
+                    max_tokens = max(1, recorded)
             yield PlannedRequest(
                 id=request_id,
                 phase=index,
                 scheduled_ns=window.start_ns + round(offset * NS_PER_S),
                 prompt_tokens=prompt,
                 max_tokens=max_tokens,
+                entry=entry,
             )
             request_id += 1
 

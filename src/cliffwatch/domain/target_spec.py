@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from cliffwatch.domain.completeness import DEFAULT_EXPECTATION, Expectation, parse_expectation
+from cliffwatch.domain.dataset import DatasetSpec, parse_dataset
 from cliffwatch.domain.distributions import Distribution, parse_distribution
 from cliffwatch.domain.masking import mask_url
 from cliffwatch.domain.prompt_sizing import SERVER
@@ -64,6 +65,7 @@ class RequestTemplate:
     extra_body: Mapping[str, Any] | None = None  # merged into OpenAI bodies (e.g. ignore_eos for vLLM)
     body: Any = None  # the JSON body of plain http requests
     tokenizer: str | None = None  # a Hugging Face tokenizer's path: prompt_tokens counted by it (domain.prompt_sizing)
+    dataset: DatasetSpec | None = None  # the users' own prompts instead of synthetic ones (domain.dataset)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -188,6 +190,13 @@ def _parse_request(reader: Reader, api: str | None) -> RequestTemplate | None:
                                         maximum=MAX_OUTPUT_TOKENS)  # fmt: skip
         stream = reader.boolean("stream", True)
         usage = reader.boolean("include_usage", False)
+        dataset_reader = reader.mapping("dataset", None)
+        dataset = (
+            None if dataset_reader is None else parse_dataset(dataset_reader, max_tokens_given=reader.has("max_tokens"))
+        )
+        if dataset is not None and reader.has("prompt_tokens"):
+            reader.error("prompt_tokens", "comes from the dataset: remove it, or the dataset")
+            dataset = None
         tokenizer = reader.string("tokenizer", None)
         if tokenizer == SERVER:
             reader.error("tokenizer", "'server' (the target's /tokenize) is not supported yet: give a tokenizer's "
@@ -204,7 +213,7 @@ def _parse_request(reader: Reader, api: str | None) -> RequestTemplate | None:
         reader.done()
         if None in (method, path, model, prompt, max_tokens, stream, usage) or headers is None or not extra_ok:
             return None
-        if reader.has("tokenizer") and tokenizer is None:
+        if (reader.has("tokenizer") and tokenizer is None) or (reader.has("dataset") and dataset is None):
             return None
         return RequestTemplate(
             method=method,
@@ -217,6 +226,7 @@ def _parse_request(reader: Reader, api: str | None) -> RequestTemplate | None:
             include_usage=usage,
             extra_body=extra,
             tokenizer=tokenizer,
+            dataset=dataset,
         )
     body = reader.raw("body", None)
     body_ok = _check_json(body, reader.child("body"), reader.problems)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Coroutine, Iterable, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -30,7 +30,6 @@ from cliffwatch.domain.prompt_sizing import WORDS_SIZING
 from cliffwatch.domain.result import PhaseTiming, RunResult, RunStatus
 from cliffwatch.domain.scenario import Role, Scenario
 from cliffwatch.domain.scoring import score_run
-from cliffwatch.domain.trace import TraceRequests, with_traces
 
 log = structlog.get_logger(__name__)
 
@@ -90,10 +89,11 @@ class RunService:
         sink: RecordSink,
         observer: ProgressObserver,
         notes: tuple[str, ...] = (),
-        traces: Mapping[int, TraceRequests] | None = None,
+        attach: Callable[[Scenario], Scenario] | None = None,
     ) -> None:
         self.clock = clock
-        self.traces = dict(traces or {})  # the trace phases' requests, read before the run (by phase index)
+        # Attaches what was read before the run (a trace's requests, a dataset's sizes) to the scenario planned.
+        self.attach = attach or (lambda scenario: scenario)
         self.generator = generator
         self.faults = faults
         self.sink = sink
@@ -147,9 +147,7 @@ class RunService:
         timings: list[PhaseTiming] = []
         listener = _Listener(aggregator, self.sink)
         generator_task = asyncio.create_task(
-            self.generator.run(
-                iter_plan(with_traces(scenario, self.traces)), start_ns=state.start_ns, listener=listener
-            )
+            self.generator.run(iter_plan(self.attach(scenario)), start_ns=state.start_ns, listener=listener)
         )
         bound.info("run started", target=target_url, phases=len(windows))
         try:

@@ -19,6 +19,7 @@ import re
 import uuid
 from typing import Any
 
+from cliffwatch.adapters.dataset_files import LoadedDataset
 from cliffwatch.adapters.loadgen import prompts
 from cliffwatch.adapters.loadgen.token_prompts import PromptSource, WordCount
 from cliffwatch.domain.plan import PlannedRequest
@@ -28,14 +29,19 @@ from cliffwatch.domain.target_spec import Api
 # Per process, random: no scenario can contain them by chance, so a split never lands in the user's values.
 _PROMPT = f"cliffwatch-prompt-{uuid.uuid4().hex}"
 _MAX_TOKENS = f"cliffwatch-max-tokens-{uuid.uuid4().hex}"
+_MESSAGES = f"cliffwatch-messages-{uuid.uuid4().hex}"  # a dataset's chat messages: the whole array
 
 
 class RequestBodies:
     """Every request body of one scenario: ``render(request)``, None for a plain request without a body."""
 
-    def __init__(self, scenario: Scenario, source: PromptSource | None = None) -> None:
+    def __init__(
+        self, scenario: Scenario, source: PromptSource | None = None, dataset: LoadedDataset | None = None
+    ) -> None:
         template = scenario.target.request
         self._source: PromptSource = source or WordCount(prompts.WORDS)
+        self._dataset = dataset
+        self._bust = template.dataset is None or template.dataset.cache_bust
         self._constant: bytes | None = None
         self._parts: list[bytes | str] = []  # literal bytes, or which placeholder goes there
         if scenario.target.api is Api.HTTP:
@@ -46,14 +52,14 @@ class RequestBodies:
         stream = template.stream
         document: dict[str, Any] = {"model": template.model, "max_tokens": _MAX_TOKENS, "stream": stream}
         if scenario.target.api is Api.OPENAI_CHAT:
-            document["messages"] = [{"role": "user", "content": _PROMPT}]
+            document["messages"] = _MESSAGES if dataset else [{"role": "user", "content": _PROMPT}]
         else:
             document["prompt"] = _PROMPT
         if stream and template.include_usage:
             document["stream_options"] = {"include_usage": True}
         if template.extra_body:
             document.update(template.extra_body)
-        slots = {json.dumps(_PROMPT): _PROMPT, json.dumps(_MAX_TOKENS): _MAX_TOKENS}
+        slots = {json.dumps(_PROMPT): _PROMPT, json.dumps(_MAX_TOKENS): _MAX_TOKENS, json.dumps(_MESSAGES): _MESSAGES}
         # Split around the quoted placeholders (kept, as the split's odd items): literal, slot, literal, ...
         pieces = re.split("(" + "|".join(map(re.escape, slots)) + ")", json.dumps(document))
         self._parts = [slots[piece] if index % 2 else piece.encode() for index, piece in enumerate(pieces)]
@@ -63,7 +69,11 @@ class RequestBodies:
             return self._constant
         pieces: list[bytes | memoryview] = []
         for part in self._parts:
-            if part is _PROMPT:
+            if part is _MESSAGES:
+                pieces += self._messages(request)
+            elif part is _PROMPT and self._dataset is not None and request.entry >= 0:
+                pieces += (b'"', *self._tag(request), self._entry_text(request), b'"')
+            elif part is _PROMPT:
                 pieces += (b'"', *self._source.fragments(request.id, request.prompt_tokens), b'"')
             elif part is _MAX_TOKENS:
                 pieces.append(b"%d" % request.max_tokens)
@@ -71,3 +81,20 @@ class RequestBodies:
                 assert isinstance(part, bytes)
                 pieces.append(part)
         return b"".join(pieces)
+
+    def _tag(self, request: PlannedRequest) -> tuple[bytes, ...]:
+        return (b"req-%d " % request.id,) if self._bust else ()
+
+    def _entry_text(self, request: PlannedRequest) -> bytes:
+        assert self._dataset is not None
+        text = self._dataset.prompts[request.entry]
+        return text if isinstance(text, bytes) else b""
+
+    def _messages(self, request: PlannedRequest) -> tuple[bytes, ...]:
+        """The chat messages of the request's dataset entry (a prompt as one user message), tag included."""
+        assert self._dataset is not None
+        prepared = self._dataset.prompts[request.entry] if request.entry >= 0 else b""
+        if isinstance(prepared, tuple):  # messages as given, split where the tag goes
+            before, after = prepared
+            return (before, *self._tag(request), after) if after else (before,)
+        return (b'[{"role": "user", "content": "', *self._tag(request), prepared, b'"}]')

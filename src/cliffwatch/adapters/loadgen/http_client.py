@@ -20,6 +20,7 @@ from types import SimpleNamespace
 import aiohttp
 
 from cliffwatch import __version__
+from cliffwatch.adapters.dataset_files import LoadedDataset
 from cliffwatch.adapters.loadgen.attempt_state import AttemptState
 from cliffwatch.adapters.loadgen.bodies import RequestBodies
 from cliffwatch.adapters.loadgen.calibration import calibrate
@@ -81,6 +82,7 @@ class HttpExecutor:
         destinations: Destinations | None = None,
         cap: TokenBucket | None = None,
         prompts: PromptSource | None = None,
+        dataset: LoadedDataset | None = None,
         sizing: PromptSizing = WORDS_SIZING,
         calibrate: bool = False,
     ) -> None:
@@ -107,7 +109,8 @@ class HttpExecutor:
             _default_header(self.headers, "Accept", "text/event-stream")
         self.in_flight = 0
         self.tokens = 0.0
-        self._bodies = RequestBodies(scenario, prompts)
+        self._dataset = dataset
+        self._bodies = RequestBodies(scenario, prompts, dataset)
         # How prompts are sized: given (a tokenizer's, the built-in target's words), or found by the preflight's
         # calibration probes when ``calibrate`` (a real OpenAI target without a tokenizer).
         self.sizing = sizing
@@ -161,7 +164,8 @@ class HttpExecutor:
                 session, self.url, self.headers, self.scenario, cap=self.cap, now_ns=time.perf_counter_ns()
             )
             if self.sizing.calibration is not None:
-                self._bodies = RequestBodies(self.scenario, CalibratedPrompts(self.sizing.calibration, WORDS))
+                calibrated = CalibratedPrompts(self.sizing.calibration, WORDS)
+                self._bodies = RequestBodies(self.scenario, calibrated, self._dataset)
         return self.sizing
 
     def body(self, request: PlannedRequest) -> bytes | None:

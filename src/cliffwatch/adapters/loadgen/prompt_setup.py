@@ -14,7 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from cliffwatch.adapters.data_files import DataFileRefused, allowed_path
-from cliffwatch.adapters.loadgen.token_prompts import TokenExactPrompts, TokenizerUnavailable, load_counter
+from cliffwatch.adapters.loadgen.token_prompts import (
+    TokenCounter,
+    TokenExactPrompts,
+    TokenizerUnavailable,
+    load_counter,
+)
 from cliffwatch.domain.errors import Problem, ScenarioInvalid
 from cliffwatch.domain.prompt_sizing import PromptSizing, PromptSource
 from cliffwatch.domain.scenario import Scenario
@@ -65,3 +70,9 @@ def _tokenizer_prompts(path: str, *, chat: bool, data_dirs: tuple[Path, ...] | N
         return TokenExactPrompts(load_counter(resolved, chat=chat), path=path)
     except TokenizerUnavailable as exc:
         raise refuse(exc.reason) from exc
+
+
+def counter_of(options: dict[str, Any]) -> TokenCounter | None:
+    """The tokenizer's counter of ``prompt_options``' answer, when the scenario has one."""
+    prompts = options.get("prompts")
+    return prompts.counter if isinstance(prompts, TokenExactPrompts) else None

@@ -1,4 +1,4 @@
-"""Trace replay on the wire: the server sees the trace's requests at the trace's times over ``speed``.
+"""Trace replay and datasets on the wire: the server sees the trace's requests at the trace's times over ``speed``.
 
 The server records when each request arrives (its own monotonic clock) and the prompt it carried, and
 answers a short stream. The traces are the small committed fixtures of tests/fixtures/traces.
@@ -89,3 +89,64 @@ async def test_each_public_format_replays_end_to_end(serve: Serve, form: str, fi
     assert len(recorder.arrivals) == offered
     assert document["phases"][0]["outcomes"]["on_time"] == offered
     assert all(n >= 1 for n in recorder.max_tokens)
+
+
+async def test_a_run_from_a_dataset_sends_its_prompts_and_notes_what_it_drew(serve: Serve) -> None:
+    """The users' own prompts through the whole path: every body carries one of the dataset's prompts, the
+    recorded answer's length as max_tokens, and the result's notes name the file and the drawn lengths."""
+    prompts: list[str] = []
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        if request.method != "POST":
+            return web.Response(status=404)
+        body = json.loads(await request.read())
+        if body.get("stream"):
+            prompts.append(body["messages"][-1]["content"])
+        return await send_events(request, [chat_chunk("ok"), chat_chunk(finish="stop"), DONE])
+
+    served = await serve(handler)
+    datasets = TRACES.parent / "datasets"
+    dataset = {"path": str(datasets / "sharegpt.json"), "format": "sharegpt"}
+    scenario = parse_scenario({
+        "name": "users", "seed": 4,
+        "slo": {"e2e_ms": 1000, "timeout_ms": 3000},
+        "target": {"url": served.url, "request": {"model": "m", "dataset": dataset}},
+        "phases": [{"name": "p", "role": "baseline", "duration_s": 1, "arrival": {"process": "constant", "rate": 20}}],
+    })  # fmt: skip
+    settings = dataclasses.replace(Settings.from_env({}), data_dirs=(datasets,))
+    async with prepare_run(settings, scenario, observer=CollectingObserver()) as prepared:
+        result = await prepared.service.execute(scenario, run_id="users", target_url=prepared.target_url)
+
+    known = {c["conversations"][i]["value"] for c in json.loads((datasets / "sharegpt.json").read_text())
+             for i in range(len(c["conversations"]))}  # fmt: skip
+    assert len(prompts) == 20
+    assert all(p.split(" ", 1)[1] in known for p in prompts)
+    (note,) = [n for n in result.notes if n.startswith("dataset ")]
+    assert "7 of 8 entries kept" in note
+    assert "drawn prompt tokens p50" in note
+
+
+async def test_a_sweep_of_a_dataset_scenario_is_refused_before_any_load(serve: Serve) -> None:
+    """Sweeps do not draw from datasets yet: refused with the field, rather than swept with synthetic prompts."""
+    from cliffwatch.bootstrap_sweep import prepare_sweep
+    from cliffwatch.domain.errors import ScenarioInvalid
+    from cliffwatch.domain.sweep_spec import SweepSpec
+
+    received: list[str] = []
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        received.append(request.method)
+        return web.Response(status=404)
+
+    served = await serve(handler)
+    dataset = {"path": str(TRACES.parent / "datasets" / "sharegpt.json"), "format": "sharegpt"}
+    scenario = parse_scenario({
+        "name": "users", "slo": {"e2e_ms": 1000, "timeout_ms": 3000},
+        "target": {"url": served.url, "request": {"model": "m", "dataset": dataset}},
+        "phases": [{"name": "p", "role": "baseline", "duration_s": 1, "arrival": {"process": "constant", "rate": 2}}],
+    })  # fmt: skip
+    with pytest.raises(ScenarioInvalid) as caught:
+        async with prepare_sweep(Settings.from_env({}), scenario, SweepSpec(), observer=CollectingObserver()):
+            pass
+    assert caught.value.problems[0].path == "target.request.dataset"
+    assert received == []
