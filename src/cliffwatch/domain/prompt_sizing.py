@@ -4,6 +4,8 @@
 each run says how words became tokens (``PromptSizing.source``, the result's ``prompt_tokens_source``):
 
 - ``tokenizer``: a Hugging Face tokenizer given by ``request.tokenizer: PATH`` counts every prompt exactly;
+- ``server``: with ``request.tokenizer: server``, the target's own ``/tokenize`` finds, for each length the
+  plan draws, the word count the server counts as that length;
 - ``calibrated``: a preflight of probe requests read the server's ``usage.prompt_tokens`` for prompts of
   known word counts and fitted ``tokens ≈ a + b × words`` (:func:`fit_calibration`); prompts are sized by it;
 - ``words``: one word is one token. True of the built-in target (it counts words), and the fallback for a
@@ -21,7 +23,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-SERVER = "server"  # request.tokenizer: ask the target's /tokenize (not available yet: refused by validation)
+SERVER = "server"  # request.tokenizer: the target's /tokenize fits the lengths (adapters.loadgen.server_tokenize)
 # Word counts of the calibration probes: spread over two orders of magnitude so the intercept (a chat
 # template's tokens) and the slope (tokens per word) are both well determined.
 PROBE_WORDS = (8, 32, 128, 512)
@@ -29,6 +31,7 @@ PROBE_WORDS = (8, 32, 128, 512)
 
 class PromptSource(StrEnum):
     TOKENIZER = "tokenizer"
+    SERVER = "server"  # request.tokenizer: server, lengths fitted with the target's /tokenize
     CALIBRATED = "calibrated"
     WORDS = "words"
 

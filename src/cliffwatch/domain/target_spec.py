@@ -198,11 +198,7 @@ def _parse_request(reader: Reader, api: str | None) -> RequestTemplate | None:
             reader.error("prompt_tokens", "comes from the dataset: remove it, or the dataset")
             dataset = None
         tokenizer = reader.string("tokenizer", None)
-        if tokenizer == SERVER:
-            reader.error("tokenizer", "'server' (the target's /tokenize) is not supported yet: give a tokenizer's "
-                         "path, or leave it out to calibrate against the server's usage")  # fmt: skip
-            tokenizer = None
-        elif tokenizer is not None and ("\x00" in tokenizer or len(tokenizer) > 4096):
+        if tokenizer is not None and tokenizer != SERVER and ("\x00" in tokenizer or len(tokenizer) > 4096):
             reader.error("tokenizer", "must be a path")
             tokenizer = None
         extra = reader.raw("extra_body", None)

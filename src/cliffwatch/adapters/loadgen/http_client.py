@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import email.utils
 import time
+from collections.abc import Sequence
 from types import SimpleNamespace
 
 import aiohttp
@@ -29,6 +30,7 @@ from cliffwatch.adapters.loadgen.openai_stream import OpenAIStream
 from cliffwatch.adapters.loadgen.pinned_resolver import PinnedResolver, PinRefused
 from cliffwatch.adapters.loadgen.prompts import WORDS
 from cliffwatch.adapters.loadgen.redirects import Hop, next_hop, shown_url
+from cliffwatch.adapters.loadgen.server_tokenize import ServerFittedPrompts, fit_lengths
 from cliffwatch.adapters.loadgen.token_prompts import CalibratedPrompts, PromptSource
 from cliffwatch.adapters.target_access import Destinations
 from cliffwatch.domain.allowlist import DEFAULT_ALLOWLIST, Allowlist, parse_allowlist
@@ -83,6 +85,7 @@ class HttpExecutor:
         cap: TokenBucket | None = None,
         prompts: PromptSource | None = None,
         dataset: LoadedDataset | None = None,
+        server_lengths: Sequence[int] | None = None,
         sizing: PromptSizing = WORDS_SIZING,
         calibrate: bool = False,
     ) -> None:
@@ -115,6 +118,7 @@ class HttpExecutor:
         # calibration probes when ``calibrate`` (a real OpenAI target without a tokenizer).
         self.sizing = sizing
         self._calibrate = calibrate and self.openai
+        self._server_lengths = server_lengths  # request.tokenizer: server: fit these with the target's /tokenize
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> HttpExecutor:
@@ -158,6 +162,11 @@ class HttpExecutor:
             raise TargetUnreachable(self.base_url, f"no answer within {PREFLIGHT_TIMEOUT_S:g}s") from exc
         except aiohttp.ClientError as exc:
             raise TargetUnreachable(self.base_url, _describe(exc)) from exc
+        if self._server_lengths is not None and self.openai:
+            lengths, self._server_lengths = self._server_lengths, None
+            self.sizing, fit = await fit_lengths(session, self.base_url, self.headers, self.scenario, lengths)
+            if fit is not None:
+                self._bodies = RequestBodies(self.scenario, ServerFittedPrompts(fit), self._dataset)
         if self._calibrate:
             self._calibrate = False
             self.sizing = await calibrate(

@@ -21,7 +21,8 @@ from cliffwatch.adapters.loadgen.token_prompts import (
     load_counter,
 )
 from cliffwatch.domain.errors import Problem, ScenarioInvalid
-from cliffwatch.domain.prompt_sizing import PromptSizing, PromptSource
+from cliffwatch.domain.plan import iter_plan
+from cliffwatch.domain.prompt_sizing import SERVER, PromptSizing, PromptSource
 from cliffwatch.domain.scenario import Scenario
 from cliffwatch.domain.target_spec import Api
 
@@ -35,6 +36,8 @@ def prompt_options(scenario: Scenario, *, builtin: bool, data_dirs: tuple[Path, 
     if target.api is Api.HTTP:
         return {}
     path = target.request.tokenizer
+    if path == SERVER:
+        return {"server_lengths": server_lengths(scenario)}
     if path is not None:
         prompts = _tokenizer_prompts(
             path, chat=target.api is Api.OPENAI_CHAT, data_dirs=data_dirs, source=scenario.name
@@ -49,8 +52,15 @@ def prompt_options(scenario: Scenario, *, builtin: bool, data_dirs: tuple[Path, 
     return {"calibrate": True}
 
 
+def server_lengths(scenario: Scenario) -> list[int]:
+    """The distinct prompt lengths the plan draws for prompts cliffwatch builds (not a dataset's own)."""
+    return sorted({r.prompt_tokens for r in iter_plan(scenario) if r.entry < 0})
+
+
 def tokenizer_problem(scenario: Scenario, *, data_dirs: tuple[Path, ...] | None) -> Problem | None:
     """Why the scenario's tokenizer cannot be used here (for ``cliffwatch validate``), or None."""
+    if scenario.target.request.tokenizer == SERVER:
+        return None  # the target's /tokenize is asked when the run starts
     try:
         prompt_options(scenario, builtin=False, data_dirs=data_dirs)
     except ScenarioInvalid as exc:

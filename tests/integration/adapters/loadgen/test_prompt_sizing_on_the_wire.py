@@ -128,3 +128,45 @@ async def test_a_tokenizer_outside_the_data_directories_is_refused_before_any_lo
     assert problem.path == "target.request.tokenizer"
     assert "outside the directories data files may be read from" in problem.message
     assert served.requests == []
+
+
+def tokenizing_server(tokenizer: Tokenizer, *, dialect: str) -> Any:
+    """The chat endpoint of ``counting_server`` plus a ``/tokenize``: vLLM's (``{"model", "messages",
+    "add_generation_prompt"}`` → ``{"count", "max_model_len", "tokens"}``, vllm/entrypoints/openai/protocol.py)
+    or llama.cpp's (``{"content"}`` → ``{"tokens"}``, no chat template)."""
+    chat = counting_server(tokenizer, template=dialect == "vllm")
+    compiled = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(CHAT_TEMPLATE)
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        if request.path != "/tokenize":
+            return await chat(request)
+        body = json.loads(await request.read())
+        if dialect == "vllm" and "messages" in body:
+            text = compiled.render(messages=body["messages"], add_generation_prompt=True, bos_token="<s>")
+            ids = tokenizer.encode(text, add_special_tokens=False).ids
+            return web.json_response({"count": len(ids), "max_model_len": 4096, "tokens": ids})
+        if dialect == "llama.cpp" and "content" in body:
+            return web.json_response({"tokens": tokenizer.encode(body["content"], add_special_tokens=False).ids})
+        return web.json_response({"error": "bad request"}, status=400)
+
+    return handler
+
+
+@pytest.mark.parametrize("dialect", ["vllm", "llama.cpp"])
+async def test_with_the_servers_tokenize_prompts_are_within_two_percent(
+    serve: Serve, tmp_path: Path, dialect: str
+) -> None:
+    """tokenizer: server fits each length the plan draws with the target's own /tokenize; the server then
+    counts every prompt within 2 % of what was asked (the tag's digits differ from the fit's by a token)."""
+    server_tokenizer = train_tokenizer(tmp_path / "server", vocab_size=300, chat_template=False)
+    tokenizer = Tokenizer.from_file(str(server_tokenizer / "tokenizer.json"))
+    served = await serve(tokenizing_server(tokenizer, dialect=dialect))
+    document = await run(chat_scenario(served.url, tokenizer="server"))
+
+    sizing = document["prompt_tokens"]
+    print(f"server ({dialect}): {sizing}")
+    assert sizing["source"] == "server", sizing
+    assert sizing["detail"].startswith(f"{dialect} /tokenize: ")
+    assert sizing["error"]["answers"] == 40
+    assert abs(sizing["error"]["mean_pct"]) <= 2.0, sizing
+    assert sizing["error"]["mean_abs_pct"] <= 2.0, sizing
