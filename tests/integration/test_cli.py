@@ -101,6 +101,29 @@ def test_validate_names_a_tokenizer_that_cannot_be_used_with_its_field(tmp_path:
         assert message in result.stdout, result.stdout
 
 
+def test_validate_reads_the_traces_and_datasets_a_scenario_names(tmp_path: Path) -> None:
+    """A trace with a bad record and a dataset that is not JSON are named with their fields and lines."""
+    (tmp_path / "t.csv").write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.1,x,3\n")
+    (tmp_path / "d.json").write_text("[not json")
+    document = json.loads(json.dumps(QUICK))
+    document["phases"][1]["arrival"] = {"process": "trace", "path": "t.csv", "format": "azure"}
+    document["target"] = {"url": "http://127.0.0.1:8000",
+                          "request": {"model": "m", "dataset": {"path": "d.json", "format": "sharegpt"}}}  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "cliffwatch", "validate", str(write(tmp_path, document))], capture_output=True,
+        text=True, timeout=60, cwd=tmp_path, env={**os.environ, "CLIFFWATCH_STATE_DIR": STATE_DIR}, check=False,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stdout
+    assert "phases[1].arrival.path: t.csv, line 2: ContextTokens must be a whole number of tokens" in result.stdout
+    document["phases"][1]["arrival"] = {"process": "poisson", "rate": 10}
+    result = subprocess.run(
+        [sys.executable, "-m", "cliffwatch", "validate", str(write(tmp_path, document))], capture_output=True,
+        text=True, timeout=60, cwd=tmp_path, env={**os.environ, "CLIFFWATCH_STATE_DIR": STATE_DIR}, check=False,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stdout
+    assert "target.request.dataset.path: d.json: is not JSON" in result.stdout
+
+
 def test_run_writes_a_complete_result_and_exits_by_the_score(tmp_path: Path) -> None:
     """`run --json` writes phases, the time series, the score with components and the generator verdict;
     the exit code follows the pass/fail it records."""

@@ -91,7 +91,12 @@ async def test_each_public_format_replays_end_to_end(serve: Serve, form: str, fi
     assert all(n >= 1 for n in recorder.max_tokens)
 
 
-async def test_a_run_from_a_dataset_sends_its_prompts_and_notes_what_it_drew(serve: Serve) -> None:
+@pytest.mark.parametrize(
+    ("file", "form", "kept"), [("sharegpt.json", "sharegpt", "7 of 8"), ("prompts.jsonl", "jsonl", "4 of 5")]
+)
+async def test_a_run_from_a_dataset_sends_its_prompts_and_notes_what_it_drew(
+    serve: Serve, file: str, form: str, kept: str
+) -> None:
     """The users' own prompts through the whole path: every body carries one of the dataset's prompts, the
     recorded answer's length as max_tokens, and the result's notes name the file and the drawn lengths."""
     prompts: list[str] = []
@@ -106,7 +111,7 @@ async def test_a_run_from_a_dataset_sends_its_prompts_and_notes_what_it_drew(ser
 
     served = await serve(handler)
     datasets = TRACES.parent / "datasets"
-    dataset = {"path": str(datasets / "sharegpt.json"), "format": "sharegpt"}
+    dataset = {"path": str(datasets / file), "format": form}
     scenario = parse_scenario({
         "name": "users", "seed": 4,
         "slo": {"e2e_ms": 1000, "timeout_ms": 3000},
@@ -117,12 +122,15 @@ async def test_a_run_from_a_dataset_sends_its_prompts_and_notes_what_it_drew(ser
     async with prepare_run(settings, scenario, observer=CollectingObserver()) as prepared:
         result = await prepared.service.execute(scenario, run_id="users", target_url=prepared.target_url)
 
-    known = {c["conversations"][i]["value"] for c in json.loads((datasets / "sharegpt.json").read_text())
-             for i in range(len(c["conversations"]))}  # fmt: skip
+    text = (datasets / file).read_text()
+    entries = json.loads(text) if form == "sharegpt" else [json.loads(line) for line in text.splitlines()]
+    turns = [t for e in entries for t in e.get("conversations", e.get("messages", []))]
+    known = {t.get("value", t.get("content")) for t in turns} | {e.get("prompt") for e in entries}
     assert len(prompts) == 20
-    assert all(p.split(" ", 1)[1] in known for p in prompts)
+    untagged = [p.split(" ", 1)[1] if p.startswith("req-") else p for p in prompts]  # the tag opens the first
+    assert all(p in known for p in untagged), prompts  # user message, not a later one of a chat
     (note,) = [n for n in result.notes if n.startswith("dataset ")]
-    assert "7 of 8 entries kept" in note
+    assert f"{kept} entries kept" in note
     assert "drawn prompt tokens p50" in note
 
 
