@@ -79,6 +79,14 @@ def test_validate_rejects_a_bad_file_with_path_qualified_messages(tmp_path: Path
     assert "client.pool_sise: unknown key" in result.stdout
 
 
+def validate_in(directory: Path, file: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``cliffwatch validate file`` run from ``directory``: data paths are relative to the working directory."""
+    return subprocess.run(
+        [sys.executable, "-m", "cliffwatch", "validate", str(file)], capture_output=True, text=True, timeout=60,
+        cwd=directory, env={**os.environ, "CLIFFWATCH_STATE_DIR": STATE_DIR, **(env or {})}, check=False,
+    )  # fmt: skip
+
+
 def test_validate_names_a_tokenizer_that_cannot_be_used_with_its_field(tmp_path: Path) -> None:
     """The files a scenario names are checked too: missing, outside CLIFFWATCH_DATA_DIRS, not a tokenizer."""
     document = json.loads(json.dumps(QUICK))
@@ -93,10 +101,7 @@ def test_validate_names_a_tokenizer_that_cannot_be_used_with_its_field(tmp_path:
     for path, env, message in cases:
         document["target"]["request"]["tokenizer"] = path
         file = write(tmp_path, document)
-        result = subprocess.run(
-            [sys.executable, "-m", "cliffwatch", "validate", str(file)], capture_output=True, text=True,
-            timeout=60, cwd=tmp_path, env={**os.environ, "CLIFFWATCH_STATE_DIR": STATE_DIR, **env}, check=False,
-        )  # fmt: skip
+        result = validate_in(tmp_path, file, env)
         assert result.returncode == 1, (path, result.stdout, result.stderr)
         assert message in result.stdout, result.stdout
 
@@ -109,17 +114,11 @@ def test_validate_reads_the_traces_and_datasets_a_scenario_names(tmp_path: Path)
     document["phases"][1]["arrival"] = {"process": "trace", "path": "t.csv", "format": "azure"}
     document["target"] = {"url": "http://127.0.0.1:8000",
                           "request": {"model": "m", "dataset": {"path": "d.json", "format": "sharegpt"}}}  # fmt: skip
-    result = subprocess.run(
-        [sys.executable, "-m", "cliffwatch", "validate", str(write(tmp_path, document))], capture_output=True,
-        text=True, timeout=60, cwd=tmp_path, env={**os.environ, "CLIFFWATCH_STATE_DIR": STATE_DIR}, check=False,
-    )  # fmt: skip
+    result = validate_in(tmp_path, write(tmp_path, document))
     assert result.returncode == 1, result.stdout
     assert "phases[1].arrival.path: t.csv, line 2: ContextTokens must be a whole number of tokens" in result.stdout
     document["phases"][1]["arrival"] = {"process": "poisson", "rate": 10}
-    result = subprocess.run(
-        [sys.executable, "-m", "cliffwatch", "validate", str(write(tmp_path, document))], capture_output=True,
-        text=True, timeout=60, cwd=tmp_path, env={**os.environ, "CLIFFWATCH_STATE_DIR": STATE_DIR}, check=False,
-    )  # fmt: skip
+    result = validate_in(tmp_path, write(tmp_path, document))
     assert result.returncode == 1, result.stdout
     assert "target.request.dataset.path: d.json: is not JSON" in result.stdout
 
