@@ -171,6 +171,10 @@ RESULT = obj(
         "notes": {"type": "array", "items": {"type": "string"},
                   "description": "where the run as prepared differed from its scenario, e.g. a connection pool "
                                  "capped to the file descriptor budget"},
+        "prompt_tokens": nullable({**ANY_OBJECT, "description": "how prompt_tokens became prompts (source: "
+                                   "tokenizer, server, calibrated or words; the fit, the probes) and the server's "
+                                   "usage.prompt_tokens against the intended counts (error); null for results "
+                                   "stored before it"}),
     }
 )  # fmt: skip
 OUTCOME = obj(

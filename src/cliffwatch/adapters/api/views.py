@@ -107,6 +107,7 @@ def _result_view(result: Mapping[str, Any]) -> dict[str, Any]:
     view = {key: result.get(key) for key in keys}
     view["capped"] = bool(result.get("capped", False))  # documents from before the attempt cap were not
     view["notes"] = list(result.get("notes") or ())
+    view["prompt_tokens"] = result.get("prompt_tokens")  # results stored before it have none
     return view
 
 
