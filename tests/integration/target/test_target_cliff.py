@@ -20,6 +20,7 @@ OUTPUT_TOKENS = 20
 SLO_S = 0.5  # a lone request takes about 0.13 s end to end
 GIVE_UP_S = 1.0
 GENERATED = "cliffwatch_target_generation_tokens_total"
+STEPS = "cliffwatch_target_steps_total"
 
 
 async def open_loop(target, *, rate: float, duration_s: float) -> list[float | None]:
@@ -61,19 +62,25 @@ async def test_past_capacity_token_throughput_stays_near_peak_while_requests_wit
 
     under = await open_loop(target, rate=0.45 * saturation, duration_s=1.5)
 
-    async def throughput_during_burst() -> float:
+    async def throughput_during_burst() -> tuple[float, float]:
+        """Tokens per second of wall time, and tokens per engine step, over two seconds of the burst."""
         await asyncio.sleep(0.5)  # let the batch fill and the queue form
-        before, t0 = (await target.metrics())[GENERATED], time.perf_counter()
+        before, t0 = await target.metrics(), time.perf_counter()
         await asyncio.sleep(2.0)
-        after, t1 = (await target.metrics())[GENERATED], time.perf_counter()
-        return (after - before) / (t1 - t0)
+        after, t1 = await target.metrics(), time.perf_counter()
+        tokens = after[GENERATED] - before[GENERATED]
+        return tokens / (t1 - t0), tokens / max(1.0, after[STEPS] - before[STEPS])
 
     measured = asyncio.create_task(throughput_during_burst())
     over = await open_loop(target, rate=3.5 * saturation, duration_s=2.5)
-    tokens_per_s = await measured
+    tokens_per_s, per_step = await measured
 
     assert within_slo(under) >= 0.9, f"under capacity only {within_slo(under):.0%} met the SLO"
-    assert tokens_per_s >= 0.85 * peak, f"{tokens_per_s:.0f} tokens/s against a peak of {peak:.0f}"
+    # The engine's claim: the batch stays full, every step at its peak. Its wall-clock rate also depends on
+    # this process's event loop, which the test's own 60 streams a second share on a busy CI machine (294
+    # tokens/s against 364 was seen once), so that figure has a looser bound than the batch.
+    assert per_step >= 0.95 * MODEL.max_batch, f"{per_step:.2f} tokens a step, the batch is {MODEL.max_batch}"
+    assert tokens_per_s >= 0.75 * peak, f"{tokens_per_s:.0f} tokens/s against a peak of {peak:.0f}"
     assert within_slo(over) <= 0.25, f"past capacity {within_slo(over):.0%} still met the SLO"
     # The clients that gave up were aborted, so the engine did not serve a dead queue.
     metrics = await target.metrics()
