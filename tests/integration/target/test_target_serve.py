@@ -31,6 +31,18 @@ async def stop(task: asyncio.Task[None]) -> None:
         await task
 
 
+async def until_waiting(session: aiohttp.ClientSession, url: str, *, within_s: float = 5.0) -> None:
+    """Until the engine holds a waiting request (its /metrics gauge), polled: a fixed sleep was too short
+    for a busy machine to have sent it."""
+    deadline = time.perf_counter() + within_s
+    while time.perf_counter() < deadline:
+        async with session.get(f"{url}/metrics") as response:
+            if "cliffwatch_target_waiting_requests 1" in await response.text():
+                return
+        await asyncio.sleep(0.01)
+    pytest.fail(f"no request was waiting within {within_s} s")
+
+
 async def test_port_zero_reports_the_real_url_and_serves_until_cancelled() -> None:
     task, url = await start()
     assert re.fullmatch(r"http://127\.0\.0\.1:\d+", url)
@@ -53,7 +65,7 @@ async def test_shutting_down_ends_queued_and_streaming_requests_instead_of_drain
         )
         await streaming.content.readline()
         queued = asyncio.create_task(session.post(f"{url}/v1/completions", json={"prompt": "y", "max_tokens": 5}))
-        await asyncio.sleep(0.05)
+        await until_waiting(session, url)  # stopped before the server had it, it was only a reset connection
         started = time.perf_counter()
         await stop(task)
         assert time.perf_counter() - started < 1.5
