@@ -109,12 +109,14 @@ def _read(spec: DatasetSpec, *, data_dirs: tuple[Path, ...] | None) -> tuple[byt
             raise ValueError(
                 "holds only parquet files: convert them to JSON lines" if parquet else "holds no .json or .jsonl file"
             )
-        raw, items = b"", []
+        contents: list[bytes] = []
+        items: list[Any] = []
         for file in files:
-            data = readable_data_file(str(file), data_dirs=data_dirs, limit=MAX_DATASET_BYTES)
-            raw += data
+            left = MAX_DATASET_BYTES - sum(map(len, contents))  # the limit holds for the directory as a whole
+            data = readable_data_file(str(file), data_dirs=data_dirs, limit=max(0, left))
+            contents.append(data)
             items += _parse(data, DatasetFormat.SHAREGPT if file.suffix == ".json" else DatasetFormat.JSONL)
-        return raw, items
+        return b"".join(contents), items
     data = readable_data_file(spec.path, data_dirs=data_dirs, limit=MAX_DATASET_BYTES)
     return data, _parse(data, spec.format)
 

@@ -136,13 +136,8 @@ class RunResult:
         """The sizing and, over every phase, the intended prompt counts against the server's own (None when
         no answer carried ``usage.prompt_tokens``)."""
         pooled = merge_phases(self.metrics.phases) if self.metrics.phases else None
-        errors = None if pooled is None or not pooled.prompt_error.count else pooled.prompt_error
-        return {
-            **self.prompt_sizing.to_dict(),
-            "error": None
-            if errors is None or pooled is None
-            else prompt_error_summary(errors, pooled.prompt_error_signed),
-        }
+        error = _prompt_errors(pooled).get("prompt_tokens_error") if pooled is not None else None
+        return {**self.prompt_sizing.to_dict(), "error": error}
 
 
 def scenario_summary(scenario: Scenario) -> dict[str, Any]:

@@ -28,10 +28,8 @@ async def test_a_token_over_its_rate_gets_429_with_retry_after_and_others_do_not
         assert (await api.call("GET", "/api/v1/runs", role=Role.VIEWER)).status == 200
 
 
-async def test_a_refused_request_costs_no_token_lookup_and_probes_are_never_limited() -> None:
-    """Beyond the burst nothing reaches the token store; /healthz and /readyz need no token and no bucket, and
-    requests without a token are 401 as before, not counted."""
-    settings = make_settings(api_rate_per_token=1.0, api_burst_per_token=2)
+async def counting_lookups(settings: Any) -> tuple[Any, list[str]]:
+    """The API's parts with every token lookup recorded (the token as sent) before it reaches the store."""
     parts = await build_parts(settings)
     lookups: list[str] = []
     original = parts.services.tokens.authenticate
@@ -41,6 +39,14 @@ async def test_a_refused_request_costs_no_token_lookup_and_probes_are_never_limi
         return await original(token)
 
     parts.services.tokens.authenticate = counting  # type: ignore[method-assign]
+    return parts, lookups
+
+
+async def test_a_refused_request_costs_no_token_lookup_and_probes_are_never_limited() -> None:
+    """Beyond the burst nothing reaches the token store; /healthz and /readyz need no token and no bucket, and
+    requests without a token are 401 as before, not counted."""
+    settings = make_settings(api_rate_per_token=1.0, api_burst_per_token=2)
+    parts, lookups = await counting_lookups(settings)
     async with serve(parts, settings) as api:
         replies = [await api.call("GET", "/api/v1/stop-all", role=Role.VIEWER) for _ in range(10)]
         assert [r.status for r in replies] == [200, 200] + [429] * 8
@@ -62,15 +68,7 @@ async def test_a_flood_of_made_up_tokens_is_refused_before_it_costs_lookups_and_
     through, each a database lookup: beyond 5 unknown tokens a minute from one address, the next made-up one
     is 429 at once with no lookup, while a token this instance knows is served."""
     settings = make_settings(api_failed_auth_per_minute=5.0)
-    parts = await build_parts(settings)
-    lookups: list[str] = []
-    original = parts.services.tokens.authenticate
-
-    async def counting(token: str) -> Any:
-        lookups.append(token)
-        return await original(token)
-
-    parts.services.tokens.authenticate = counting  # type: ignore[method-assign]
+    parts, lookups = await counting_lookups(settings)
     async with serve(parts, settings) as api:
         assert (await api.call("GET", "/api/v1/runs", role=Role.VIEWER)).status == 200  # now known here
         made_up = [await api.call("GET", "/api/v1/runs", role=None, headers={"Authorization": f"Bearer cw_fake{i}"})
