@@ -29,6 +29,7 @@ from cliffwatch.adapters.loadgen.http_client import HttpExecutor
 from cliffwatch.adapters.loadgen.prompt_setup import counter_of, prompt_options
 from cliffwatch.adapters.logs import remember_secrets
 from cliffwatch.adapters.secret_sources import LocalSecrets
+from cliffwatch.adapters.server_metrics.scraper import PrometheusWatcher
 from cliffwatch.adapters.target_access import Destinations, Place, first_reachable
 from cliffwatch.adapters.toxiproxy import ToxiproxyClient
 from cliffwatch.adapters.toxiproxy_faults import ToxiproxyFaultInjector
@@ -47,13 +48,14 @@ from cliffwatch.domain.ports import (
     ProgressObserver,
     RecordSink,
     SecretResolver,
+    ServerWatcher,
     ToxiproxyApi,
 )
 from cliffwatch.domain.rate_limit import TokenBucket
 from cliffwatch.domain.scenario import Scenario
 from cliffwatch.domain.sweep_spec import SweepSpec
 from cliffwatch.domain.trace import trace_notes, traces_of, with_traces
-from cliffwatch.services.memory import NoFaultInjector, NullSink
+from cliffwatch.services.memory import NoFaultInjector, NoServerWatcher, NullSink
 from cliffwatch.services.reconcile import ReconcileReport, reconcile_faults
 from cliffwatch.services.runner import RunService
 from cliffwatch.services.secrets import resolve_secrets, secret_values
@@ -119,6 +121,21 @@ async def start_target(
         return url
     await destinations.admit(scenario.target.url)
     return scenario.target.url
+
+
+async def server_watcher(
+    stack: AsyncExitStack, scenario: Scenario, target_url: str, destinations: Destinations, clock: Clock
+) -> ServerWatcher:
+    """The run's watcher of the target's own metrics (``target.metrics``), its session open on ``stack``; the
+    metrics URL is admitted like the target (``TargetNotAllowed`` before any load when the allowlist refuses
+    it). Without ``target.metrics``, a watcher that watches nothing."""
+    metrics = scenario.target.metrics
+    if metrics is None:
+        return NoServerWatcher()
+    url = scenario.target.metrics_url or f"{target_url.rstrip('/')}/metrics"  # the built-in target's own page
+    await destinations.admit(url)
+    watcher = PrometheusWatcher(metrics, url, destinations=destinations, shown_url=mask_url(url), clock=clock)
+    return await stack.enter_async_context(watcher)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -204,6 +221,7 @@ async def prepare_run(
             faults = injector
             if load_url != url:  # through a proxy: the address it bound, checked above, pinned for the run
                 await destinations.admit(load_url, proxies.listen)
+        watcher = await server_watcher(stack, scenario, url, destinations, clock)
         cap = attempt_cap(settings, clock)
         executor = await stack.enter_async_context(
             HttpExecutor(sent, load_url, destinations=destinations, cap=cap, dataset=dataset, **prompts)
@@ -217,6 +235,7 @@ async def prepare_run(
             observer=observer,
             notes=(() if capped is None else (capped,)) + trace_notes(scenario) + dataset_notes(scenario, dataset),
             attach=lambda s: with_dataset(with_traces(s, traces), sizes),
+            watcher=watcher,
         )
         yield PreparedRun(service=service, run_id=run_id, target_url=mask_url(url), load_url=mask_url(load_url))
 

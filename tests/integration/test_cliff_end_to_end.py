@@ -7,6 +7,7 @@ the burst offers twice that. Each run lasts about 15 seconds.
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 import aiohttp
@@ -60,8 +61,11 @@ async def test_the_simulated_capacity_matches_its_model() -> None:
 
 
 async def test_a_burst_beyond_capacity_hides_behind_steady_tokens_per_second() -> None:
-    """Tokens/s holds near its peak while the on-time share collapses: the hidden-overload flag is raised."""
-    result = await run(BURST)
+    """Tokens/s holds near its peak while the on-time share collapses: the hidden-overload flag is raised, and
+    quotes the queue the target's own /metrics showed growing meanwhile."""
+    watched = copy.deepcopy(BURST)
+    watched["target"]["metrics"] = {"interval_ms": 250}
+    result = await run(watched)
     assert result.status is RunStatus.SUCCEEDED
     assert not result.generator.limited, result.generator.reasons
     baseline = merge_phases(result.metrics.by_role(Role.BASELINE))
@@ -74,6 +78,20 @@ async def test_a_burst_beyond_capacity_hides_behind_steady_tokens_per_second() -
     flag = next(f for f in result.score.flags if f.name == HIDDEN_OVERLOAD)
     assert flag.raised, flag.summary
     assert not result.passed
+    server = result.server
+    assert server is not None
+    assert server.failed == 0
+    assert len(server.times_s) >= 4 * 15 - 2  # a scrape every 250 ms of the 15-s run
+    # the burst offers twice what the target completes: its own queue grew, and the flag says so
+    peak, before = flag.evidence["server_waiting_stress_max"], flag.evidence["server_waiting_baseline"]
+    assert isinstance(peak, float)
+    assert isinstance(before, float)
+    assert before < 1 < 10 < peak
+    assert re.search(rf"the server's waiting queue grew from [0-9.]+ to {peak:,.0f} "
+                     r"\(cliffwatch_target_waiting_requests\)", flag.summary), flag.summary  # fmt: skip
+    document = result.to_dict()
+    assert document["phases"][1]["server"]["waiting"]["max"] == peak
+    assert all("server" in row for row in document["timeseries"])
 
 
 async def test_immediate_retries_amplify_the_burst_and_lower_the_score() -> None:

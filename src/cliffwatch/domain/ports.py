@@ -13,6 +13,7 @@ from cliffwatch.domain.outcomes import RequestRecord
 from cliffwatch.domain.plan import PlannedRequest
 from cliffwatch.domain.prompt_sizing import PromptSizing
 from cliffwatch.domain.secrets import SecretRef
+from cliffwatch.domain.server_view import ServerView
 
 
 class Clock(Protocol):
@@ -58,6 +59,19 @@ class LoadGenerator(Protocol):
         or are cut short when ``cancel_in_flight``."""
 
     def live(self) -> LiveCounters: ...
+
+
+class ServerWatcher(Protocol):
+    """Watches the server's own view (its Prometheus page) during a run; never fails the run."""
+
+    async def check(self) -> str | None:
+        """One look before any load: None when it worked, else why not (a note: the run goes on)."""
+
+    def start(self, origin_ns: int) -> None:
+        """Starts watching; times are counted from ``origin_ns`` on the run's clock (the run's start)."""
+
+    async def stop(self) -> ServerView | None:
+        """Stops watching; what was seen since ``start`` (None: nothing is watched)."""
 
 
 class RecordSink(Protocol):

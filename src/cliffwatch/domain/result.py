@@ -16,6 +16,7 @@ from cliffwatch.domain.ports import FaultEvent
 from cliffwatch.domain.prompt_sizing import WORDS_SIZING, PromptSizing
 from cliffwatch.domain.scenario import Scenario
 from cliffwatch.domain.scoring import Score
+from cliffwatch.domain.server_view import ServerView
 
 RESULT_FORMAT = 1
 
@@ -65,6 +66,7 @@ class RunResult:
     phase_timings: tuple[PhaseTiming, ...] = ()
     notes: tuple[str, ...] = ()  # where the run as prepared differs from its scenario (a capped pool, say)
     prompt_sizing: PromptSizing = WORDS_SIZING  # how prompt_tokens became prompts (domain.prompt_sizing)
+    server: ServerView | None = None  # the target's own metrics, scraped during the run (target.metrics)
 
     @property
     def passed(self) -> bool:
@@ -125,12 +127,23 @@ class RunResult:
             "score": self.score.to_dict(),
             "verdicts": [{"name": v.name, "summary": v.summary} for v in self.verdicts()],
             "generator": self.generator.to_dict(),
-            "phases": [_phase_dict(p, timings.get(p.window.index)) for p in self.metrics.phases],
-            "timeseries": [_second_dict(s) for s in self.metrics.seconds],
+            "phases": [_phase_dict(p, timings.get(p.window.index), self.server) for p in self.metrics.phases],
+            "timeseries": self._timeseries(),
             "faults": [_fault_dict(e) for e in self.fault_events],
             "notes": list(self.notes),
             "prompt_tokens": self._prompt_tokens(),
+            "server_metrics": None if self.server is None else self.server.to_dict(),
         }
+
+    def _timeseries(self) -> list[dict[str, Any]]:
+        """The per-second rows; with server metrics, each row also has every server series' value in that
+        second (``server``: the mean of its scrapes then, None without one), on the same time axis."""
+        rows = [_second_dict(s) for s in self.metrics.seconds]
+        if self.server is not None:
+            columns = self.server.per_second(len(rows))
+            for index, row in enumerate(rows):
+                row["server"] = {name: _rounded(values[index]) for name, values in columns.items()}
+        return rows
 
     def _prompt_tokens(self) -> dict[str, Any]:
         """The sizing and, over every phase, the intended prompt counts against the server's own (None when
@@ -174,12 +187,23 @@ def _scenario_dict(scenario: Scenario) -> dict[str, Any]:
     }
 
 
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 6)
+
+
 def _ratio(value: float | None) -> float | None:
     return None if value is None else round(value, 4)
 
 
-def _phase_dict(stats: PhaseStats, timing: PhaseTiming | None) -> dict[str, Any]:
+def _phase_dict(stats: PhaseStats, timing: PhaseTiming | None, server: ServerView | None) -> dict[str, Any]:
     window = stats.window
+    extra: dict[str, Any] = {}
+    if server is not None:
+        start, end = window.start_ns / NS_PER_S, window.end_ns / NS_PER_S
+        if timing is not None:
+            start, end = timing.began_ns / NS_PER_S, timing.ended_ns / NS_PER_S
+        summaries = {s.name: server.window(s.name, start, end) for s in server.series}
+        extra["server"] = {name: w.to_dict() for name, w in summaries.items() if w is not None}
     return {
         "name": window.name,
         "role": window.role.value,
@@ -204,6 +228,7 @@ def _phase_dict(stats: PhaseStats, timing: PhaseTiming | None) -> dict[str, Any]
         **_token_split(stats),
         **_prompt_errors(stats),
         "latency_ms": {name: hist.summary() for name, hist in stats.latency.items()},
+        **extra,
     }
 
 

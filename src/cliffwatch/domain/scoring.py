@@ -19,6 +19,8 @@ from cliffwatch.domain.histogram import Histogram
 from cliffwatch.domain.metrics import PhaseStats, RunMetrics, SecondStats, merge_phases
 from cliffwatch.domain.outcomes import NOT_ON_TIME, NS_PER_MS, NS_PER_S, OUTCOME_TEXT, Outcome, Slo
 from cliffwatch.domain.scenario import Role, ScoreSpec
+from cliffwatch.domain.server_evidence import server_clause
+from cliffwatch.domain.server_view import ServerView
 
 SCORE_VERSION = "2"  # 2: incomplete answers are a class of their own and raise the hidden-overload flag
 
@@ -152,8 +154,9 @@ class _Reference:
         }
 
 
-def score_run(metrics: RunMetrics, *, slo: Slo, spec: ScoreSpec) -> Score:
-    """The versioned score of a run's metrics against its SLO and pass mark; never raises on odd metrics."""
+def score_run(metrics: RunMetrics, *, slo: Slo, spec: ScoreSpec, server: ServerView | None = None) -> Score:
+    """The versioned score of a run's metrics against its SLO and pass mark; never raises on odd metrics.
+    ``server``: the target's own series, quoted by the hidden-overload flag (they do not change the score)."""
     stress = merge_phases(metrics.by_role(Role.STRESS))
     if stress is not None and stress.offered == 0:
         stress = None
@@ -164,7 +167,7 @@ def score_run(metrics: RunMetrics, *, slo: Slo, spec: ScoreSpec) -> Score:
         _recovery(metrics, reference, slo),
         _retry_containment(stress),
     )
-    flags = (_hidden_overload(metrics.seconds, stress, reference),)
+    flags = (_hidden_overload(metrics, stress, reference, server),)
     applicable = [c for c in components if c.value is not None]
     value: float | None = None
     if applicable:
@@ -369,12 +372,18 @@ def _peak_tokens_per_s(seconds: Sequence[SecondStats]) -> float:
     return max(math.fsum(series[i : i + size]) / size for i in range(len(series) - size + 1))
 
 
-def _hidden_overload(seconds: Sequence[SecondStats], stress: PhaseStats | None, ref: _Reference) -> Flag:
-    peak = _peak_tokens_per_s(seconds)
+def _hidden_overload(
+    metrics: RunMetrics, stress: PhaseStats | None, ref: _Reference, server: ServerView | None
+) -> Flag:
+    peak = _peak_tokens_per_s(metrics.seconds)
     evidence: dict[str, float | int | str | None] = ref.evidence()
     evidence["peak_tokens_per_s"] = peak
+    clause, server_evidence = server_clause(server, [p.window for p in metrics.phases])
+    evidence.update(server_evidence)
 
     def flag(raised: bool, summary: str) -> Flag:
+        if clause is not None:  # the server's own view, quoted whether or not the flag is raised
+            summary = f"{summary.removesuffix('.')}; meanwhile {clause}."
         return Flag(name=HIDDEN_OVERLOAD, raised=raised, summary=summary, evidence=evidence)
 
     if stress is None:

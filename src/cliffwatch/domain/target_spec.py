@@ -17,6 +17,7 @@ from cliffwatch.domain.completeness import DEFAULT_EXPECTATION, Expectation, par
 from cliffwatch.domain.dataset import DatasetSpec, parse_dataset
 from cliffwatch.domain.distributions import Distribution, parse_distribution
 from cliffwatch.domain.masking import mask_url
+from cliffwatch.domain.metrics_spec import MetricsSpec, parse_metrics
 from cliffwatch.domain.prompt_sizing import SERVER
 from cliffwatch.domain.secrets import SecretRef, parse_reference
 from cliffwatch.domain.target_model import TargetModel, parse_target_model
@@ -76,6 +77,17 @@ class Target:
     builtin: TargetModel | None = None  # the simulated server's parameters when url is builtin
     via_proxy: str | None = None  # send through this Toxiproxy proxy
     expect: Expectation = DEFAULT_EXPECTATION  # what a whole answer shows (OpenAI APIs)
+    metrics: MetricsSpec | None = None  # the server's Prometheus endpoint, scraped during the run
+
+    @property
+    def metrics_url(self) -> str | None:
+        """The URL to scrape for ``metrics``: its own, or the target's ``/metrics`` (None: not scraped, or
+        the built-in target's, known only once it is started)."""
+        if self.metrics is None:
+            return None
+        if self.metrics.url is not None:
+            return self.metrics.url
+        return None if self.is_builtin else metrics_url_of(self.url)
 
     @property
     def is_builtin(self) -> bool:
@@ -95,11 +107,16 @@ def parse_target(reader: Reader | None) -> Target | None:
             reader.error("builtin", f"only applies when url is {BUILTIN!r}")
     request = _parse_request(reader.mapping("request", {}) or Reader({}, reader.child("request"), reader.problems), api)
     expect = _parse_expect(reader, api, request)
+    metrics_reader = reader.mapping("metrics", None)
+    metrics = None if metrics_reader is None else parse_metrics(metrics_reader, check_url=check_url,
+                                                                 builtin=url == BUILTIN)  # fmt: skip
     reader.done()
     if url == BUILTIN and api == Api.HTTP:
         reader.error("api", BUILTIN_SPEAKS_OPENAI)
         return None
     if url is None or api is None or request is None or expect is None:
+        return None
+    if reader.has("metrics") and metrics is None:
         return None
     if reader.has("via_proxy") and via_proxy is None:
         return None
@@ -108,7 +125,15 @@ def parse_target(reader: Reader | None) -> Target | None:
     if credentials_clash(url, request.headers):
         reader.error("url", URL_AND_AUTHORIZATION)
         return None
-    return Target(url=url, api=Api(api), request=request, builtin=builtin, via_proxy=via_proxy, expect=expect)
+    return Target(url=url, api=Api(api), request=request, builtin=builtin, via_proxy=via_proxy, expect=expect,
+                  metrics=metrics)  # fmt: skip
+
+
+def metrics_url_of(base_url: str) -> str:
+    """Where a server's Prometheus page usually is: ``/metrics`` at the root of its host (vLLM, SGLang,
+    TGI and llama.cpp serve it beside their API; a URL prefix is a path to the API, not to the page)."""
+    parts = urlsplit(base_url)
+    return f"{parts.scheme}://{parts.netloc}/metrics"
 
 
 def _parse_expect(reader: Reader, api: str | None, request: RequestTemplate | None) -> Expectation | None:

@@ -24,6 +24,7 @@ from cliffwatch.domain.ports import (
     ToxiproxyApi,
 )
 from cliffwatch.domain.prompt_sizing import WORDS_SIZING, PromptSizing
+from cliffwatch.domain.server_view import ServerView
 
 
 class InMemorySink:
@@ -47,6 +48,19 @@ class NullSink:
         return None
 
     async def flush(self) -> None:
+        return None
+
+
+class NoServerWatcher:
+    """The watcher of a run whose scenario scrapes no server metrics (``target.metrics`` absent)."""
+
+    async def check(self) -> str | None:
+        return None
+
+    def start(self, origin_ns: int) -> None:
+        return None
+
+    async def stop(self) -> ServerView | None:
         return None
 
 

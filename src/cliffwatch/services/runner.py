@@ -25,11 +25,14 @@ from cliffwatch.domain.ports import (
     Progress,
     ProgressObserver,
     RecordSink,
+    ServerWatcher,
 )
 from cliffwatch.domain.prompt_sizing import WORDS_SIZING
 from cliffwatch.domain.result import PhaseTiming, RunResult, RunStatus
 from cliffwatch.domain.scenario import Role, Scenario
 from cliffwatch.domain.scoring import score_run
+from cliffwatch.domain.server_view import ServerView
+from cliffwatch.services.memory import NoServerWatcher
 
 log = structlog.get_logger(__name__)
 
@@ -90,6 +93,7 @@ class RunService:
         observer: ProgressObserver,
         notes: tuple[str, ...] = (),
         attach: Callable[[Scenario], Scenario] | None = None,
+        watcher: ServerWatcher | None = None,
     ) -> None:
         self.clock = clock
         # Attaches what was read before the run (a trace's requests, a dataset's sizes) to the scenario planned.
@@ -99,6 +103,8 @@ class RunService:
         self.sink = sink
         self.observer = observer
         self.notes = notes  # how the run was prepared differs from what its scenario asks (a capped pool)
+        self.watcher: ServerWatcher = watcher or NoServerWatcher()  # the server's own metrics, when scraped
+        self._watch_notes: tuple[str, ...] = ()
         self.sizing = WORDS_SIZING  # how prompt_tokens became prompts: the generator's preflight says
         self._state: _RunState | None = None
 
@@ -149,6 +155,8 @@ class RunService:
         generator_task = asyncio.create_task(
             self.generator.run(iter_plan(self.attach(scenario)), start_ns=state.start_ns, listener=listener)
         )
+        self.watcher.start(state.start_ns)
+        server: ServerView | None = None
         bound.info("run started", target=target_url, phases=len(windows))
         try:
             await self._drive_phases(scenario, windows, aggregator, state, events, timings, generator_task)
@@ -162,6 +170,7 @@ class RunService:
             raise
         finally:
             try:
+                server = await asyncio.shield(self.watcher.stop())
                 events.extend(_run_relative(await asyncio.shield(self.faults.remove_all()), state))
             finally:
                 # even when a fault could not be removed, the records are kept and the service is free
@@ -185,11 +194,12 @@ class RunService:
             duration_s=(self.clock.now_ns() - state.start_ns) / NS_PER_S,
             metrics=metrics,
             generator=report,
-            score=score_run(metrics, slo=scenario.slo, spec=scenario.score),
+            score=score_run(metrics, slo=scenario.slo, spec=scenario.score, server=server),
             fault_events=tuple(events),
             phase_timings=tuple(timings),
-            notes=self.notes,
+            notes=self.notes + self._watch_notes,
             prompt_sizing=self.sizing,
+            server=server,
         )
         bound.info("run finished", status=status.value, score=result.score.value, passed=result.passed)
         return result
@@ -200,6 +210,10 @@ class RunService:
             await self.faults.check()
         self.sizing = WORDS_SIZING
         self.sizing = await self.generator.preflight()
+        note = await self.watcher.check()
+        self._watch_notes = () if note is None else (note,)
+        if note is not None:
+            self.observer.note(note)
 
     async def _until_stopped(self, checks: Coroutine[Any, Any, None], state: _RunState) -> None:
         """Runs ``checks``, or cancels them when the run is stopped (an interrupt or abort) before they end."""

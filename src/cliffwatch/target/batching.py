@@ -111,6 +111,8 @@ class EngineStats:
     prompt_tokens_total: int  # prefilled, i.e. counted when a request is admitted into the batch
     generation_tokens_total: int  # including the tokens of sequences aborted later
     steps_total: int
+    queue_time_seconds_sum: float = 0.0  # waited in the queue by the requests admitted so far
+    queue_time_count: int = 0  # requests admitted into the batch
 
 
 class BatchCore:
@@ -136,6 +138,8 @@ class BatchCore:
         self._prompt_tokens = 0
         self._generation_tokens = 0
         self._steps = 0
+        self._queue_time_s = 0.0
+        self._admitted = 0
 
     @property
     def waiting(self) -> int:
@@ -158,6 +162,8 @@ class BatchCore:
             prompt_tokens_total=self._prompt_tokens,
             generation_tokens_total=self._generation_tokens,
             steps_total=self._steps,
+            queue_time_seconds_sum=self._queue_time_s,
+            queue_time_count=self._admitted,
         )
 
     def record_bad_request(self) -> None:
@@ -250,6 +256,8 @@ class BatchCore:
             request.admitted_at = now
             self._running[request.id] = request
             self._prompt_tokens += request.prompt_tokens
+            self._queue_time_s += now - request.arrived_at
+            self._admitted += 1
             admitted.append(request)
         batch = len(self._running)
         if batch == 0:

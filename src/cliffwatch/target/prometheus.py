@@ -17,9 +17,9 @@ PREFIX = "cliffwatch_target_"
 @dataclass(frozen=True, kw_only=True)
 class _Family:
     name: str
-    kind: str  # "gauge" or "counter"
+    kind: str  # "gauge", "counter" or "summary"
     help: str
-    samples: tuple[tuple[str, int | float], ...]  # (label set rendered as {k="v"} or "", value)
+    samples: tuple[tuple[str, int | float], ...]  # (label set as {k="v"} or "", value); a summary's: (suffix, value)
 
 
 def _escape_label(value: str) -> str:
@@ -70,6 +70,12 @@ def _families(stats: EngineStats) -> list[_Family]:
             samples=one(stats.generation_tokens_total),
         ),
         _Family(
+            name="queue_time_seconds",
+            kind="summary",
+            help="Seconds the requests admitted into the batch so far waited in the queue.",
+            samples=(("_sum", stats.queue_time_seconds_sum), ("_count", stats.queue_time_count)),
+        ),
+        _Family(
             name="steps_total",
             kind="counter",
             help="Engine steps run (each gives every running sequence one token).",
@@ -85,5 +91,8 @@ def render(stats: EngineStats) -> str:
         name = PREFIX + family.name
         lines.append(f"# HELP {name} {family.help}")
         lines.append(f"# TYPE {name} {family.kind}")
-        lines.extend(f"{name}{labels} {value}" for labels, value in family.samples)
+        if family.kind == "summary":  # its samples are the family's _sum and _count
+            lines.extend(f"{name}{suffix} {value}" for suffix, value in family.samples)
+        else:
+            lines.extend(f"{name}{labels} {value}" for labels, value in family.samples)
     return "\n".join(lines) + "\n"

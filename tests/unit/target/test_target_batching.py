@@ -383,3 +383,16 @@ def test_without_the_mode_a_full_batch_only_queues() -> None:
     submit(core, at=0.01)
     assert core.begin_step(0.01).interrupted == ()
     assert running.state is SeqState.RUNNING
+
+
+def test_queue_time_counts_each_admitted_requests_wait_for_a_slot() -> None:
+    model = TargetModel(max_batch=1, decode_base_ms=10.0, decode_per_seq_ms=0.0, prefill_base_ms=0.0)
+    core = BatchCore(model)
+    first, second = submit(core, max_tokens=2, at=0.0), submit(core, max_tokens=2, at=0.005)
+    run_to_idle(core)
+    stats = core.stats()
+    assert stats.queue_time_count == 2
+    # the first starts at once; the second waits for the first's two 10-ms steps, from 5 ms in
+    assert second.admitted_at == pytest.approx(0.02)
+    assert first.admitted_at == pytest.approx(0.0)
+    assert stats.queue_time_seconds_sum == pytest.approx(0.015)

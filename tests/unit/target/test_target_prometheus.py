@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from cliffwatch.target.batching import EngineStats, Result
 from cliffwatch.target.prometheus import render
 
@@ -17,6 +19,8 @@ STATS = EngineStats(
     prompt_tokens_total=400,
     generation_tokens_total=1234,
     steps_total=99,
+    queue_time_seconds_sum=1.5,
+    queue_time_count=6,
 )
 
 
@@ -39,8 +43,10 @@ def test_every_metric_family_has_help_and_type_before_its_samples() -> None:
         else:
             match = SAMPLE.match(line)
             assert match is not None
-            assert match["name"] in declared
-    assert all(kind in {"gauge", "counter"} for kind in declared.values())
+            name = match["name"]
+            base = re.sub(r"_(sum|count)$", "", name)
+            assert name in declared or declared.get(base) == "summary", name
+    assert all(kind in {"gauge", "counter", "summary"} for kind in declared.values())
     assert all(name.endswith("_total") for name, kind in declared.items() if kind == "counter")
     assert render(STATS).count("# HELP ") == len(declared)
 
@@ -60,6 +66,20 @@ def test_the_samples_carry_the_engine_numbers() -> None:
     assert samples["cliffwatch_target_prompt_tokens_total"] == 400
     assert samples["cliffwatch_target_generation_tokens_total"] == 1234
     assert samples["cliffwatch_target_steps_total"] == 99
+    assert samples["cliffwatch_target_queue_time_seconds_sum"] == 1.5
+    assert samples["cliffwatch_target_queue_time_seconds_count"] == 6
     assert {r.value for r in Result} == {
         key.split('"')[1] for key in samples if key.startswith("cliffwatch_target_requests_total")
+    }
+
+
+def test_prometheus_clients_own_parser_reads_every_family_with_its_declared_type() -> None:
+    families = {f.name: f for f in text_string_to_metric_families(render(STATS))}
+    assert families["cliffwatch_target_waiting_requests"].type == "gauge"
+    assert families["cliffwatch_target_generation_tokens"].type == "counter"  # the parser drops _total
+    summary = families["cliffwatch_target_queue_time_seconds"]
+    assert summary.type == "summary"
+    assert {s.name: s.value for s in summary.samples} == {
+        "cliffwatch_target_queue_time_seconds_sum": 1.5,
+        "cliffwatch_target_queue_time_seconds_count": 6,
     }
