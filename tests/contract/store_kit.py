@@ -22,6 +22,7 @@ from cliffwatch.domain.retry import FailureKind
 from cliffwatch.domain.runs import Overrides, Run, RunEnd, Trigger
 from cliffwatch.domain.scenario import parse_scenario
 from cliffwatch.domain.scoring import score_run
+from cliffwatch.domain.server_view import ServerView
 from cliffwatch.domain.service_ports import (
     ControlStore,
     LeaderLock,
@@ -140,7 +141,13 @@ def make_record(request_id: int, *, phase: int = 0, retried: bool = False, sent:
 
 
 def scored_end(
-    run_id: str, *, finished_at: datetime, score_seed: int = 5, redirects: bool = False, incompletes: bool = False
+    run_id: str,
+    *,
+    finished_at: datetime,
+    score_seed: int = 5,
+    redirects: bool = False,
+    incompletes: bool = False,
+    server: ServerView | None = None,
 ) -> RunEnd:
     """How a real run of a small two-phase scenario ends, as the worker reports it: ``RunResult.to_dict()``
     split by ``run_end`` into the document and its per-second rows. With ``redirects``, a quarter of the
@@ -192,7 +199,8 @@ def scored_end(
         duration_s=4.0,
         metrics=metrics,
         generator=judge_generator(Histogram(), max_stall_ms=1.0, cpu_busy=0.1, overflow=0, limits=GeneratorLimits()),
-        score=score_run(metrics, slo=scenario.slo, spec=scenario.score),
+        score=score_run(metrics, slo=scenario.slo, spec=scenario.score, server=server),
         phase_timings=tuple(PhaseTiming(index=w.index, began_ns=w.start_ns, ended_ns=w.end_ns) for w in windows),
+        server=server,
     )
     return run_end(result, finished_at)

@@ -11,6 +11,7 @@ import pytest
 from store_kit import T0, Backend, Store, make_record, make_run, scored_end, seconds, sql_only
 
 from cliffwatch.domain.errors import RunNotFound
+from cliffwatch.domain.metrics_spec import Engine, Signal
 from cliffwatch.domain.ports import LedgerEntry
 from cliffwatch.domain.redaction import Credential
 from cliffwatch.domain.result import RunStatus
@@ -26,6 +27,7 @@ from cliffwatch.domain.runs import (
     StoredOutcome,
     Trigger,
 )
+from cliffwatch.domain.server_view import ServerSeries, ServerView
 
 LEASE = seconds(30)
 DOC_V1 = {"name": "burst", "seed": 1, "phases": [{"name": "calm", "duration_s": 1.5}]}
@@ -382,6 +384,23 @@ async def test_a_finished_run_keeps_its_score_result_and_time_series(backend: Ba
     assert "timeseries" not in run.result
     assert await backend.store.timeseries("r1") == list(end.timeseries)
     assert not await backend.store.finish_run("r1", owner="instance-a", end=end)  # it has ended already
+
+
+async def test_a_finished_run_keeps_the_servers_series_in_its_result_and_its_rows(backend: Backend) -> None:
+    waiting = ServerSeries(name="waiting", signal=Signal.WAITING, expr="vllm:num_requests_waiting", unit="requests",
+                           values=(0.0, None, 7.5, 12.0))  # fmt: skip
+    server = ServerView(url="http://127.0.0.1:8000/metrics", engine=Engine.VLLM, interval_ms=500.0,
+                        times_s=(0.25, 0.75, 2.25, 3.5), series=(waiting,), scrapes=5, failures={"HTTP 503": 1},
+                        notes=("kv_cache_usage: never had a value",))  # fmt: skip
+    await _claimed(backend, "r1")
+    end = scored_end("r1", finished_at=T0 + seconds(4), server=server)
+    assert await backend.store.finish_run("r1", owner="instance-a", end=end)
+    run = await backend.store.get_run("r1")
+    assert run is not None
+    assert run.result is not None
+    assert ServerView.from_dict(run.result["server_metrics"]) == server
+    rows = await backend.store.timeseries("r1")
+    assert [row["server"]["waiting"] for row in rows][:4] == [0.0, None, 7.5, 12.0]
 
 
 async def test_a_run_ends_only_by_its_owner_and_only_in_a_final_state(backend: Backend) -> None:

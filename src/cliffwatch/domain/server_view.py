@@ -112,6 +112,13 @@ class ServerView:
             out[series.name] = [s / c if c else None for s, c in zip(sums, counts, strict=True)]
         return out
 
+    def summary_dict(self) -> dict[str, Any]:
+        """What was scraped and how it went, without the values (``to_dict`` has those)."""
+        document = self.to_dict()
+        del document["times_s"]
+        document["series"] = [{k: v for k, v in s.items() if k != "values"} for s in document["series"]]
+        return document
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "url": self.url,

@@ -40,6 +40,8 @@ ROUTE_TABLE: tuple[Route, ...] = (
           expensive=True),
     Route(method="GET", path=f"{V1}/runs/{{run_id}}/outcomes", handler=runs.run_outcomes, role=VIEWER,
           expensive=True),
+    Route(method="GET", path=f"{V1}/runs/{{run_id}}/server-metrics", handler=runs.run_server_metrics, role=VIEWER,
+          expensive=True),
     Route(method="GET", path=f"{V1}/runs/{{run_id}}/report", handler=reports.run_report, role=VIEWER,
           expensive=True),
     Route(method="POST", path=f"{V1}/runs/{{run_id}}/abort", handler=runs.abort_run, role=OPERATOR),

@@ -181,6 +181,16 @@ def _runs_paths() -> dict[str, Any]:
                        ok={"200": _json(ref("Timeseries"), "Empty until the run ends.")}, errors=(404, 429),
                        description=EXPENSIVE),
         },
+        "/api/v1/runs/{run_id}/server-metrics": {
+            "get": _op("The target's own metrics a run scraped", tag="runs", role="viewer", params=(RUN_ID,),
+                       ok={"200": _json(ref("ServerMetrics"), "null until the run ends, and for a run that "
+                                        "scraped none (target.metrics).")}, errors=(404, 429),
+                       description="Every series of the target's Prometheus page the run kept (an engine "
+                       "profile's signals: waiting, running, kv_cache_usage, preemptions, generation_tokens, "
+                       "prompt_tokens, queue_time; and the scenario's own), with when each scrape was taken in "
+                       "seconds from the run's start, and the scrapes that failed by reason (docs/server-metrics.md). "
+                       "The per-second rows of /timeseries carry the same series, averaged per second. " + EXPENSIVE),
+        },
         "/api/v1/runs/{run_id}/outcomes": {
             "get": _op(
                 "A run's requests, by request id", tag="runs", role="viewer", errors=(404, 429),
@@ -351,7 +361,7 @@ def _admin_and_ops_paths() -> dict[str, Any]:
 OPERATION_IDS = {
     "POST /api/v1/runs": "createRun", "GET /api/v1/runs": "listRuns", "GET /api/v1/runs/{run_id}": "getRun",
     "GET /api/v1/runs/{run_id}/timeseries": "getRunTimeseries", "GET /api/v1/runs/{run_id}/outcomes": "listRunOutcomes",
-    "GET /api/v1/runs/{run_id}/report": "getRunReport",
+    "GET /api/v1/runs/{run_id}/report": "getRunReport", "GET /api/v1/runs/{run_id}/server-metrics": "getRunServerMetrics",
     "POST /api/v1/runs/{run_id}/abort": "abortRun", "GET /api/v1/trends": "getTrends",
     "POST /api/v1/sweeps": "createSweep", "GET /api/v1/trends/capacity": "getCapacityTrends",
     "GET /api/v1/scenarios": "listScenarios", "POST /api/v1/scenarios/validate": "validateScenario",
@@ -371,7 +381,7 @@ OPERATION_IDS = {
 LINKS = {
     ("POST /api/v1/runs", ("202", "200")): (
         "run_id",
-        ("getRun", "getRunTimeseries", "listRunOutcomes", "getRunReport", "abortRun"),
+        ("getRun", "getRunTimeseries", "listRunOutcomes", "getRunServerMetrics", "getRunReport", "abortRun"),
     ),
     ("POST /api/v1/sweeps", ("202", "200")): ("run_id", ("getRun", "getRunReport", "abortRun")),
     ("POST /api/v1/schedules", ("201",)): (

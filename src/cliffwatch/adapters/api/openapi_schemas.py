@@ -109,7 +109,8 @@ SWEEP_CREATE: Schema = {
     "oneOf": [{"required": ["scenario"]}, {"required": ["document"]}],
     "examples": [{"scenario": "burst-storm", "sweep": {"auto": True, "step_s": 10, "warmup_s": 2}}],
 }  # fmt: skip
-RUN_LINKS = obj({"self": {"type": "string"}, "timeseries": {"type": "string"}, "outcomes": {"type": "string"}})
+RUN_LINKS = obj({"self": {"type": "string"}, "timeseries": {"type": "string"}, "outcomes": {"type": "string"},
+                 "server_metrics": {"type": "string"}})  # fmt: skip
 RUN_PROPERTIES: dict[str, Schema] = {
     "id": {"type": "string"},
     "scenario": {"type": "string"},
@@ -171,12 +172,39 @@ RESULT = obj(
         "notes": {"type": "array", "items": {"type": "string"},
                   "description": "where the run as prepared differed from its scenario, e.g. a connection pool "
                                  "capped to the file descriptor budget"},
+        "server_metrics": nullable({**ANY_OBJECT, "description": "what the run scraped of the target's own "
+                                    "metrics (target.metrics): url, engine, interval_ms, scrapes, failed, failures "
+                                    "by reason, notes, and each series' name, signal, expr and unit; the values are "
+                                    "at links.server_metrics; null when nothing was scraped"}),
         "prompt_tokens": nullable({**ANY_OBJECT, "description": "how prompt_tokens became prompts (source: "
                                    "tokenizer, server, calibrated or words; the fit, the probes) and the server's "
                                    "usage.prompt_tokens against the intended counts (error); null for results "
                                    "stored before it"}),
     }
 )  # fmt: skip
+SERVER_SERIES = obj(
+    {
+        "name": {"type": "string", "description": "the signal's or the scenario's name; a by-group adds its labels"},
+        "signal": nullable({"type": "string", "description": "waiting, running, kv_cache_usage, preemptions, "
+                            "generation_tokens, prompt_tokens or queue_time; null for the scenario's own"}),
+        "expr": {"type": "string"},
+        "unit": {"type": "string"},
+        "values": {"type": "array", "items": nullable(NUMBER), "description": "one per entry of times_s"},
+    }
+)  # fmt: skip
+SERVER_VIEW = obj(
+    {
+        "url": {"type": "string"},
+        "engine": {"type": "string"},
+        "interval_ms": NUMBER,
+        "scrapes": {"type": "integer"},
+        "failed": {"type": "integer"},
+        "failures": {"type": "object", "additionalProperties": {"type": "integer"}},
+        "notes": {"type": "array", "items": {"type": "string"}},
+        "times_s": {"type": "array", "items": NUMBER, "description": "seconds from the run's start"},
+        "series": {"type": "array", "items": SERVER_SERIES},
+    }
+)
 OUTCOME = obj(
     {
         "request_id": {"type": "integer"},
@@ -345,6 +373,7 @@ SCHEMAS: dict[str, Schema] = {
     "RunPage": obj({"runs": {"type": "array", "items": ref("Run")}, "next_cursor": nullable({"type": "string"})}),
     "ReasonBody": REASON_BODY,
     "Timeseries": obj({"run_id": {"type": "string"}, "rows": {"type": "array", "items": ANY_OBJECT}}),
+    "ServerMetrics": obj({"run_id": {"type": "string"}, "server_metrics": nullable(SERVER_VIEW)}),
     "OutcomePage": obj(
         {
             "run_id": {"type": "string"},

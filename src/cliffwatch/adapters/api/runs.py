@@ -124,6 +124,14 @@ async def run_timeseries(request: web.Request) -> web.Response:
     return web.json_response({"run_id": run.id, "rows": [dict(row) for row in rows]})
 
 
+async def run_server_metrics(request: web.Request) -> web.Response:
+    """The target's own series the run scraped (``target.metrics``), with their scrape times; null without."""
+    Query(request.query).close()
+    run = await services(request).runs.get(request.match_info["run_id"])
+    document = None if run.result is None else run.result.get("server_metrics")
+    return web.json_response({"run_id": run.id, "server_metrics": document if isinstance(document, dict) else None})
+
+
 async def run_outcomes(request: web.Request) -> web.Response:
     query = Query(request.query)
     after = query.integer("after", minimum=0, maximum=2**53)

@@ -13,6 +13,7 @@ from typing import Any
 
 from cliffwatch.domain.masking import mask_url
 from cliffwatch.domain.result import RunStatus
+from cliffwatch.domain.server_view import ServerView
 from cliffwatch.domain.runs import ApiToken, Overrides, Run, RunKind, ScenarioVersion, Schedule, StoredOutcome
 
 API_PREFIX = "/api/v1"
@@ -67,6 +68,7 @@ def run_view(run: Run) -> dict[str, Any]:
             "self": run_location(run.id),
             "timeseries": f"{run_location(run.id)}/timeseries",
             "outcomes": f"{run_location(run.id)}/outcomes",
+            "server_metrics": f"{run_location(run.id)}/server-metrics",
         },
     }
 
@@ -108,7 +110,17 @@ def _result_view(result: Mapping[str, Any]) -> dict[str, Any]:
     view["capped"] = bool(result.get("capped", False))  # documents from before the attempt cap were not
     view["notes"] = list(result.get("notes") or ())
     view["prompt_tokens"] = result.get("prompt_tokens")  # results stored before it have none
+    view["server_metrics"] = server_summary(result)
     return view
+
+
+def server_summary(result: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What the run scraped of the target's own metrics, without the values (its endpoint has those); None
+    when the run scraped none (or its result is older than the field)."""
+    document = result.get("server_metrics")
+    if not isinstance(document, Mapping):
+        return None
+    return ServerView.from_dict(document).summary_dict()
 
 
 def scenario_summary(version: ScenarioVersion) -> dict[str, Any]:

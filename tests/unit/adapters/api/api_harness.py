@@ -36,6 +36,7 @@ from cliffwatch.domain.retry import FailureKind
 from cliffwatch.domain.runs import Role, Run, Schedule
 from cliffwatch.domain.scenario import parse_scenario
 from cliffwatch.domain.scoring import score_run
+from cliffwatch.domain.server_view import ServerView
 from cliffwatch.domain.sweep_spec import SweepSpec
 from cliffwatch.services.catalog import ScenarioCatalog
 from cliffwatch.services.memory_store import InMemoryStore
@@ -191,7 +192,12 @@ class Api:
         return run
 
     async def finish(
-        self, run_id: str, *, document: Mapping[str, Any] | None = None, redirect_every: int = 0
+        self,
+        run_id: str,
+        *,
+        document: Mapping[str, Any] | None = None,
+        redirect_every: int = 0,
+        server: ServerView | None = None,
     ) -> list[RequestRecord]:
         """Claims and ends the run as a worker would (it must be the oldest queued one, as claims take that):
         its outcomes stored, a real result recorded; every ``redirect_every``-th request (by id) was answered
@@ -220,7 +226,7 @@ class Api:
             abort_reason=None, started_at=started, finished_at=finished, duration_s=5.0, metrics=metrics,
             generator=judge_generator(Histogram(), max_stall_ms=1.0, cpu_busy=0.1, overflow=0,
                                       limits=GeneratorLimits()),
-            score=score_run(metrics, slo=scenario.slo, spec=scenario.score),
+            score=score_run(metrics, slo=scenario.slo, spec=scenario.score, server=server), server=server,
         )  # fmt: skip
         await self.store.add_outcomes(run_id, records)
         assert await self.store.finish_run(run_id, owner="test", end=run_end(result, finished))

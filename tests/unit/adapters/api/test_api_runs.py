@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 from api_harness import Api, small_scenario
 
+from cliffwatch.domain.metrics_spec import Engine, Signal
 from cliffwatch.domain.runs import Role
+from cliffwatch.domain.server_view import ServerSeries, ServerView
 
 
 async def test_a_run_by_name_is_queued_with_202_and_its_location(api: Api) -> None:
@@ -269,6 +271,7 @@ async def test_a_finished_run_shows_its_phases_score_components_and_verdicts(api
 
 async def test_an_unknown_run_is_a_404_everywhere(api: Api) -> None:
     for method, path in [("GET", "/api/v1/runs/nope"), ("GET", "/api/v1/runs/nope/timeseries"),
+                         ("GET", "/api/v1/runs/nope/server-metrics"),
                          ("GET", "/api/v1/runs/nope/outcomes"), ("POST", "/api/v1/runs/nope/abort")]:  # fmt: skip
         reply = await api.call(method, path)
         assert reply.status == 404, path
@@ -282,6 +285,47 @@ async def test_the_timeseries_is_empty_until_the_run_ends_then_has_a_row_per_sec
     rows = (await api.call("GET", f"/api/v1/runs/{run_id}/timeseries")).body["rows"]
     assert [row["t"] for row in rows] == list(range(len(rows)))
     assert len(rows) >= 5
+
+
+async def test_the_server_metrics_a_run_scraped_are_summarised_in_its_result_and_served_whole(api: Api) -> None:
+    run_id = (await api.queue({"document": small_scenario("watched")}))["id"]
+    assert (await api.call("GET", f"/api/v1/runs/{run_id}/server-metrics")).body == {
+        "run_id": run_id,
+        "server_metrics": None,
+    }
+    waiting = ServerSeries(
+        name="waiting", signal=Signal.WAITING, expr="vllm:num_requests_waiting", unit="requests", values=(0.0, 4.0, 9.0)
+    )
+    server = ServerView(
+        url="http://127.0.0.1:8000/metrics",
+        engine=Engine.VLLM,
+        interval_ms=1000.0,
+        times_s=(0.0, 1.0, 2.0),
+        series=(waiting,),
+        scrapes=4,
+        failures={"HTTP 503": 1},
+    )
+    await api.finish(run_id, server=server)
+    run = (await api.call("GET", f"/api/v1/runs/{run_id}")).body
+    assert run["links"]["server_metrics"] == f"/api/v1/runs/{run_id}/server-metrics"
+    summary = run["result"]["server_metrics"]
+    assert summary["engine"] == "vllm"
+    assert (summary["scrapes"], summary["failed"], summary["failures"]) == (4, 1, {"HTTP 503": 1})
+    assert summary["series"] == [
+        {"name": "waiting", "signal": "waiting", "expr": "vllm:num_requests_waiting", "unit": "requests"}
+    ]
+    whole = (await api.call("GET", run["links"]["server_metrics"])).body["server_metrics"]
+    assert whole["times_s"] == [0.0, 1.0, 2.0]
+    assert whole["series"][0]["values"] == [0.0, 4.0, 9.0]
+    rows = (await api.call("GET", f"/api/v1/runs/{run_id}/timeseries")).body["rows"]
+    assert [row["server"]["waiting"] for row in rows[:3]] == [0.0, 4.0, 9.0]
+
+
+async def test_a_run_that_scraped_nothing_says_so_with_null(api: Api) -> None:
+    run_id = (await api.queue({"document": small_scenario("unwatched")}))["id"]
+    await api.finish(run_id)
+    assert (await api.call("GET", f"/api/v1/runs/{run_id}")).body["result"]["server_metrics"] is None
+    assert (await api.call("GET", f"/api/v1/runs/{run_id}/server-metrics")).body["server_metrics"] is None
 
 
 async def test_outcomes_are_paged_by_request_id_until_a_short_page(api: Api) -> None:
