@@ -128,12 +128,15 @@ class ScriptedGenerator:
         clock: Clock,
         respond: Callable[[PlannedRequest], tuple[float, RequestRecord]],
         limits: GeneratorLimits | None = None,
+        *,
+        tokens: float = 0.0,
     ) -> None:
         self.clock = clock
         self.respond = respond
         self.limits = limits or GeneratorLimits()
         self.stopped: str | None = None
         self.preflights = 0
+        self.tokens = tokens  # output tokens answered so far (from ``tokens``: what an earlier run left counted)
         self._dispatched = 0
         self._in_flight = 0
         self._tasks: set[asyncio.Task[None]] = set()
@@ -149,7 +152,7 @@ class ScriptedGenerator:
                 task.cancel()
 
     def live(self) -> LiveCounters:
-        return LiveCounters(dispatched=self._dispatched, in_flight=self._in_flight, tokens=0.0)
+        return LiveCounters(dispatched=self._dispatched, in_flight=self._in_flight, tokens=self.tokens)
 
     async def run(
         self, plan: Iterable[PlannedRequest], *, start_ns: int, listener: GeneratorListener
@@ -190,6 +193,8 @@ class ScriptedGenerator:
             self._tasks.discard(task)
             self._in_flight -= 1
             cut_short = task.cancelled() or task.exception() is not None
+            if not cut_short and record.final is not None:
+                self.tokens += record.final.output_tokens
             listener.finished(request.not_sent(self.stopped or "cancelled") if cut_short else record)
 
         task.add_done_callback(finished)

@@ -149,6 +149,10 @@ class RunService:
         started_at = self.clock.wall()
         state.start_ns = self.clock.now_ns() + round(START_LEAD_S * NS_PER_S)
         state.last_progress_ns = state.start_ns
+        # The generator's counters may hold what an earlier run on it did (a sweep's steps share one HTTP client):
+        # the live rates count from what they read now, not from zero.
+        live = self.generator.live()
+        state.last_dispatched, state.last_tokens = live.dispatched, live.tokens
         events: list[FaultEvent] = []
         timings: list[PhaseTiming] = []
         listener = _Listener(aggregator, self.sink)

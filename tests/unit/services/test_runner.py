@@ -255,6 +255,19 @@ async def test_progress_lines_name_each_phase_and_report_the_offered_rate() -> N
     assert rig.observer.lines[-1].total_s == pytest.approx(1.5)
 
 
+async def test_live_token_rates_count_from_the_runs_start_not_from_what_the_client_counted_before() -> None:
+    """A sweep's steps share one HTTP client whose token count goes on growing: the first line of a step must
+    not divide the earlier steps' tokens by its first second (it showed 6,316 tokens/s at 4 req/s once)."""
+    scenario = _three_phases(0.5)
+    rig = Rig(on_time())
+    rig.generator.tokens = 6_316.0  # what the earlier steps left on the shared counter
+    await rig.run(scenario)
+    # 20 requests/s of max_tokens each, a request's tokens counted when it finishes
+    ceiling = 20 * scenario.target.request.max_tokens.largest * 1.5  # type: ignore[union-attr]
+    assert all(line.tokens_per_s <= ceiling for line in rig.observer.lines), rig.observer.lines
+    assert rig.observer.lines[-1].tokens_per_s > 0
+
+
 async def test_a_passing_run_gives_a_json_serialisable_result() -> None:
     """The result document is strict JSON with phases, time series, the versioned score and the generator."""
     scenario = _three_phases()

@@ -361,7 +361,8 @@ def _admin_and_ops_paths() -> dict[str, Any]:
 OPERATION_IDS = {
     "POST /api/v1/runs": "createRun", "GET /api/v1/runs": "listRuns", "GET /api/v1/runs/{run_id}": "getRun",
     "GET /api/v1/runs/{run_id}/timeseries": "getRunTimeseries", "GET /api/v1/runs/{run_id}/outcomes": "listRunOutcomes",
-    "GET /api/v1/runs/{run_id}/report": "getRunReport", "GET /api/v1/runs/{run_id}/server-metrics": "getRunServerMetrics",
+    "GET /api/v1/runs/{run_id}/report": "getRunReport",
+    "GET /api/v1/runs/{run_id}/server-metrics": "getRunServerMetrics",
     "POST /api/v1/runs/{run_id}/abort": "abortRun", "GET /api/v1/trends": "getTrends",
     "POST /api/v1/sweeps": "createSweep", "GET /api/v1/trends/capacity": "getCapacityTrends",
     "GET /api/v1/scenarios": "listScenarios", "POST /api/v1/scenarios/validate": "validateScenario",

@@ -13,8 +13,8 @@ from typing import Any
 
 from cliffwatch.domain.masking import mask_url
 from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.server_view import ServerView
 from cliffwatch.domain.runs import ApiToken, Overrides, Run, RunKind, ScenarioVersion, Schedule, StoredOutcome
+from cliffwatch.domain.server_view import ServerView
 
 API_PREFIX = "/api/v1"
 

@@ -166,3 +166,39 @@ def faults(doc: Mapping[str, Any]) -> str:
     ]  # fmt: skip
     table = _table(("at", "phase", "action", "fault", "confirmed", "detail"), rows)
     return f'<section id="faults"><h2>Fault timeline</h2>{table}</section>'
+
+
+def server(doc: Mapping[str, Any]) -> str:
+    """The server's own view (``target.metrics``): what was scraped, how it went, and each phase's readings."""
+    view = _map(doc.get("server_metrics"))
+    if not view:
+        return ""
+    failures = _map(view.get("failures"))
+    failed = ", ".join(f"{_e(reason)} ({_num(count)})" for reason, count in failures.items())
+    facts = {
+        "page": view.get("url"), "engine profile": view.get("engine"), "interval (ms)": view.get("interval_ms"),
+        "scrapes": view.get("scrapes"), "failed": view.get("failed"),
+    }  # fmt: skip
+    notes = "".join(f"<li>{_e(n)}</li>" for n in _list(view.get("notes")))
+    series = [_map(s) for s in _list(view.get("series"))]
+    listed = _table(("series", "expression", "unit"),
+                    [(_e(s.get("name")), f"<code>{_e(s.get('expr'))}</code>", _e(s.get("unit") or DASH))
+                     for s in series])  # fmt: skip
+    names = [str(s.get("name")) for s in series]
+    rows = []
+    for phase in map(_map, _list(doc.get("phases"))):
+        readings = _map(phase.get("server"))
+        cells = []
+        for name in names:
+            stats = _map(readings.get(name))
+            cells.append(DASH if not stats else f"{_num(stats.get('mean'), 2)} / {_num(stats.get('max'), 2)}")
+        rows.append((f"{_e(phase.get('name'))} <span class='muted'>({_e(phase.get('role'))})</span>", *cells))
+    per_phase = _table(("phase", *(_e(n) for n in names)), rows, cls="numbers")
+    return (
+        '<section id="server"><h2>The server\'s own view</h2>'
+        "<p>Scraped from the target's Prometheus page during the run (target.metrics). A failed scrape never "
+        "failed the run: it is counted here and leaves a gap in the charts.</p>"
+        f"{evidence(facts)}" + (f'<p class="warn">Failed scrapes: {failed}.</p>' if failed else "")
+        + (f'<ul class="notes">{notes}</ul>' if notes else "") + listed
+        + f"<h3>Each phase: mean / highest reading</h3>{per_phase}</section>"
+    )  # fmt: skip

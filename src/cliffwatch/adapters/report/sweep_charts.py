@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cliffwatch.adapters.report.charts import (
+from cliffwatch.adapters.report.chart_spec import (
     BLACK,
     BLUE,
     DASH_DOT,
@@ -33,8 +33,8 @@ from cliffwatch.adapters.report.charts import (
     Axis,
     Chart,
     Series,
-    latency_chart,
 )
+from cliffwatch.adapters.report.charts import latency_chart
 
 # A colour and a dash per variant in the comparison charts (Okabe–Ito again, black kept for reference lines).
 VARIANT_STYLES = ((BLUE, SOLID), (VERMILLION, DASHED), (GREEN, DOTTED), (PURPLE, DASH_DOT), (ORANGE, LONG_DASH))

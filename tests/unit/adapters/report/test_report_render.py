@@ -168,3 +168,63 @@ def test_the_vendored_files_are_the_ones_the_provenance_names() -> None:
         assert f"| `{name}` |" in provenance
         assert digest in provenance, name
     assert f"(v{UPLOT_VERSION})" in read_asset("vendor/uPlot.iife.min.js")[:100]
+
+
+def watched(document: dict[str, Any]) -> dict[str, Any]:
+    """The fixture as a run with target.metrics would have left it: the server's series in every row, their
+    summary per phase, and the view itself."""
+    rows = document["timeseries"]
+    for row in rows:
+        row["server"] = {"waiting": float(row["t"]), "running": 4.0, "kv_cache_usage": 0.5,
+                         "generation_tokens": 100.0, "queue_time": None, "my_depth": 2.0}  # fmt: skip
+    for phase in document["phases"]:
+        phase["server"] = {"waiting": {"first": 0.0, "last": 9.0, "min": 0.0, "max": 9.0, "mean": 4.5,
+                                       "slope_per_s": 1.0, "points": 10}}  # fmt: skip
+    names = [
+        ("waiting", "waiting", "vllm:num_requests_waiting", "requests"),
+        ("running", "running", "r", "requests"),
+        ("kv_cache_usage", "kv_cache_usage", "max(kv)", "fraction"),
+        ("generation_tokens", "generation_tokens", "rate(g)", "tokens/s"),
+        ("my_depth", None, "depth", ""),
+    ]
+    document["server_metrics"] = {
+        "url": "http://127.0.0.1:8000/metrics", "engine": "vllm", "interval_ms": 1000.0, "scrapes": len(rows) + 1,
+        "failed": 1, "failures": {"HTTP 503": 1}, "notes": ["preemptions: never had a value </p>"],
+        "times_s": [float(r["t"]) for r in rows],
+        "series": [{"name": n, "signal": s, "expr": e, "unit": u, "values": []} for n, s, e, u in names],
+    }  # fmt: skip
+    return document
+
+
+def test_the_servers_series_are_charted_on_the_runs_axis_beside_the_clients(document: dict[str, Any]) -> None:
+    document = watched(document)
+    rows = document["timeseries"]
+    data = report_data(render_run_report(document))
+    charts = {chart["id"]: chart for chart in data["charts"]}
+    assert tuple(charts) == (*CHART_IDS, "server-queue", "server-work", "server-own")
+    queue = {s["label"]: s["values"] for s in charts["server-queue"]["series"]}
+    assert queue["waiting (server queue)"] == [float(r["t"]) for r in rows]
+    assert queue["mean queue time"] == [None] * len(rows)  # no value: a gap, not a zero
+    work = {s["label"]: s["values"] for s in charts["server-work"]["series"]}
+    assert work["KV cache in use"] == [50.0] * len(rows)  # shown in percent
+    assert work["output tokens (client)"] == [row["output_tokens"] for row in rows]
+    assert [s["label"] for s in charts["server-own"]["series"]] == ["my_depth"]
+
+
+def test_the_server_section_says_what_was_scraped_what_failed_and_each_phases_readings(
+    document: dict[str, Any],
+) -> None:
+    page = render_run_report(watched(document))
+    section = page[page.index('<section id="server">') :]
+    section = section[: section.index("</section>")]
+    assert "http://127.0.0.1:8000/metrics" in section
+    assert "Failed scrapes: HTTP 503 (1)." in section
+    assert "preemptions: never had a value &lt;/p&gt;" in section  # escaped like every value
+    assert "<code>vllm:num_requests_waiting</code>" in section
+    assert "4.5 / 9" in section
+
+
+def test_a_run_that_scraped_nothing_has_no_server_section_or_charts(document: dict[str, Any]) -> None:
+    page = render_run_report(document)
+    assert '<section id="server">' not in page
+    assert not any(c["id"].startswith("server") for c in report_data(page)["charts"])
