@@ -16,7 +16,15 @@ from cliffwatch.adapters.loadgen.http_client import HttpExecutor
 from cliffwatch.adapters.loadgen.prompt_setup import prompt_options
 from cliffwatch.adapters.sweep_steps import HttpStepRunner
 from cliffwatch.adapters.target_access import Destinations
-from cliffwatch.bootstrap import attempt_cap, check_caps, new_run_id, pool_within, start_target, with_secrets
+from cliffwatch.bootstrap import (
+    attempt_cap,
+    check_caps,
+    new_run_id,
+    pool_within,
+    server_watcher,
+    start_target,
+    with_secrets,
+)
 from cliffwatch.config import Settings
 from cliffwatch.domain.errors import CliffwatchError, Problem, ScenarioInvalid
 from cliffwatch.domain.masking import mask_url
@@ -128,6 +136,7 @@ async def prepare_sweep(
             HttpExecutor(client, url, destinations=destinations, cap=cap, **prompts)
         )
         await executor.preflight()
+        watcher = await server_watcher(stack, scenario, url, destinations, clock)
 
         def runner_for(variant: str) -> AbstractAsyncContextManager[StepRunner]:
             return _runner(
@@ -142,6 +151,7 @@ async def prepare_sweep(
                     target_url=shown,
                     sweep_id=sweep_id,
                     cap=cap,
+                    watcher=watcher,
                 )
             )
 

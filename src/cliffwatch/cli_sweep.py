@@ -51,6 +51,14 @@ def add_parser(commands: Any) -> None:
     sweep.add_argument("--cooldown-seconds", dest="cooldown_s", type=float, help="idle time after each step")
     sweep.add_argument("--arrival", choices=("poisson", "constant"), help="arrival process of rate steps")
     sweep.add_argument(
+        "--extend-seconds", dest="extend_s", type=float,
+        help="measured window of a step re-measured because its queue grew inside it (3 × --step-seconds)",
+    )  # fmt: skip
+    sweep.add_argument(
+        "--no-growth-check", dest="growth_check", action="store_false", default=None,
+        help="judge each rate by its SLO attainment alone, not also by whether its queue grew within the step",
+    )  # fmt: skip
+    sweep.add_argument(
         "--concurrency", dest="mode", action="store_const", const="concurrency",
         help="steps are numbers of closed-loop clients instead of arrival rates",
     )  # fmt: skip
@@ -65,10 +73,9 @@ def add_parser(commands: Any) -> None:
 
 def sweep_spec_from(args: argparse.Namespace) -> SweepSpec:
     """The sweep's parameters from the options; raises ``SweepInvalid`` naming each bad option."""
-    options: dict[str, Any] = {
-        name: getattr(args, name)
-        for name in ("start", "stop", "auto", "target", "trials", "step_s", "warmup_s", "cooldown_s", "arrival")
-    }
+    names = ("start", "stop", "auto", "target", "trials", "step_s", "warmup_s", "cooldown_s", "arrival", "extend_s",
+             "growth_check")  # fmt: skip
+    options: dict[str, Any] = {name: getattr(args, name) for name in names}
     options["mode"] = args.mode
     options["max_rate"] = args.max_rate
     options["variants"] = None if args.variants is None else [v.strip() for v in args.variants.split(",")]

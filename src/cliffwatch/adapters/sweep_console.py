@@ -71,11 +71,24 @@ class SweepConsoleObserver:
 
     def step_finished(self, variant: str, step: StepStats, verdict: StepVerdict) -> None:
         limited = f"  generator limited: {'; '.join(step.generator_reasons)}" if step.generator_limited else ""
+        grew = growth_text(step)
+        again = ": measuring it again over a longer window" if grew and not step.extended else ""
         self.progress.note(
             f"{variant}: {_num(step.rate)} {self.unit} → on time {attainment_text(step)}, "
             f"goodput {_num(step.goodput_rps)}/s, tokens {_num(step.tokens_per_s)}/s, "
             f"p99 e2e {_ms(step.e2e_ms.get('p99'))}: {verdict_text(verdict)}{limited}"
+            + (f"  queue growing ({grew}){again}" if grew else "")
         )
+
+
+def growth_text(step: StepStats) -> str:
+    """What the growth check saw, when the queue grew: "wait +62 ms/s, 6.2 % overload"; empty otherwise."""
+    trend = None if step.growth is None else step.growth.evidence
+    if trend is None:
+        return ""
+    if trend.signal.value == "server_queue":
+        return f"server queue +{trend.slope:,.2f}/s, {trend.overload * 100:.1f} % overload"
+    return f"wait +{trend.slope * 1000:,.0f} ms/s, {trend.overload * 100:.1f} % overload"
 
 
 def step_table(report: SweepReport) -> Table:
@@ -86,7 +99,7 @@ def step_table(report: SweepReport) -> Table:
     table = Table(title=title, title_justify="left", show_edge=False, caption_justify="left")
     headers = (
         *(result.unit, "#", "n", "sent/s", "good/s", "on time", "95% CI", "tokens/s", "done/s"),
-        *("p99 TTFT", "p99 e2e", *(OUTCOME_TEXT[o].short for o in FAILED), "amp", "verdict"),
+        *("p99 TTFT", "p99 e2e", *(OUTCOME_TEXT[o].short for o in FAILED), "amp", "queue", "verdict"),
     )
     for header in headers:
         table.add_column(header, justify="left" if header == "verdict" else "right", no_wrap=True)
@@ -99,7 +112,8 @@ def step_table(report: SweepReport) -> Table:
             verdict = "[dim]unsure: again[/]" if step.trial < last_trial[step.rate] else "–"
         else:
             style = _VERDICT_STYLE.get(rate.verdict, "")
-            verdict = f"[{style}]{verdict_text(rate.verdict)}{'*' if rate.on_point_estimate else ''}[/]"
+            grew = " (queue grew)" if rate.on_growth else ""
+            verdict = f"[{style}]{verdict_text(rate.verdict)}{grew}{'*' if rate.on_point_estimate else ''}[/]"
             estimated = estimated or rate.on_point_estimate
         interval = step.interval()
         table.add_row(
@@ -116,11 +130,25 @@ def step_table(report: SweepReport) -> Table:
             _ms(step.e2e_ms.get("p99")),
             *(_pct(step.share_of(outcome.value)) for outcome in FAILED),
             "–" if step.amplification is None else f"{step.amplification:.2f}",
+            _queue_cell(step),
             verdict,
         )
+    notes = ["queue: the overload the growth check saw when the queue grew within the step; ext: measured over the "
+             "extended window"]  # fmt: skip
     if estimated:
-        table.caption = "* settled on the point estimate: no further trial could clear the 95% interval (docs/sweep.md)"
+        notes.append("* settled on the point estimate: no further trial could clear the 95% interval (docs/sweep.md)")
+    table.caption = "\n".join(notes)
     return table
+
+
+def _queue_cell(step: StepStats) -> str:
+    """The growth check's reading of a step: "+6.2%" when its queue grew (with "ext" for an extended window),
+    "flat" when it did not, "–" when unchecked."""
+    if step.growth is None:
+        return "–"
+    extended = " ext" if step.extended else ""
+    trend = step.growth.evidence
+    return f"[red]+{trend.overload * 100:.1f}%{extended}[/]" if trend is not None else f"flat{extended}"
 
 
 def capacity_lines(result: CapacityResult) -> list[RenderableType]:

@@ -14,11 +14,11 @@ import contextlib
 from cliffwatch.adapters.loadgen.closed_loop import ClosedLoopGenerator
 from cliffwatch.adapters.loadgen.engine import AttemptExecutor, OpenLoopGenerator
 from cliffwatch.domain.capacity_stats import StepStats
-from cliffwatch.domain.ports import Clock, LoadGenerator, Progress, ProgressObserver
+from cliffwatch.domain.ports import Clock, LoadGenerator, Progress, ProgressObserver, ServerWatcher
 from cliffwatch.domain.rate_limit import TokenBucket
 from cliffwatch.domain.retry import RetryPolicy
 from cliffwatch.domain.scenario import Scenario
-from cliffwatch.domain.sweep_plan import LateBounds, measured_index, step_scenario, step_stats
+from cliffwatch.domain.sweep_plan import WindowRecords, measured_index, step_scenario, step_stats
 from cliffwatch.domain.sweep_spec import SweepMode, SweepSpec
 from cliffwatch.services.memory import NoFaultInjector
 from cliffwatch.services.runner import RunService
@@ -58,6 +58,7 @@ class HttpStepRunner:
         target_url: str,
         sweep_id: str,
         cap: TokenBucket | None = None,
+        watcher: ServerWatcher | None = None,
     ) -> None:
         self.scenario = scenario
         self.spec = spec
@@ -69,6 +70,7 @@ class HttpStepRunner:
         self.target_url = target_url
         self.sweep_id = sweep_id
         self.cap = cap  # the sweep's attempt cap, shared by its steps
+        self.watcher = watcher  # the target's own metrics, scraped during each step (target.metrics)
         self._service: RunService | None = None
         self._stopped = asyncio.Event()
         self._steps = 0
@@ -82,22 +84,24 @@ class HttpStepRunner:
             else:
                 service.interrupt()
 
-    async def run_step(self, rate: float, *, trial: int) -> StepStats:
+    async def run_step(self, rate: float, *, trial: int, extended: bool = False) -> StepStats:
         if self._stopped.is_set():
             raise StepStopped(f"step at {rate:g} not run: the sweep was stopped")
-        step = step_scenario(self.scenario, rate, self.spec, self.retry, variant=self.variant, trial=trial)
+        step = step_scenario(self.scenario, rate, self.spec, self.retry, variant=self.variant, trial=trial,
+                             extended=extended)  # fmt: skip
         generator: LoadGenerator
         if self.spec.mode is SweepMode.CONCURRENCY:
             generator = ClosedLoopGenerator(step, self.executor, self.clock, clients=max(1, round(rate)), cap=self.cap)
         else:
             generator = OpenLoopGenerator(step, self.executor, self.clock, cap=self.cap)
-        late = LateBounds(measured_index(step), step.slo)
+        window = WindowRecords(measured_index(step), step.slo)
         service = RunService(
             clock=self.clock,
             generator=generator,
             faults=NoFaultInjector(NO_FAULTS),
-            sink=late,
+            sink=window,
             observer=_StepProgress(self.observer),
+            watcher=self.watcher,
         )
         self._steps += 1
         self._service = service
@@ -109,7 +113,11 @@ class HttpStepRunner:
             self._service = None
         await self._cool_down()
         measured = result.metrics.phases[measured_index(step)]
-        return step_stats(measured, result.generator, rate=rate, trial=trial, late_by=late.counts)
+        # Closed-loop clients cannot build a queue ahead of the target: only rate steps are checked for one.
+        checked = self.spec.growth_check and self.spec.mode is SweepMode.RATE
+        growth = window.growth(measured.window, rate=rate, server=result.server) if checked else None
+        return step_stats(measured, result.generator, rate=rate, trial=trial, late_by=window.counts, growth=growth,
+                          extended=extended, server=result.server)  # fmt: skip
 
     async def _cool_down(self) -> None:
         """Waits until nothing is in flight, then ``cooldown_s`` more, so the target's queues drain before

@@ -16,7 +16,7 @@ from cliffwatch.domain.capacity_result import (
     settle_all,
     summarize,
 )
-from cliffwatch.domain.capacity_search import CapacitySearch, SearchConfig, round_sig
+from cliffwatch.domain.capacity_search import CapacitySearch, NextStep, SearchConfig, round_sig
 from cliffwatch.domain.capacity_steps import (
     PERCENTILES,
     Interval,
@@ -36,6 +36,7 @@ __all__ = [
     "CapacityResult",
     "CapacitySearch",
     "Interval",
+    "NextStep",
     "PooledRate",
     "SearchConfig",
     "SettledRate",

@@ -57,6 +57,9 @@ LATE_MOSTLY = "{share} % late, mostly on the {bound} SLO"  # most of them did
 FAILURE = {outcome.value: OUTCOME_TEXT[outcome].shared for outcome in NOT_ON_TIME}  # "{share} % timed out"
 BOUND_NAMES = {"ttft": "TTFT", "ttfa": "TTFA", "tpot": "TPOT", "e2e": "e2e"}
 NOTHING_VALID = "no valid step: the generator could not keep its schedule at any rate measured"
+# A rate whose queue kept growing through an extended step (domain.growth): its SLO held only because it ended.
+GROWTH_SIGNAL = "the queue kept growing through a {window} s step ({trend})"
+SERVER_QUEUE = " (the server's waiting queue went from {first} to {peak})"  # target.metrics, at the crossing
 
 
 def num(value: float) -> str:
@@ -201,7 +204,7 @@ def summarize(
     verdict, constrained, evidence = _decide(
         valid,
         usable,
-        None if first_bad_rate is None else first_bad_rate.pooled,
+        first_bad_rate,
         target=target,
         slo=_Slo(e2e_ms=e2e_slo_ms, ttft_ms=ttft_slo_ms),
         confidence=confidence,
@@ -249,6 +252,21 @@ def _crossed(pooled: PooledRate, *, slo: _Slo, budget: float) -> str | None:
     return None
 
 
+def server_queue(pooled: PooledRate) -> tuple[float, float] | None:
+    """The server's waiting queue at a rate, every trial pooled: its lowest first reading and its highest one;
+    None when no trial scraped it."""
+    readings = [s.server["waiting"] for s in pooled.trials if "waiting" in s.server]
+    firsts = [float(first) for r in readings if isinstance(first := r.get("first"), int | float)]
+    peaks = [float(peak) for r in readings if isinstance(peak := r.get("max"), int | float)]
+    if not firsts or not peaks:
+        return None
+    return min(firsts), max(peaks)
+
+
+def _count(value: float) -> str:
+    return f"{value:,.0f}" if value >= 10 or value == round(value) else f"{value:.1f}"
+
+
 def failure_shares(pooled: PooledRate) -> dict[str, float]:
     """Each failure class's share of the requests offered at the rate (every trial pooled), largest first;
     classes that did not happen are left out."""
@@ -287,7 +305,7 @@ def describe_failures(pooled: PooledRate) -> str:
 def _decide(
     valid: Sequence[PooledRate],
     usable: SettledRate | None,
-    first_bad: PooledRate | None,
+    first_bad_settled: SettledRate | None,
     *,
     target: float,
     slo: _Slo,
@@ -319,7 +337,17 @@ def _decide(
         )
     crossing = next((p for p in valid if _crossed(p, slo=slo, budget=budget) is not None), None)
     detail = ""
-    if first_bad is not None and (crossing is None or crossing.rate > first_bad.rate):
+    first_bad = None if first_bad_settled is None else first_bad_settled.pooled
+    growth = None if first_bad_settled is None or not first_bad_settled.on_growth else first_bad_settled.growth
+    if first_bad is not None and (crossing is None or crossing.rate > first_bad.rate) and growth is not None:
+        # Bad below every latency and timeout signal because its queue kept growing: the SLO held only because
+        # the step ended before the queue broke it (docs/sweep.md, "A queue that grows inside a step").
+        crossing, signal_key = first_bad, "queue_growth"
+        trend = growth.evidence
+        longest = max(s.duration_s for s in first_bad.trials)
+        signal = GROWTH_SIGNAL.format(trend=trend.describe() if trend else "the queue grew", window=num(longest))
+        evidence.update(growth=growth.to_dict())
+    elif first_bad is not None and (crossing is None or crossing.rate > first_bad.rate):
         # Bad below every latency and timeout signal: it failed by shedding, errors, or late requests too few
         # to move a p99. Never "no cliff" while a rate failed: that failure is the cliff.
         crossing, signal_key = first_bad, "attainment"
@@ -351,6 +379,11 @@ def _decide(
         # throughput that fell with them is their doing, not the latency's.
         detail = FAILURES.format(failures=describe_failures(crossing))
         evidence.update(failures=failure_shares(crossing), late_by=late_bounds(crossing))
+    queue = server_queue(crossing)
+    if queue is not None:
+        first, peak_queue = queue
+        detail += SERVER_QUEUE.format(first=_count(first), peak=_count(peak_queue))
+        evidence.update(server_waiting_first=first, server_waiting_max=peak_queue)
     share = float(getattr(crossing, metric_key)) / peak_value if peak_value > 0 else 0.0
     constrained = share >= CONSTRAINED_SHARE
     evidence.update(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from cliffwatch.domain.capacity_steps import SettledRate, StepStats, StepVerdict, pool_rates, settle
 
@@ -19,6 +19,14 @@ if TYPE_CHECKING:
     from cliffwatch.domain.sweep_spec import SweepSpec
 
 FLOOR_DIVISOR = 64  # when the first rate already fails, bisection goes down to start / 64 and no further
+
+
+class NextStep(NamedTuple):
+    """What the search asks to measure next: a rate, its trial number, and whether over the extended window."""
+
+    rate: float
+    trial: int
+    extended: bool = False
 
 
 def round_sig(value: float, digits: int = 3) -> float:
@@ -122,8 +130,9 @@ class SearchConfig:
 class CapacitySearch:
     """Asks for rates to measure until the usable capacity is bracketed, a limit is hit, or nothing is left.
 
-    ``next_rate`` returns ``(rate, trial)`` or None when finished; asking again before ``record`` returns the
-    same pair. ``record`` takes the step measured for it and raises ``ValueError`` for any other step.
+    ``next_rate`` returns a ``NextStep`` (rate, trial, extended) or None when finished; asking again before
+    ``record`` returns the same one. ``record`` takes the step measured for it and raises ``ValueError`` for any
+    other step. A trial whose queue grew inside its window is followed by an extended trial at the same rate.
     """
 
     def __init__(self, config: SearchConfig) -> None:
@@ -131,7 +140,7 @@ class CapacitySearch:
         self._coarse = config.coarse_rates()
         self._coarse_last: float | None = None
         self._steps: list[StepStats] = []
-        self._pending: tuple[float, int] | None = None
+        self._pending: NextStep | None = None
         self._good: float | None = None  # the highest GOOD rate below the ceiling
         self._ceiling: SettledRate | None = None  # the lowest BAD or INVALID rate
         self._finished: str | None = None
@@ -155,16 +164,18 @@ class CapacitySearch:
             return f"unfinished after {len(self._steps)} steps"
         return self._finished
 
-    def next_rate(self) -> tuple[float, int] | None:
+    def next_rate(self) -> NextStep | None:
         if self._pending is not None:
             return self._pending
         if self._finished is not None:
             return None
         if self._steps:
-            last = self._steps[-1].rate
+            step = self._steps[-1]
+            last = step.rate
             due = self._settle(last)
             if due is None:
-                self._pending = self._ask(last, self._trials_at(last) + 1)
+                extend = step.growing and not step.extended
+                self._pending = self._ask(last, self._trials_at(last) + 1, extended=extend)
                 return self._pending
         rate = self._next_new_rate()
         if rate is not None:
@@ -174,7 +185,7 @@ class CapacitySearch:
     def record(self, step: StepStats) -> None:
         if self._pending is None:
             raise ValueError(f"no step was asked for; got one at {step.rate:g}, trial {step.trial}")
-        rate, trial = self._pending
+        rate, trial, _ = self._pending
         if not math.isclose(step.rate, rate, rel_tol=1e-9) or step.trial != trial:
             raise ValueError(f"expected the step at {rate:g}, trial {trial}; got {step.rate:g}, trial {step.trial}")
         self._pending = None
@@ -205,11 +216,11 @@ class CapacitySearch:
             pooled, target=config.target, max_trials=config.max_trials, confidence=config.confidence, final=final
         )
 
-    def _ask(self, rate: float, trial: int) -> tuple[float, int] | None:
+    def _ask(self, rate: float, trial: int, *, extended: bool = False) -> NextStep | None:
         if len(self._steps) >= self._config.max_steps:
             self._finished = f"stopped after {len(self._steps)} steps (max_steps)"
             return None
-        return (rate, trial)
+        return NextStep(rate, trial, extended)
 
     def _next_new_rate(self) -> float | None:
         config = self._config

@@ -15,6 +15,7 @@ from statistics import NormalDist
 from types import MappingProxyType
 from typing import Any
 
+from cliffwatch.domain.growth import Growth
 from cliffwatch.domain.outcomes import OUTCOMES
 
 PERCENTILES = ("p50", "p90", "p99")
@@ -111,6 +112,13 @@ class StepStats:
     # Late requests by the SLO bound they broke ("ttft", "ttfa", "tpot", "e2e"); one request may break several, so
     # the counts may add up to more than ``late``. Empty when not known (a step from an older document).
     late_by: Mapping[str, int] = field(default_factory=dict)
+    # Whether the queue grew inside the window (``domain.growth``); None when not checked (an older document,
+    # or a sweep without the check).
+    growth: Growth | None = None
+    extended: bool = False  # measured over the longer window a growing queue asks for (SweepSpec.extended_s)
+    # The server's own signals over the window (``target.metrics``): signal → first, last, min, max, mean,
+    # slope_per_s, points. Empty when nothing was scraped.
+    server: Mapping[str, Mapping[str, float | int | None]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         where = f"step at {self.rate} req/s, trial {self.trial}"
@@ -146,6 +154,13 @@ class StepStats:
         if wrong:
             raise ValueError(f"{where}: late_by counts must be within 0..late ({self.late}): {', '.join(wrong)}")
         object.__setattr__(self, "late_by", MappingProxyType(late_by))
+        server = {str(k): MappingProxyType(dict(v)) for k, v in self.server.items()}
+        object.__setattr__(self, "server", MappingProxyType(server))
+
+    @property
+    def growing(self) -> bool:
+        """Whether the queue was seen growing inside this step's window."""
+        return self.growth is not None and self.growth.growing
 
     @property
     def attainment(self) -> float | None:
@@ -186,6 +201,9 @@ class StepStats:
             generator_limited=self.generator_limited,
             generator_reasons=list(self.generator_reasons),
             late_by=dict(self.late_by),
+            growth=None if self.growth is None else self.growth.to_dict(),
+            extended=self.extended,
+            server={name: dict(stats) for name, stats in self.server.items()},
             attainment=self.attainment,
             interval=self.interval().to_dict(),  # at 95 %: the table's column; other levels via ``interval()``
             shed_share=self.shed_share,
@@ -216,4 +234,7 @@ class StepStats:
             generator_limited=bool(data["generator_limited"]),
             generator_reasons=tuple(str(r) for r in data.get("generator_reasons", ())),
             late_by={str(k): int(v) for k, v in (data.get("late_by") or {}).items()},
+            growth=None if data.get("growth") is None else Growth.from_dict(data["growth"]),
+            extended=bool(data.get("extended", False)),
+            server={str(k): dict(v) for k, v in (data.get("server") or {}).items()},
         )

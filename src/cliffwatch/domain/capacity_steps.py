@@ -24,6 +24,7 @@ from cliffwatch.domain.capacity_stats import (
     share,
     wilson,
 )
+from cliffwatch.domain.growth import Growth
 
 __all__ = [
     "LATE_BOUNDS",
@@ -184,16 +185,26 @@ class SettledRate:
     verdict: StepVerdict
     on_point_estimate: bool
     pooled: PooledRate
+    # BAD because its queue grew inside the step, whatever its attainment: over the extended window, or in the
+    # last step measured when the search ended before an extended one could run.
+    on_growth: bool = False
 
     def __post_init__(self) -> None:
         if self.verdict is StepVerdict.UNSURE:
             raise ValueError(f"the rate {self.rate:g} is not settled: a settled verdict is good, bad or invalid")
+
+    @property
+    def growth(self) -> Growth | None:
+        """The growth reading of the rate's last (longest) trial, when it was checked."""
+        last = max(self.pooled.trials, key=lambda s: s.trial, default=None)
+        return None if last is None else last.growth
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "rate": self.rate,
             "verdict": self.verdict.value,
             "on_point_estimate": self.on_point_estimate,
+            "on_growth": self.on_growth,
             "pooled": self.pooled.to_dict(),
         }
 
@@ -204,6 +215,7 @@ class SettledRate:
             verdict=StepVerdict(data["verdict"]),
             on_point_estimate=bool(data["on_point_estimate"]),
             pooled=PooledRate.from_dict(data["pooled"], steps=steps),
+            on_growth=bool(data.get("on_growth", False)),
         )
 
 
@@ -212,15 +224,28 @@ def settle(
 ) -> SettledRate | None:
     """The rate's settled verdict, or None when another trial is due.
 
-    INVALID when a trial was generator-limited or nothing was offered; GOOD or BAD when the pooled interval
-    is clear of the target. Otherwise another trial is due while fewer than ``max_trials`` were measured and
-    the remaining trials, as large as the ones so far, could clear the interval in the direction the point
-    estimate leans: all on time for GOOD (attainment >= target), all failed for BAD. Failing that, or with
-    ``final`` (the search is over), the rate is settled on the point estimate, flagged ``on_point_estimate``.
+    INVALID when a trial was generator-limited or nothing was offered. When the last trial saw the queue grow
+    (``StepStats.growing``) and the rate is not already BAD: after an extended trial (or with ``final``), BAD
+    (``on_growth``); before one, None (an extended trial is due, whatever ``max_trials`` says). GOOD or BAD
+    when the pooled interval is clear of the target. Otherwise another trial is due while fewer than
+    ``max_trials`` were measured and the remaining trials, as large as the ones so far, could clear the interval
+    in the direction the point estimate leans: all on time for GOOD (attainment >= target), all failed for BAD.
+    Failing that, or with ``final`` (the search is over), the rate is settled on the point estimate, flagged
+    ``on_point_estimate``.
     """
     verdict = pooled.verdict
     if verdict is StepVerdict.UNSURE and pooled.offered == 0:
         verdict = StepVerdict.INVALID  # nothing was scheduled, so nothing was measured
+    last = max(pooled.trials, key=lambda s: s.trial)
+    if verdict is not StepVerdict.INVALID and verdict is not StepVerdict.BAD and last.growing:
+        # The queue grew inside the step: a longer one shows whether it keeps growing. If it still does, the rate
+        # is not sustainable, however many of its requests a window this short let through on time.
+        # A search that ended before the extended trial could run (max_steps) has a growing queue unanswered:
+        # such a rate is not shown to be usable, so it is BAD too, conservatively.
+        if last.extended or final:
+            return SettledRate(rate=pooled.rate, verdict=StepVerdict.BAD, on_point_estimate=False, pooled=pooled,
+                               on_growth=True)  # fmt: skip
+        return None
     if verdict is not StepVerdict.UNSURE:
         return SettledRate(rate=pooled.rate, verdict=verdict, on_point_estimate=False, pooled=pooled)
     leans_good = pooled.on_time >= target * pooled.offered

@@ -18,10 +18,13 @@ from dataclasses import replace
 from cliffwatch.domain.arrivals import Arrival, Constant, Poisson
 from cliffwatch.domain.capacity_stats import PERCENTILES, StepStats
 from cliffwatch.domain.generator_health import GeneratorReport
-from cliffwatch.domain.metrics import PhaseStats
-from cliffwatch.domain.outcomes import Outcome, RequestRecord, Slo, missed_bounds
+from cliffwatch.domain.growth import Growth, latency_trend, queue_trend
+from cliffwatch.domain.metrics import PhaseStats, PhaseWindow
+from cliffwatch.domain.metrics_spec import Signal
+from cliffwatch.domain.outcomes import NS_PER_S, Outcome, RequestRecord, Slo, missed_bounds
 from cliffwatch.domain.retry import RetryPolicy
 from cliffwatch.domain.scenario import MAX_SEED, AbortSpec, ClientSpec, Phase, Role, Scenario
+from cliffwatch.domain.server_view import ServerView
 from cliffwatch.domain.sweep_spec import SweepArrival, SweepMode, SweepSpec
 
 WARMUP = "warm-up"
@@ -127,9 +130,11 @@ def step_scenario(
     *,
     variant: str = "",
     trial: int = 1,
+    extended: bool = False,
 ) -> Scenario:
     """The scenario one sweep step runs: a warm-up (``spec.warmup_s``, not measured; absent when 0) and the
-    measured window (``spec.step_s``, always the last phase: ``measured_index``) at ``rate``, without
+    measured window (``spec.step_s``, or ``spec.extended_s`` when ``extended``; always the last phase:
+    ``measured_index``) at ``rate``, without
     faults, proxies or abort guards, with ``retry`` as the client's policy (None: the scenario's own, its
     stress phases' override included) and a seed of its own. In concurrency mode ``rate`` is the number of
     clients, and the client's pool and in-flight limit allow that many requests at once.
@@ -143,7 +148,8 @@ def step_scenario(
     # load, so both phases of the step keep it (the first one found); a variant replaces every policy.
     as_written = next((p.retry for p in scenario.phases if p.role is Role.STRESS and p.retry is not None), None)
     measured_retry = None if retry is not None else as_written
-    measured = Phase(name=MEASURED, role=Role.STRESS, duration_s=spec.step_s, arrival=arrival, retry=measured_retry)
+    window = spec.extended_s if extended else spec.step_s
+    measured = Phase(name=MEASURED, role=Role.STRESS, duration_s=window, arrival=arrival, retry=measured_retry)
     phases: tuple[Phase, ...] = (measured,)
     if spec.warmup_s > 0:
         warmup = Phase(name=WARMUP, role=Role.BASELINE, duration_s=spec.warmup_s, arrival=arrival, retry=measured_retry)
@@ -162,22 +168,51 @@ def step_scenario(
     )
 
 
-class LateBounds:
-    """A record sink that counts the late requests of one phase by the SLO bound each broke: what made a
-    rate fail, when no percentile shows it (``StepStats.late_by``)."""
+class WindowRecords:
+    """A record sink for one phase (a step's measured window): its late requests counted by the SLO bound each
+    broke (what made a rate fail when no percentile shows it: ``StepStats.late_by``), and each answered
+    request's wait against its scheduled time, for the latency trend (``domain.growth``). The wait is the time
+    to the first token when the answer streamed one, else the whole answer's: a queue delays both alike."""
 
     def __init__(self, phase: int, slo: Slo) -> None:
         self.phase = phase
         self.slo = slo
         self.counts: Counter[str] = Counter()
+        self.waits: list[tuple[float, float]] = []  # (scheduled, wait), seconds from the step's start
+        self.floor: float | None = None
 
     def add(self, record: RequestRecord) -> None:
         final = record.final
-        if record.phase == self.phase and record.outcome is Outcome.LATE and final is not None:
+        if final is None:
+            return
+        wait: float | None = None
+        if final.succeeded:
+            reached = final.first_token_ns if final.first_token_ns is not None else final.end_ns
+            wait = max(0, reached - record.scheduled_ns) / NS_PER_S
+            # the least wait of the whole step (it began with no queue): what a request that found none waits
+            self.floor = wait if self.floor is None else min(self.floor, wait)
+        if record.phase != self.phase:
+            return
+        if record.outcome is Outcome.LATE:
             self.counts.update(missed_bounds(final, scheduled_ns=record.scheduled_ns, slo=self.slo))
+        if wait is not None:
+            self.waits.append((record.scheduled_ns / NS_PER_S, wait))
 
     async def flush(self) -> None:
         return None
+
+    def growth(self, window: PhaseWindow, *, rate: float, server: ServerView | None) -> Growth:
+        """Whether the queue grew inside ``window``: the latency trend of its requests, and the server's own
+        queue when it was scraped."""
+        start, end = window.start_ns / NS_PER_S, window.end_ns / NS_PER_S
+        queue = None
+        waiting = None if server is None else server.signal(Signal.WAITING)
+        if server is not None and waiting is not None:
+            points = [(t, v) for t, v in zip(server.times_s, waiting.values, strict=True)
+                      if v is not None and start <= t < end]  # fmt: skip
+            queue = queue_trend(points, rate=rate)
+        latency = latency_trend(self.waits, start_s=start, end_s=end, floor_s=self.floor)
+        return Growth(latency=latency, queue=queue)
 
 
 def step_stats(
@@ -187,15 +222,25 @@ def step_stats(
     rate: float,
     trial: int,
     late_by: Mapping[str, int] | None = None,
+    growth: Growth | None = None,
+    extended: bool = False,
+    server: ServerView | None = None,
 ) -> StepStats:
     """The ``StepStats`` of a step from its measured phase and the generator's verdict on the whole step.
 
     Outcome counts and latencies are of the requests scheduled in the window; tokens and completions are
     what happened during it (requests from the warm-up finishing in the window included: steady state).
-    ``late_by``: the window's late requests by the bound they broke (``LateBounds``).
+    ``late_by``: the window's late requests by the bound they broke, ``growth`` whether its queue grew
+    (``WindowRecords``); ``server``: the target's own series, summarised over the window.
     """
     duration_s = measured.window.duration_s
-    counts = {outcome: measured.outcomes[outcome] for outcome in Outcome}
+    counts = {outcome.value: measured.outcomes[outcome] for outcome in Outcome}
+    start, end = measured.window.start_ns / NS_PER_S, measured.window.end_ns / NS_PER_S
+    readings: dict[str, Mapping[str, float | int | None]] = {}
+    if server is not None:
+        for series in server.series:
+            if series.signal is not None and (stats := server.window(series.signal, start, end)) is not None:
+                readings[series.signal.value] = stats.to_dict()
 
     def percentiles(metric: str) -> dict[str, float | None]:
         histogram = measured.latency[metric]
@@ -206,7 +251,14 @@ def step_stats(
         trial=trial,
         duration_s=duration_s,
         offered=measured.offered,
-        **{outcome.value: count for outcome, count in counts.items()},
+        on_time=counts["on_time"],
+        late=counts["late"],
+        shed=counts["shed"],
+        timeout=counts["timeout"],
+        incomplete=counts["incomplete"],
+        error=counts["error"],
+        redirect=counts["redirect"],
+        not_sent=counts["not_sent"],
         fast_shed=measured.fast_shed,
         sent_rate=measured.sent / duration_s,
         goodput_rps=measured.goodput_rps,
@@ -221,4 +273,7 @@ def step_stats(
         generator_reasons=generator.reasons
         + ((generator.cap.summary(),) if generator.cap and generator.capped else ()),
         late_by=dict(late_by or {}),
+        growth=growth,
+        extended=extended,
+        server=readings,
     )

@@ -19,6 +19,7 @@ AS_WRITTEN = "as-written"  # the scenario's own client retry policy
 _VARIANT = re.compile(r"^(none|as-written|(immediate|exponential|budget):([1-9]|10))$")
 VARIANT_HELP = "as-written, none, immediate:N, exponential:N or budget:N (N from 1 to 10)"
 MAX_VARIANTS = 5
+EXTEND_FACTOR = 3  # an extended step's window, in step windows
 
 
 class SweepMode(StrEnum):
@@ -53,6 +54,16 @@ class SweepSpec:
     max_rate: float = 1_000.0  # --auto never goes above this
     variants: tuple[str, ...] = (AS_WRITTEN,)
     confidence: float = 0.95
+    # A step whose queue grew inside its window (domain.growth) is measured again over this longer window
+    # (None: 3 × step_s); a rate still growing there is not sustainable. growth_check False judges a rate by its
+    # SLO attainment alone, as before the check existed.
+    extend_s: float | None = None
+    growth_check: bool = True
+
+    @property
+    def extended_s(self) -> float:
+        """The measured window of an extended step."""
+        return self.extend_s if self.extend_s is not None else EXTEND_FACTOR * self.step_s
 
     @property
     def first_rate(self) -> float:
@@ -66,8 +77,11 @@ class SweepSpec:
         return self.stop if self.stop is not None else self.max_rate
 
     def max_duration_s(self) -> float:
-        """An upper bound on the sweep's length: every step of every variant at its full length."""
-        return len(self.variants) * self.max_steps * (self.warmup_s + self.step_s + self.cooldown_s)
+        """An upper bound on the sweep's length: every step of every variant at its full length, and every
+        other one extended (an extended step always follows a normal one at its rate)."""
+        per_step = self.warmup_s + self.step_s + self.cooldown_s
+        extensions = self.max_steps // 2 if self.growth_check and self.mode is SweepMode.RATE else 0
+        return len(self.variants) * (self.max_steps * per_step + extensions * (self.extended_s - self.step_s))
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form ``parse_sweep_spec`` reads back."""
@@ -88,6 +102,8 @@ class SweepSpec:
             "max_rate": self.max_rate,
             "variants": list(self.variants),
             "confidence": self.confidence,
+            "extend_s": self.extend_s,
+            "growth_check": self.growth_check,
         }
 
 
@@ -120,7 +136,12 @@ def parse_sweep_spec(data: object, path: str = "sweep") -> SweepSpec:
     max_rate = reader.number("max_rate", defaults.max_rate, gt=0)
     confidence = reader.number("confidence", defaults.confidence, ge=0.5, le=0.999)
     variants = _parse_variants(reader)
+    extend_s = None if reader.data.get("extend_s") is None else reader.number("extend_s", gt=0, le=1800)
+    reader.raw("extend_s", None)
+    growth_check = reader.boolean("growth_check", True)
     reader.done()
+    if extend_s is not None and step_s is not None and not extend_s > step_s:
+        reader.error("extend_s", f"must be > step_s ({step_s:g}): an extended step measures longer")
     if auto is True and stop is not None:
         reader.error("stop", "give either a range (start and stop) or auto, not both")
     # A start or stop that was given but is wrong has its own problem already.
@@ -151,6 +172,8 @@ def parse_sweep_spec(data: object, path: str = "sweep") -> SweepSpec:
         max_rate=max_rate,
         variants=variants,
         confidence=confidence,
+        extend_s=extend_s,
+        growth_check=growth_check,
     )
 
 
@@ -207,6 +230,8 @@ def parse_sweep_options(options: Mapping[str, Any]) -> SweepSpec:
             "cooldown_s": "--cooldown-seconds",
             "mode": "--concurrency",
             "variants": "--retry-variants",
+            "extend_s": "--extend-seconds",
+            "growth_check": "--no-growth-check",
         }
 
         def flag(path: str) -> str:

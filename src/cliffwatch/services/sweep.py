@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -35,9 +35,10 @@ class StepStopped(Exception):
 class StepRunner(Protocol):
     """Measures one steady step against the target (one retry variant; the runner knows which)."""
 
-    async def run_step(self, rate: float, *, trial: int) -> StepStats:
-        """The step at ``rate`` (req/s, or clients in concurrency mode), measured after its warm-up and
-        followed by its cool-down. After ``stop`` it returns early; what it returns then is discarded."""
+    async def run_step(self, rate: float, *, trial: int, extended: bool = False) -> StepStats:
+        """The step at ``rate`` (req/s, or clients in concurrency mode), measured after its warm-up (over the
+        spec's extended window when ``extended``) and followed by its cool-down. After ``stop`` it returns
+        early; what it returns then is discarded."""
 
     def stop(self, reason: str, *, aborted: bool) -> None:
         """Ends the step in progress at once (nothing more is sent, in-flight requests are cut)."""
@@ -144,15 +145,17 @@ class SweepService:
         async with self.runner_for(variant) as runner:
             self._runner = runner
             try:
-                while not self.stopped and (next_rate := search.next_rate()) is not None:
-                    rate, trial = next_rate
+                while not self.stopped and (next_step := search.next_rate()) is not None:
+                    rate, trial, extended = next_step
                     self.sweep_observer.step_started(variant, rate, trial)
                     try:
-                        step = await runner.run_step(rate, trial=trial)
+                        step = await runner.run_step(rate, trial=trial, extended=extended)
                     except StepStopped:
                         break
                     if self._halted():
                         break  # the step was cut short: its window is incomplete, so it is not counted
+                    if not spec.growth_check and step.growth is not None:
+                        step = replace(step, growth=None)  # judged by its attainment alone, as asked
                     search.record(step)
                     self.sweep_observer.step_finished(variant, step, _verdict_of(search, rate))
                     log.info("sweep step", variant=variant, rate=rate, trial=trial, attainment=step.attainment)

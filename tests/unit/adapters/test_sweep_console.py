@@ -7,6 +7,7 @@ import io
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from cliffwatch.cli import main
 from cliffwatch.config import Settings
 from cliffwatch.domain.allowlist import DEFAULT_ALLOWLIST, parse_allowlist
 from cliffwatch.domain.capacity import StepStats, StepVerdict, summarize
+from cliffwatch.domain.growth import Growth, GrowthSignal, Trend
 from cliffwatch.domain.result import RunStatus
 from cliffwatch.domain.scenario import parse_scenario
 from cliffwatch.domain.sweep_spec import SweepSpec, parse_sweep_spec
@@ -151,13 +153,13 @@ def test_the_step_table_shows_every_step_in_order_with_its_figures_and_settled_v
     header = next(line for line in table.splitlines() if "sent/s" in line)
     for column in ("req/s", "#", "n", "sent/s", "good/s", "on time", "95% CI", "tokens/s", "done/s"):
         assert column in header
-    for column in ("p99 TTFT", "p99 e2e", "shed", "tmo", "hollow", "err", "3xx", "amp", "verdict"):
+    for column in ("p99 TTFT", "p99 e2e", "shed", "tmo", "hollow", "err", "3xx", "amp", "queue", "verdict"):
         assert column in header
     found = rows(table)
     assert list(found) == ["10#1", "14#1", "12#1", "12#2", "13#1", "21#1"]  # as measured, not sorted
     assert found["10#1"][2:] == [
         "2000", "200", "200", "100.0%", "99.8–100.0", "1,000", "200", "240 ms", "1.50 s", "0%", "0%", "0%", "0%",
-        "0%", "1.00", "good",
+        "0%", "1.00", "–", "good",
     ]  # fmt: skip
     assert found["14#1"][5] == "85.0%"
     assert found["14#1"][10] == "4.50 s"
@@ -173,8 +175,34 @@ def test_a_generator_limited_step_reads_invalid_and_timeouts_and_amplification_s
 
     assert found["16#1"][-1] == "invalid (generator)"
     assert found["8#1"][12] == "15%"  # timeouts: 300 of 2000
-    assert found["8#1"][-2] == "1.80"
+    assert found["8#1"][-3] == "1.80"
     assert found["8#1"][-1] == "bad"
+
+
+def test_a_step_whose_queue_grew_shows_its_overload_and_its_rate_why_it_is_bad() -> None:
+    trend = Trend(signal=GrowthSignal.LATENCY_TREND, slope=0.062, overload=0.062, t_stat=9.0, rise=0.62,
+                  emptied=False, points=10, growing=True)  # fmt: skip
+    flat = replace(trend, slope=0.0, overload=0.0, growing=False, emptied=True)
+    steps = [
+        replace(step(10.0), growth=Growth(latency=flat, queue=None)),
+        replace(step(12.0), growth=Growth(latency=trend, queue=None)),
+        replace(step(12.0, 2, offered=6000), growth=Growth(latency=trend, queue=None), extended=True),
+    ]
+    found = rows(text(step_table(report("as-written", "no retries", steps))))
+    assert found["10#1"][-2:] == ["flat", "good"]
+    assert found["12#1"][-2:] == ["+6.2%", "unsure: again"]
+    assert found["12#2"][-2:] == ["+6.2% ext", "bad (queue grew)"]
+    notes: list[str] = []
+
+    class Notes:
+        def note(self, message: str) -> None:
+            notes.append(message)
+
+        def progress(self, progress: object) -> None:
+            pass
+
+    SweepConsoleObserver(Notes()).step_finished("as-written", steps[1], StepVerdict.UNSURE)  # type: ignore[arg-type]
+    assert notes[0].endswith("queue growing (wait +62 ms/s, 6.2 % overload): measuring it again over a longer window")
 
 
 def test_the_capacity_lines_give_usable_capacity_peaks_cliff_ratio_and_the_verdict_sentence() -> None:

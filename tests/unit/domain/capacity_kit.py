@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from cliffwatch.domain.capacity import CapacitySearch, StepStats
+from cliffwatch.domain.growth import THRESHOLD, Growth, GrowthSignal, Trend
 
 
 def step(
@@ -26,6 +27,9 @@ def step(
     p99_ttft_ms: float | None = 300.0,
     late_by: dict[str, int] | None = None,
     generator_limited: bool = False,
+    growing: bool | None = None,
+    extended: bool = False,
+    server: dict[str, dict[str, float | int | None]] | None = None,
 ) -> StepStats:
     """A step at ``rate``: ``rate × duration`` requests by default, all on time unless told; the failures that
     are not timeouts, shed, errors, redirects or incompletes are late."""
@@ -58,7 +62,18 @@ def step(
         generator_limited=generator_limited,
         generator_reasons=("schedule lag p99 12 ms",) if generator_limited else (),
         late_by=late_by or {},
+        growth=None if growing is None else growth(0.06 if growing else 0.0),
+        extended=extended,
+        server=server or {},
     )
+
+
+def growth(overload: float) -> Growth:
+    """A latency trend of ``overload`` (growing above the threshold), as a step's growth reading."""
+    growing = overload > THRESHOLD
+    trend = Trend(signal=GrowthSignal.LATENCY_TREND, slope=overload, overload=overload, t_stat=9.0,
+                  rise=overload * 10, emptied=not growing, points=10, growing=growing)  # fmt: skip
+    return Growth(latency=trend, queue=None)
 
 
 @dataclass
@@ -89,7 +104,7 @@ def drive(search: CapacitySearch, target: FakeTarget, *, limit: int = 500) -> li
     """Runs the search to the end against the fake target; the (rate, trial) pairs it asked for, in order."""
     asked: list[tuple[float, int]] = []
     while (nxt := search.next_rate()) is not None:
-        asked.append(nxt)
-        search.record(target.measure(*nxt))
+        asked.append((nxt.rate, nxt.trial))
+        search.record(target.measure(nxt.rate, nxt.trial))
         assert len(asked) < limit, "the search did not end"
     return asked

@@ -122,12 +122,12 @@ def test_a_rate_leaning_bad_is_repeated_while_failures_could_clear_it() -> None:
 
 def test_a_rate_awaiting_another_trial_is_not_yet_settled() -> None:
     s = search(start=9.2, stop=10.0)
-    assert s.next_rate() == (9.2, 1)
+    assert s.next_rate() == (9.2, 1, False)
 
     s.record(step(9.2, offered=400, on_time=398))
 
     assert s.settled() == ()
-    assert s.next_rate() == (9.2, 2)
+    assert s.next_rate() == (9.2, 2, False)
     assert s.finished_because == "unfinished after 1 steps"
 
 
@@ -232,7 +232,7 @@ def test_integer_mode_never_offers_the_same_level_twice_in_a_narrow_range() -> N
 def test_asking_twice_before_recording_returns_the_same_step() -> None:
     s = search()
 
-    assert s.next_rate() == s.next_rate() == (2.0, 1)
+    assert s.next_rate() == s.next_rate() == (2.0, 1, False)
 
 
 @pytest.mark.parametrize(

@@ -351,3 +351,35 @@ def test_numbers_read_with_three_significant_digits(value: float, text: str) -> 
 @pytest.mark.parametrize(("share", "text"), [(0.994, "99.4"), (0.9996, "99.96"), (1.0, "100.0"), (0.05, "5.0")])
 def test_shares_read_as_percentages_that_never_round_a_shortfall_up_to_100(share: float, text: str) -> None:
     assert pct(share) == text
+
+
+def test_a_rate_whose_queue_kept_growing_is_the_cliff_and_the_verdict_says_so() -> None:
+    """Every request on time at 3.5 req/s, but its queue grew through the extended step: not sustainable."""
+    steps = [
+        step(3.0, offered=2000, tokens_per_s=300.0, growing=False),
+        step(3.5, 1, offered=2000, tokens_per_s=320.0, growing=True),
+        step(3.5, 2, offered=6000, duration_s=30.0, tokens_per_s=320.0, growing=True, extended=True),
+    ]
+    result = result_of(steps)
+    assert (result.usable_rps, result.first_bad_rps) == (3.0, 3.5)
+    assert result.evidence["signal"] == "queue_growth"
+    assert result.evidence["growth"]["growing"] is True
+    assert result.verdict.startswith(
+        "the queue kept growing through a 30 s step (the wait grew 60 ms a second, a 6.0 % overload) at 3.5 req/s "
+        "while tokens/s was still 100 % of peak: size for 3 req/s"
+    )
+    [bad] = [r for r in result.rates if r.rate == 3.5]
+    assert (bad.verdict, bad.on_growth) == (StepVerdict.BAD, True)
+
+
+def test_the_verdict_quotes_the_servers_own_queue_at_the_crossing() -> None:
+    queue = {"waiting": {"first": 0.0, "last": 183.0, "min": 0.0, "max": 183.0, "mean": 90.0, "slope_per_s": 9.0,
+                         "points": 20}}  # fmt: skip
+    steps = [*cliff_sweep()[:2], step(14.0, offered=2000, on_time=1700, tokens_per_s=1455.0, p99_e2e_ms=4500.0,
+                                      server=queue), *cliff_sweep()[3:]]  # fmt: skip
+    result = result_of(steps)
+    assert result.verdict.startswith(
+        "p99 e2e crossed the 4000 ms SLO at 14 req/s (the server's waiting queue went from 0 to 183) while tokens/s "
+        "was still 97 % of peak"
+    )
+    assert (result.evidence["server_waiting_first"], result.evidence["server_waiting_max"]) == (0.0, 183.0)

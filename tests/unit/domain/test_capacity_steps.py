@@ -261,3 +261,51 @@ def test_a_pooled_rate_refuses_steps_that_do_not_match_its_trial_count() -> None
 
     with pytest.raises(ValueError, match="pooled 2 trials"):
         PooledRate.from_dict(data, steps=[step(9.2)])
+
+
+def test_a_rate_whose_queue_grew_is_due_an_extended_trial_whatever_its_attainment_or_max_trials() -> None:
+    grew = step(3.5, offered=2000, growing=True)  # every request on time: the SLO alone would call it good
+    assert settle(pooled(grew), target=0.99, max_trials=1) is None
+
+
+def test_a_queue_still_growing_over_the_extended_window_makes_the_rate_bad() -> None:
+    trials = [step(3.5, 1, offered=2000, growing=True), step(3.5, 2, offered=6000, growing=True, extended=True)]
+    settled = settle(pooled(*trials), target=0.99, max_trials=3)
+    assert settled is not None
+    assert (settled.verdict, settled.on_growth, settled.on_point_estimate) == (StepVerdict.BAD, True, False)
+    assert settled.growth is not None
+    assert settled.growth.growing
+    assert SettledRate.from_dict(json.loads(json.dumps(settled.to_dict())), steps=trials) == settled
+
+
+def test_a_queue_that_stopped_growing_over_the_extended_window_leaves_the_rate_to_its_attainment() -> None:
+    trials = [step(3.2, 1, offered=2000, growing=True), step(3.2, 2, offered=6000, growing=False, extended=True)]
+    settled = settle(pooled(*trials), target=0.99, max_trials=3)
+    assert settled is not None
+    assert (settled.verdict, settled.on_growth) == (StepVerdict.GOOD, False)
+
+
+def test_a_rate_already_bad_by_its_attainment_needs_no_extended_trial() -> None:
+    settled = settle(pooled(step(5.0, offered=2000, on_time=1500, growing=True)), target=0.99, max_trials=3)
+    assert settled is not None
+    assert (settled.verdict, settled.on_growth) == (StepVerdict.BAD, False)
+
+
+def test_a_growing_queue_the_search_had_no_step_left_to_extend_is_not_called_usable() -> None:
+    settled = settle(pooled(step(3.5, offered=2000, growing=True)), target=0.99, max_trials=3, final=True)
+    assert settled is not None
+    assert (settled.verdict, settled.on_growth) == (StepVerdict.BAD, True)
+
+
+def test_a_step_keeps_its_growth_reading_and_server_signals_through_json() -> None:
+    original = step(3.5, growing=True, extended=True,
+                    server={"waiting": {"first": 0.0, "last": 30.0, "min": 0.0, "max": 31.0, "mean": 15.0,
+                                        "slope_per_s": 1.0, "points": 30}})  # fmt: skip
+    again = StepStats.from_dict(json.loads(json.dumps(original.to_dict())))
+    assert again == original
+    assert again.growing
+    assert again.server["waiting"]["max"] == 31.0
+    older = original.to_dict()
+    for key in ("growth", "extended", "server"):
+        del older[key]
+    assert StepStats.from_dict(older).growth is None  # a step stored before the check: not checked

@@ -18,7 +18,7 @@ from cliffwatch.domain.scenario import Role, parse_scenario
 from cliffwatch.domain.sweep_plan import (
     MEASURED,
     WARMUP,
-    LateBounds,
+    WindowRecords,
     measured_index,
     short_step_warning,
     step_scenario,
@@ -171,7 +171,7 @@ def _record(phase: int, outcome: Outcome, *, end_ms: float, first_token_ms: floa
 
 
 async def test_late_bounds_counts_the_measured_windows_late_requests_by_the_bound_they_broke() -> None:
-    late = LateBounds(1, Slo(e2e_ms=1000, timeout_ms=2000, ttft_ms=200))
+    late = WindowRecords(1, Slo(e2e_ms=1000, timeout_ms=2000, ttft_ms=200))
     late.add(_record(1, Outcome.LATE, end_ms=500, first_token_ms=300))  # TTFT
     late.add(_record(1, Outcome.LATE, end_ms=1500, first_token_ms=300))  # both
     late.add(_record(0, Outcome.LATE, end_ms=1500, first_token_ms=300))  # warm-up: not counted

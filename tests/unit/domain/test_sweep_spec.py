@@ -43,13 +43,22 @@ def test_a_range_takes_the_defaults_for_everything_else() -> None:
 def test_every_field_is_read() -> None:
     data = {"mode": "rate", "start": 1.5, "stop": 30, "target": 0.95, "trials": 2, "step_s": 10, "warmup_s": 2,
             "cooldown_s": 1, "arrival": "constant", "coarse_steps": 4, "resolution": 0.1, "max_steps": 12,
-            "max_rate": 40, "variants": ["none", "budget:3"], "confidence": 0.9}  # fmt: skip
+            "max_rate": 40, "variants": ["none", "budget:3"], "confidence": 0.9, "extend_s": 25,
+            "growth_check": True}  # fmt: skip
     spec = parse_sweep_spec(data)
     assert spec == SweepSpec(start=1.5, stop=30.0, target=0.95, trials=2, step_s=10.0, warmup_s=2.0, cooldown_s=1.0,
                              arrival=SweepArrival.CONSTANT, coarse_steps=4, resolution=0.1, max_steps=12,
-                             max_rate=40.0, variants=("none", "budget:3"), confidence=0.9)  # fmt: skip
+                             max_rate=40.0, variants=("none", "budget:3"), confidence=0.9,
+                             extend_s=25.0)  # fmt: skip
     assert isinstance(spec.trials, int)
-    assert spec.max_duration_s() == 2 * 12 * (2 + 10 + 1)
+    # every step at its full length, and every other one measured again over the extended window
+    assert spec.max_duration_s() == 2 * (12 * (2 + 10 + 1) + 6 * (25 - 10))
+    assert parse_sweep_spec({**data, "growth_check": False}).max_duration_s() == 2 * 12 * (2 + 10 + 1)
+
+
+def test_an_extended_step_measures_three_windows_unless_told_otherwise() -> None:
+    assert SweepSpec(step_s=10.0).extended_s == 30.0
+    assert SweepSpec(step_s=10.0, extend_s=45.0).extended_s == 45.0
 
 
 def test_to_dict_reads_back_as_the_same_spec() -> None:
@@ -68,6 +77,9 @@ def test_auto_starts_at_the_modes_default_and_goes_up_to_max_rate() -> None:
 
 
 BAD_FIELDS: list[tuple[dict[str, Any], str, str]] = [
+    ({"extend_s": 10}, "sweep.extend_s", "must be > step_s (10): an extended step measures longer"),
+    ({"extend_s": 0}, "sweep.extend_s", "must be > 0"),
+    ({"growth_check": "yes"}, "sweep.growth_check", "must be true or false, got a string"),
     ({"mode": "closed"}, "sweep.mode", "must be one of rate, concurrency; got 'closed'"),
     ({"mode": 3}, "sweep.mode", "must be a string, got a number"),
     ({"start": 0}, "sweep.start", "must be > 0"),

@@ -77,6 +77,31 @@ async def test_a_sweep_brackets_the_capacity_of_the_target() -> None:
     assert len(steps.started) == len(steps.finished) == len(result.steps)
 
 
+async def test_a_rate_whose_queue_grows_inside_its_step_is_measured_again_longer_and_found_unsustainable() -> None:
+    """Up to 13 req/s every request of a 20-s step is on time although the target serves only 10: the queue
+    grows too slowly to break the SLO within a step. Each such rate is re-measured over the extended window,
+    where it still grows, so it is bad: the usable capacity is the true 10, not 13."""
+    svc, runners, _, _ = service(spec(start=1, stop=16, extend_s=60), {"as-written": 10.0}, hidden_above=13.0)
+    [report] = await svc.run()
+    result = report.result
+    assert result.usable_rps is not None
+    assert 9.5 <= result.usable_rps <= 10.3  # a queue growing by less than 3 % is within the check's resolution
+    extended = runners["as-written"].extended  # type: ignore[attr-defined]
+    assert extended
+    assert all(10.0 < rate <= 13.0 for rate, _ in extended)
+    assert all(s.duration_s == 60.0 for s in result.steps if s.extended)
+    assert result.evidence["signal"] == "queue_growth"
+    assert any(r.on_growth for r in result.rates)
+
+
+async def test_without_the_growth_check_a_slowly_growing_queue_passes_as_the_slo_alone_sees_it() -> None:
+    svc, runners, _, _ = service(spec(start=1, stop=16, growth_check=False), {"as-written": 10.0}, hidden_above=13.0)
+    [report] = await svc.run()
+    assert report.result.usable_rps is not None
+    assert report.result.usable_rps > 12.0
+    assert not runners["as-written"].extended  # type: ignore[attr-defined]
+
+
 async def test_every_variant_is_swept_in_order_with_its_policy_described() -> None:
     capacities = {"none": 8.0, "immediate:3": 4.0}
     svc, _, steps, _ = service(spec(variants=["none", "immediate:3"]), capacities)

@@ -13,7 +13,7 @@ from cliffwatch.domain.outcomes import Outcome
 from cliffwatch.domain.result import RunStatus
 from cliffwatch.domain.runs import CatchUp, Role, RunKind, ScenarioSource, Trigger
 from cliffwatch.domain.scenario import MAX_SEED
-from cliffwatch.domain.sweep_spec import MAX_VARIANTS, SweepArrival, SweepMode
+from cliffwatch.domain.sweep_spec import MAX_VARIANTS, SweepArrival, SweepMode, SweepSpec
 from cliffwatch.domain.trends import Bucket
 
 Schema = dict[str, Any]
@@ -70,9 +70,9 @@ SWEEP_SPEC = obj(
         "target": {"type": "number", "exclusiveMinimum": 0, "exclusiveMaximum": 1, "default": 0.99,
                    "description": "the SLO attainment a usable rate must meet"},
         "trials": {"type": "integer", "minimum": 1, "maximum": 10, "default": 3},
-        "step_s": {"type": "number", "minimum": 1, "maximum": 600, "default": 20},
-        "warmup_s": {"type": "number", "minimum": 0, "maximum": 300, "default": 5},
-        "cooldown_s": {"type": "number", "minimum": 0, "maximum": 300, "default": 3},
+        "step_s": {"type": "number", "minimum": 1, "maximum": 600, "default": SweepSpec().step_s},
+        "warmup_s": {"type": "number", "minimum": 0, "maximum": 300, "default": SweepSpec().warmup_s},
+        "cooldown_s": {"type": "number", "minimum": 0, "maximum": 300, "default": SweepSpec().cooldown_s},
         "arrival": {"enum": [a.value for a in SweepArrival], "default": SweepArrival.POISSON.value},
         "coarse_steps": {"type": "integer", "minimum": 2, "maximum": 50, "default": 6},
         "resolution": {"type": "number", "exclusiveMinimum": 0, "maximum": 0.5, "default": 0.05},
@@ -83,6 +83,12 @@ SWEEP_SPEC = obj(
                                "pattern": "^(none|as-written|(immediate|exponential|budget):([1-9]|10))$"},
                      "description": "client retry policies to repeat the sweep under", "default": ["as-written"]},
         "confidence": {"type": "number", "minimum": 0.5, "maximum": 0.999, "default": 0.95},
+        "extend_s": nullable({"type": "number", "exclusiveMinimum": 0, "maximum": 1800,
+                              "description": "the measured window of a step re-measured because its queue grew "
+                                             "inside it; > step_s; null: 3 × step_s (docs/sweep.md)"}),
+        "growth_check": {"type": "boolean", "default": True,
+                         "description": "false: judge a rate by its SLO attainment alone, not also by whether its "
+                                        "queue grew within the step"},
     },
     required=(),
 )  # fmt: skip

@@ -112,11 +112,17 @@ async def _scenario_document(request: web.Request, run: Run) -> Mapping[str, Any
 
 
 def _result_sections(run: Run) -> Markup:
-    """The report's verdict, score components and phase table (escaped by the report's own code)."""
+    """The report's verdict, score components, phase table and the server's own view (escaped by the report's
+    own code)."""
     document = run.result
     if run.kind is not RunKind.RUN or document is None or not isinstance(document.get("score"), Mapping):
         return Markup("")
-    return Markup(sections.verdict(document) + sections.components(document) + sections.phase_results(document))
+    return Markup(
+        sections.verdict(document)
+        + sections.components(document)
+        + sections.phase_results(document)
+        + sections.server(document)
+    )
 
 
 def sweep_report(run: Run) -> SweepParts | None:

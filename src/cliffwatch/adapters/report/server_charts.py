@@ -92,7 +92,8 @@ def server_charts(rows: Sequence[Mapping[str, Any]]) -> list[Chart]:
             "reported them (mean of each second's scrapes; a gap is a second without a scrape), and the mean "
             "time the requests it admitted had waited (right axis). A queue that keeps growing is load the "
             "server cannot serve, whatever tokens/s shows.",
-            axes=(Axis(scale="n", label="requests"), Axis(scale="s", label="mean queue time (s)", side="right")),
+            axes=_axes(queue, Axis(scale="n", label="requests"),
+                       Axis(scale="s", label="mean queue time (s)", side="right")),
             series=tuple(queue),
         ))  # fmt: skip
     work: list[Series] = []
@@ -147,8 +148,8 @@ def server_charts(rows: Sequence[Mapping[str, Any]]) -> list[Chart]:
             caption="Output tokens per second as the server counted them against what the client received, "
             "and (right axis) the share of its KV cache in use and the requests it preempted per second. Some "
             "engines count a request's tokens when it finishes (SGLang, TGI, llama.cpp), so their rate is lumpy.",
-            axes=(Axis(scale="tps", label="output tokens/s"), Axis(scale="pct", label="% KV cache, preemptions/s",
-                                                                     side="right")),
+            axes=_axes(work, Axis(scale="tps", label="output tokens/s"),
+                       Axis(scale="pct", label="% KV cache, preemptions/s", side="right")),
             series=tuple(work),
         ))  # fmt: skip
     own = [name for name in names if name not in _SIGNALS]
@@ -164,3 +165,9 @@ def server_charts(rows: Sequence[Mapping[str, Any]]) -> list[Chart]:
                                 values=_server_column(rows, name)) for i, name in enumerate(own)),
         ))  # fmt: skip
     return charts
+
+
+def _axes(series: list[Series], *axes: Axis) -> tuple[Axis, ...]:
+    """The axes some series is drawn on: an axis without a series (no KV cache on this engine) is left out."""
+    used = {s.scale for s in series}
+    return tuple(axis for axis in axes if axis.scale in used)

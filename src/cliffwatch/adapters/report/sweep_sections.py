@@ -157,7 +157,33 @@ def _verdict_cell(rate: Mapping[str, Any]) -> str:
     verdict = str(rate.get("verdict") or DASH)
     text = "invalid (generator)" if verdict == "invalid" else verdict
     flag = ' <span class="flag">on point estimate</span>' if rate.get("on_point_estimate") else ""
+    if rate.get("on_growth"):
+        flag += ' <span class="flag">queue kept growing</span>'
     return f'<span class="v-{esc(verdict)}">{esc(text)}</span>{flag}'
+
+
+def _queue_cell(step: Mapping[str, Any]) -> str:
+    """What the growth check saw in a step: the overload when its queue grew, "flat" when it did not, and
+    whether it was measured over the extended window; "–" when not checked."""
+    growth = as_map(step.get("growth"))
+    extended = " (extended)" if step.get("extended") else ""
+    if not growth:
+        return DASH
+    for key in ("queue", "latency"):
+        trend = as_map(growth.get(key))
+        if trend.get("growing") is True:
+            what = "server queue" if key == "queue" else "wait"
+            overload = trend.get("overload")
+            shown = pct1(overload) if isinstance(overload, int | float) else DASH
+            return f'<span class="flag">{what} grew: {shown} overload</span>{extended}'
+    return f"flat{extended}"
+
+
+def _server_queue_cell(step: Mapping[str, Any]) -> str:
+    waiting = as_map(as_map(step.get("server")).get("waiting"))
+    if not waiting:
+        return DASH
+    return f"{num(waiting.get('first'), 1)} → {num(waiting.get('max'), 1)}"
 
 
 def rates_table(result: Mapping[str, Any]) -> str:
@@ -192,16 +218,21 @@ def steps_table(result: Mapping[str, Any]) -> str:
             num(step.get("tokens_per_s"), 1), num(step.get("completions_per_s"), 2), ms(ttft.get("p50")),
             ms(ttft.get("p99")), ms(e2e.get("p50")), ms(e2e.get("p99")),
             *(pct1(_share(step, o.value)) for o in FAILED), num(step.get("amplification"), 2),
-            generator, _verdict_cell(as_map(settled.get(step.get("rate")))),
+            generator, _queue_cell(step), _server_queue_cell(step),
+            _verdict_cell(as_map(settled.get(step.get("rate")))),
         ))  # fmt: skip
     head = (f"rate ({esc(unit)})", "trial", "offered", "sent/s", "goodput/s", "attainment", "CI", "tokens/s",
             "completions/s", "TTFT p50", "TTFT p99", "e2e p50", "e2e p99", *(OUTCOME_TEXT[o].label for o in FAILED),
-            "attempts per request", "generator", "rate verdict")  # fmt: skip
+            "attempts per request", "generator", "queue in the step", "server queue (first → max)",
+            "rate verdict")  # fmt: skip
     return (
         "<h3>Steps: every trial</h3><p class='muted'>A rate's verdict is settled on its pooled trials; "
         "<em>on point estimate</em>: no further trial could clear the interval, so the pooled attainment was "
         "compared with the target directly; <em>invalid (generator)</em>: the load generator could not keep "
-        f"its schedule, so the step says nothing about the target.</p>{table(head, rows, cls='numbers steps')}"
+        "its schedule, so the step says nothing about the target; <em>queue in the step</em>: whether the queue "
+        "grew within the step (docs/sweep.md), and by what overload; a step whose queue grew is measured again "
+        "over the <em>extended</em> window, and a rate whose queue still grows there is bad, <em>queue kept "
+        f"growing</em>, whatever its attainment.</p>{table(head, rows, cls='numbers steps')}"
     )
 
 
