@@ -224,8 +224,9 @@ def settle(
 ) -> SettledRate | None:
     """The rate's settled verdict, or None when another trial is due.
 
-    INVALID when a trial was generator-limited or nothing was offered. When the last trial saw the queue grow
-    (``StepStats.growing``) and the rate is not already BAD: after an extended trial (or with ``final``), BAD
+    INVALID when a trial was generator-limited, or when nothing was offered in any of ``max_trials`` trials
+    (before that, another trial is due: an empty Poisson window measured nothing). When the last trial saw the
+    queue grow (``StepStats.growing``) and the rate is not already BAD: after an extended trial (or ``final``), BAD
     (``on_growth``); before one, None (an extended trial is due, whatever ``max_trials`` says). GOOD or BAD
     when the pooled interval is clear of the target. Otherwise another trial is due while fewer than
     ``max_trials`` were measured and the remaining trials, as large as the ones so far, could clear the interval
@@ -235,7 +236,11 @@ def settle(
     """
     verdict = pooled.verdict
     if verdict is StepVerdict.UNSURE and pooled.offered == 0:
-        verdict = StepVerdict.INVALID  # nothing was scheduled, so nothing was measured
+        # Nothing was scheduled (a Poisson window at a low rate can be empty): nothing was measured, which says
+        # nothing about the target. Measured again while trials remain; only a rate empty every time is INVALID.
+        if len(pooled.trials) < max_trials and not final:
+            return None
+        verdict = StepVerdict.INVALID
     last = max(pooled.trials, key=lambda s: s.trial)
     if verdict is not StepVerdict.INVALID and verdict is not StepVerdict.BAD and last.growing:
         # The queue grew inside the step: a longer one shows whether it keeps growing. If it still does, the rate

@@ -71,6 +71,8 @@ class PhaseStats:
     prompt_error: Histogram = field(default_factory=Histogram)
     prompt_error_signed: float = 0.0
     latency: dict[str, Histogram] = field(default_factory=lambda: {m: Histogram() for m in LATENCY_METRICS})
+    # What the answers' server-state headers said (domain.state_headers): each reading's values, by name.
+    state_headers: dict[str, Histogram] = field(default_factory=dict)
 
     @property
     def sent(self) -> int:
@@ -172,6 +174,8 @@ def merge_phases(phases: Sequence[PhaseStats]) -> PhaseStats | None:
         pooled.prompt_error_signed += p.prompt_error_signed
         for name, hist in p.latency.items():
             pooled.latency[name].merge(hist)
+        for name, hist in p.state_headers.items():
+            pooled.state_headers.setdefault(name, Histogram()).merge(hist)
     return pooled
 
 
@@ -268,6 +272,11 @@ class RunAggregator:
             sent.retries += attempt.number > 1
             if attempt.pool_wait_ns:
                 phase.latency["pool_wait"].add(attempt.pool_wait_ns / NS_PER_MS)
+            for name, value in attempt.state:
+                histogram = phase.state_headers.get(name)
+                if histogram is None:
+                    histogram = phase.state_headers[name] = Histogram()
+                histogram.add(value)
             self._spread_in_flight(attempt.sent_ns, attempt.end_ns)
             self._spread_tokens(attempt)
 

@@ -107,6 +107,8 @@ class Attempt:
     reasoning_tokens: int | None = None  # of output_tokens, the reasoning ones; None: no split known
     server_prompt_tokens: int | None = None  # the server's count of the prompt (usage.prompt_tokens)
     retry_after_s: float | None = None
+    # What the answer's headers said of the server's state (``domain.state_headers``): (name, value) readings.
+    state: tuple[tuple[str, float], ...] = ()
 
     @property
     def succeeded(self) -> bool:

@@ -17,6 +17,7 @@ from cliffwatch.domain.prompt_sizing import WORDS_SIZING, PromptSizing
 from cliffwatch.domain.scenario import Scenario
 from cliffwatch.domain.scoring import Score
 from cliffwatch.domain.server_view import ServerView
+from cliffwatch.domain.state_headers import unit_of
 
 RESULT_FORMAT = 1
 
@@ -228,8 +229,28 @@ def _phase_dict(stats: PhaseStats, timing: PhaseTiming | None, server: ServerVie
         **_token_split(stats),
         **_prompt_errors(stats),
         "latency_ms": {name: hist.summary() for name, hist in stats.latency.items()},
+        **state_headers_summary(stats),
         **extra,
     }
+
+
+def state_headers_summary(stats: PhaseStats) -> dict[str, Any]:
+    """``state_headers`` when some answer carried server state (domain.state_headers): per reading, its unit,
+    how many answers carried it, and its spread; nothing otherwise."""
+    if not stats.state_headers:
+        return {}
+    summaries = {}
+    for name, histogram in sorted(stats.state_headers.items()):
+        p50, p90 = histogram.quantile(0.5), histogram.quantile(0.9)
+        summaries[name] = {
+            "unit": unit_of(name),
+            "responses": histogram.count,
+            "min": round(histogram.min, 3),
+            "p50": None if p50 is None else round(p50, 3),
+            "p90": None if p90 is None else round(p90, 3),
+            "max": round(histogram.max, 3),
+        }
+    return {"state_headers": summaries}
 
 
 def _token_split(stats: PhaseStats) -> dict[str, Any]:

@@ -233,11 +233,17 @@ def test_a_final_settlement_never_asks_for_another_trial() -> None:
     assert settled.on_point_estimate
 
 
-def test_a_rate_where_nothing_was_offered_is_invalid() -> None:
-    settled = settle(pooled(step(0.01, offered=0)), target=0.99, max_trials=3)
-
+def test_a_rate_where_nothing_was_offered_is_measured_again_and_invalid_only_when_always_empty() -> None:
+    """A Poisson window at 0.5 req/s is empty once in 150 steps: it measured nothing, so it must not become the
+    ceiling of the search (a sweep once ended at 0.42 req/s on one)."""
+    assert settle(pooled(step(0.5, offered=0)), target=0.99, max_trials=3) is None
+    empty = [step(0.5, trial, offered=0) for trial in (1, 2, 3)]
+    settled = settle(pooled(*empty), target=0.99, max_trials=3)
     assert settled is not None
     assert settled.verdict is StepVerdict.INVALID
+    last = settle(pooled(step(0.5, offered=0)), target=0.99, max_trials=3, final=True)
+    assert last is not None
+    assert last.verdict is StepVerdict.INVALID
 
 
 def test_a_settled_verdict_is_never_unsure() -> None:

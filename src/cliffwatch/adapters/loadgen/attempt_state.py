@@ -27,6 +27,7 @@ class AttemptState:
         "prompt_tokens",
         "reasoning_tokens",
         "retry_after_s",
+        "state",
         "status",
         "stream",
         "token_source",
@@ -46,6 +47,7 @@ class AttemptState:
         self.tokens = 0
         self.token_source = TokenSource.NONE
         self.retry_after_s: float | None = None
+        self.state: tuple[tuple[str, float], ...] = ()  # the server-state headers' readings (domain.state_headers)
         self.stream: OpenAIStream | None = None
         self.end: int | None = None  # when the answer was complete, if that was before the body ended
         self.answered = False  # an OpenAI answer was read to its end: judge it against target.expect
@@ -104,4 +106,5 @@ class AttemptState:
             reasoning_tokens=self.reasoning_tokens,
             server_prompt_tokens=self.prompt_tokens,
             retry_after_s=self.retry_after_s,
+            state=self.state,
         )

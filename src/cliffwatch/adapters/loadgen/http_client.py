@@ -42,6 +42,7 @@ from cliffwatch.domain.rate_limit import TokenBucket
 from cliffwatch.domain.retry import FailureKind
 from cliffwatch.domain.scenario import Scenario
 from cliffwatch.domain.secrets import sendable_headers
+from cliffwatch.domain.state_headers import readings, watched
 from cliffwatch.domain.target_spec import Api
 
 MAX_ERROR_BODY = 64 * 1024
@@ -238,6 +239,7 @@ class HttpExecutor:
         ) as response:
             state.first_byte = time.perf_counter_ns()
             state.status = response.status
+            state.state = server_state(response)
             if 300 <= response.status < 400:
                 return await self._redirected(response, hop, hops, state)
             if not 200 <= response.status < 300:
@@ -363,6 +365,19 @@ async def _drain(response: aiohttp.ClientResponse) -> None:
         async with asyncio.timeout(DRAIN_TIMEOUT_S):
             while await response.content.read(MAX_ERROR_BODY):
                 pass
+
+
+def server_state(response: aiohttp.ClientResponse) -> tuple[tuple[str, float], ...]:
+    """The readings of the answer's server-state headers (queue time, rate limits, back-off, load); () without."""
+    found = [(lower, value) for name, value in response.headers.items() if watched(lower := name.lower())]
+    if not found:
+        return ()
+    date = response.headers.get("Date")
+    try:
+        when = None if date is None else email.utils.parsedate_to_datetime(date)
+    except (TypeError, ValueError, IndexError):
+        when = None
+    return readings(found, date=when if when is not None and when.tzinfo is not None else None)
 
 
 def parse_retry_after(value: str | None) -> float | None:

@@ -202,3 +202,29 @@ def server(doc: Mapping[str, Any]) -> str:
         + (f'<ul class="notes">{notes}</ul>' if notes else "") + listed
         + f"<h3>Each phase: mean / highest reading</h3>{per_phase}</section>"
     )  # fmt: skip
+
+
+def state_headers(doc: Mapping[str, Any]) -> str:
+    """What the answers' own headers said of the server's state (queue time, rate limits, back-off), per phase."""
+    phases = [_map(p) for p in _list(doc.get("phases"))]
+    names = sorted({str(name) for p in phases for name in _map(p.get("state_headers"))})
+    if not names:
+        return ""
+    rows = []
+    for name in names:
+        cells, unit = [], ""
+        for phase in phases:
+            reading = _map(_map(phase.get("state_headers")).get(name))
+            unit = str(reading.get("unit") or unit)
+            cells.append(DASH if not reading else f"{_num(reading.get('p50'), 2)} <span class='muted'>"
+                         f"({_num(reading.get('min'), 2)}–{_num(reading.get('max'), 2)}, "
+                         f"{_num(reading.get('responses'))} answers)</span>")  # fmt: skip
+        rows.append((f"<code>{_e(name)}</code>", _e(unit), *cells))
+    head = ("header", "unit", *(_e(p.get("name")) for p in phases))
+    return (
+        '<section id="state-headers"><h2>Server state in the answers\' headers</h2>'
+        "<p>Queue and processing times, rate limits and back-off as the server or a gateway in front of it "
+        "sent them with each answer: the median, with the range and how many answers carried it. Streamed answers "
+        "carry no timing headers (they leave before the answer is known).</p>"
+        f"{_table(head, rows, cls='numbers')}</section>"
+    )

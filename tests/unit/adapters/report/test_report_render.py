@@ -228,3 +228,17 @@ def test_a_run_that_scraped_nothing_has_no_server_section_or_charts(document: di
     page = render_run_report(document)
     assert '<section id="server">' not in page
     assert not any(c["id"].startswith("server") for c in report_data(page)["charts"])
+
+
+def test_the_answers_server_state_headers_are_tabled_per_phase(document: dict[str, Any]) -> None:
+    document["phases"][1]["state_headers"] = {
+        "x-queue-time": {"unit": "ms", "responses": 40, "min": 0.0, "p50": 12.0, "p90": 80.0, "max": 410.0},
+        "retry-after": {"unit": "s", "responses": 3, "min": 1.0, "p50": 1.0, "p90": 2.0, "max": 2.0},
+    }
+    page = render_run_report(document)
+    section = page[page.index('<section id="state-headers">') :]
+    section = section[: section.index("</section>")]
+    assert "<code>x-queue-time</code>" in section
+    assert "12 <span class='muted'>(0–410, 40 answers)</span>" in section
+    assert section.count("<tr>") == 3  # the head and one row per header
+    assert '<section id="state-headers">' not in render_run_report(json.loads(FIXTURE.read_text(encoding="utf-8")))

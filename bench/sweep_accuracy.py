@@ -1,0 +1,246 @@
+"""How close does a default sweep come to a single slot's analytic capacity? The figures of docs/sweep.md.
+
+Runs ``cliffwatch sweep --auto`` (``prepare_sweep``, every default but the arrivals) against two single-slot
+servers whose capacity is known exactly (``domain/queueing.py``, docs/capacity-model.md "A single slot"):
+
+- ``builtin``: the built-in target with ``max_batch: 1`` and 16 steps of 20 ms: 320 ms a request;
+- ``slot``: ``bench/single_slot_server.py``, an independent process that serves one request at a time in
+  320 ms, FIFO, with llama.cpp's ``/metrics`` names (the sweep scrapes them: ``target.metrics``).
+
+with an end-to-end SLO of 5 × and 10 × the service time, constant and Poisson arrivals, ``--reps`` sweeps
+each; every result is a JSON line in ``--out``. ``--analyse`` prints, per configuration, the usable capacity
+found against the truth and how often the growth check fired at rates at or below 90 % of the truth.
+``--simulate`` runs the same search and judging code on simulated steps of the same queues (Lindley's
+recursion, no HTTP), many times over, in seconds: the spread a few real sweeps cannot show.
+
+    .venv/bin/python bench/sweep_accuracy.py --out /tmp/accuracy.jsonl --reps 3      # about 75 min
+    .venv/bin/python bench/sweep_accuracy.py --analyse /tmp/accuracy.jsonl
+    .venv/bin/python bench/sweep_accuracy.py --simulate --reps 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import random
+import statistics
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from cliffwatch.bootstrap_sweep import prepare_sweep
+from cliffwatch.config import Settings
+from cliffwatch.domain.capacity import CapacitySearch, SearchConfig, StepStats, summarize
+from cliffwatch.domain.growth import Growth, latency_trend
+from cliffwatch.domain.queueing import dd1_usable_rate, md1_usable_rate
+from cliffwatch.domain.scenario import Scenario, parse_scenario, with_overrides
+from cliffwatch.domain.sweep_spec import SweepArrival, SweepSpec
+from cliffwatch.services.memory import CollectingObserver
+
+SERVICE_S = 0.32
+TOKENS = 16
+TARGET = 0.99
+SERVER = Path(__file__).with_name("single_slot_server.py")
+
+
+def truth(arrival: str, slo_factor: float, service_s: float = SERVICE_S) -> float:
+    slo = slo_factor * service_s
+    if arrival == "constant":
+        return dd1_usable_rate(service_s=service_s, slo_s=slo)
+    return md1_usable_rate(service_s=service_s, slo_s=slo, attainment=TARGET)
+
+
+def scenario(target: str, url: str | None, slo_factor: float) -> Scenario:
+    slo_ms = slo_factor * SERVICE_S * 1000
+    if target == "builtin":
+        # 16 steps of 19 + 1 ms: a lone request takes exactly 320 ms (no prefill)
+        builtin = {"max_batch": 1, "decode_base_ms": 19, "decode_per_seq_ms": 1, "prefill_base_ms": 0,
+                   "prefill_per_token_ms": 0}  # fmt: skip
+        where: dict[str, Any] = {"url": "builtin", "builtin": builtin, "metrics": {}}
+    else:
+        where = {"url": url, "metrics": {"engine": "llamacpp"}}
+    return parse_scenario({
+        "name": f"single-slot-{target}",
+        "seed": 1,
+        "target": {**where, "request": {"model": "slot", "prompt_tokens": 8, "max_tokens": TOKENS}},
+        "slo": {"e2e_ms": slo_ms, "timeout_ms": 3 * slo_ms},
+        "client": {"pool_size": 256},
+        "phases": [{"name": "p", "role": "baseline", "duration_s": 5, "arrival": {"process": "constant", "rate": 1}}],
+    })  # fmt: skip
+
+
+@contextlib.contextmanager
+def slot_server() -> Iterator[str]:
+    process = subprocess.Popen([sys.executable, str(SERVER), "--service-ms", str(SERVICE_S * 1000), "--tokens",
+                                str(TOKENS)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert process.stdout is not None
+        port = int(process.stdout.readline().split()[1])
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def step_rows(document: dict[str, Any]) -> list[dict[str, Any]]:
+    steps = document["variants"][0]["result"]["steps"] if document.get("variants") else []
+    rows = []
+    for s in steps:
+        growth = s.get("growth") or {}
+        rows.append({"rate": s["rate"], "trial": s["trial"], "extended": s.get("extended", False),
+                     "attainment": s["attainment"], "growing": bool(growth.get("growing")),
+                     "latency": growth.get("latency"), "queue": growth.get("queue")})  # fmt: skip
+    return rows
+
+
+async def one_sweep(target: str, url: str | None, slo_factor: float, arrival: str, rep: int) -> dict[str, Any]:
+    base = with_overrides(scenario(target, url, slo_factor), seed=1000 + rep)
+    spec = SweepSpec(auto=True, arrival=SweepArrival(arrival))
+    started = time.monotonic()
+    async with prepare_sweep(Settings.from_env({}), base, spec, observer=CollectingObserver()) as sweep:
+        outcome = await sweep.run()
+    document = outcome.to_dict()
+    expected = truth(arrival, slo_factor)
+    usable = outcome.usable_rps
+    return {"target": target, "slo_factor": slo_factor, "arrival": arrival, "rep": rep, "truth": expected,
+            "usable": usable, "error": None if usable is None else usable / expected - 1,
+            "status": outcome.status.value, "minutes": (time.monotonic() - started) / 60,
+            "verdict": document["variants"][0]["result"]["verdict"] if document.get("variants") else None,
+            "steps": step_rows(document)}  # fmt: skip
+
+
+async def measure(out: Path, reps: int, targets: list[str], factors: list[float], arrivals: list[str]) -> None:
+    with contextlib.ExitStack() as stack, out.open("a", encoding="utf-8") as sink:
+        url = stack.enter_context(slot_server()) if "slot" in targets else None
+        for rep in range(reps):
+            for target in targets:
+                for factor in factors:
+                    for arrival in arrivals:
+                        row = await one_sweep(target, url, factor, arrival, rep)
+                        sink.write(json.dumps(row) + "\n")
+                        sink.flush()
+                        error = "–" if row["error"] is None else f"{row['error'] * 100:+.1f} %"
+                        print(
+                            f"{target} SLO {factor:g}×S {arrival} rep {rep}: usable {row['usable']} "
+                            f"(truth {row['truth']:.3f}, {error}) in {row['minutes']:.1f} min",
+                            flush=True,
+                        )
+
+
+def analyse(path: Path) -> None:
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    groups: dict[tuple[str, float, str], list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        groups[(row["target"], row["slo_factor"], row["arrival"])].append(row)
+    print("| target | SLO | arrivals | truth (req/s) | usable found | error | within ±10 % | growth alarms at ≤ 90 % | "
+          "extended steps | minutes |")  # fmt: skip
+    print("|---|---|---|---:|---|---|---:|---:|---:|---:|")
+    for (target, factor, arrival), members in sorted(groups.items()):
+        found = [m["usable"] for m in members]
+        errors = [m["error"] for m in members if m["error"] is not None]
+        below = [s for m in members for s in m["steps"] if s["rate"] <= 0.9 * m["truth"]
+                 and (s["latency"] is not None or s["queue"] is not None)]  # fmt: skip
+        alarms = sum(1 for s in below if s["growing"])
+        extended = sum(1 for m in members for s in m["steps"] if s["extended"])
+        within = sum(1 for e in errors if abs(e) <= 0.10)
+        shown = ", ".join("–" if u is None else f"{u:g}" for u in found)
+        spread = ", ".join(f"{e * 100:+.0f} %" for e in errors)
+        print(
+            f"| {target} | {factor:g} × S | {arrival} | {members[0]['truth']:.3f} | {shown} | {spread} | "
+            f"{within}/{len(members)} | {alarms}/{len(below)} | {extended} | "
+            f"{statistics.median(m['minutes'] for m in members):.1f} |"
+        )
+
+
+# -- simulation: the same search on modelled steps -----------------------------------------------------------
+
+
+def simulated_step(rate: float, trial: int, *, service_s: float, slo_s: float, window_s: float, warmup_s: float,
+                   poisson: bool, seed: str) -> StepStats:  # fmt: skip
+    """A step of a single FIFO server with a fixed service time, every request's wait exact (Lindley)."""
+    rng = random.Random(seed)
+    at = free = 0.0
+    waits, ends = [], []
+    while True:
+        at += rng.expovariate(rate) if poisson else 1 / rate
+        if at >= warmup_s + window_s:
+            break
+        start = max(at, free)
+        free = start + service_s
+        waits.append((at, start - at + 0.005))  # the first token comes a little after the request starts
+        ends.append((at, free - at))
+    window = [(t, e) for t, e in ends if t >= warmup_s]
+    offered, on_time = len(window), sum(1 for _, e in window if e <= slo_s)
+    floor = min((w for _, w in waits), default=None)
+    trend = latency_trend(waits, start_s=warmup_s, end_s=warmup_s + window_s, floor_s=floor)
+    none = {"p50": None, "p90": None, "p99": None}
+    return StepStats(rate=rate, trial=trial, duration_s=window_s, offered=offered, on_time=on_time,
+                     late=offered - on_time, shed=0, fast_shed=0, timeout=0, error=0, not_sent=0,
+                     sent_rate=offered / window_s, goodput_rps=on_time / window_s, completions_per_s=offered / window_s,
+                     tokens_per_s=TOKENS * offered / window_s, amplification=1.0, ttft_ms=none, itl_ms=none,
+                     e2e_ms=none, generator_limited=False, growth=Growth(latency=trend, queue=None))  # fmt: skip
+
+
+def simulate(reps: int, service_s: float) -> None:
+    spec = SweepSpec(auto=True)
+    print(f"| SLO | arrivals | growth check | truth (req/s) | within ±10 % | median error | error range | "
+          f"growth alarms at ≤ 90 % |  (service {service_s * 1000:g} ms, {reps} sweeps each)")  # fmt: skip
+    print("|---|---|---|---:|---:|---:|---|---:|")
+    for factor in (5.0, 10.0):
+        for arrival in ("constant", "poisson"):
+            expected = truth(arrival, factor, service_s)
+            for check in (True, False):
+                errors, alarms, below = [], 0, 0
+                for rep in range(reps):
+                    search = CapacitySearch(SearchConfig.from_spec(spec))
+                    while (asked := search.next_rate()) is not None:
+                        window = spec.extended_s if asked.extended else spec.step_s
+                        step = simulated_step(asked.rate, asked.trial, service_s=service_s, slo_s=factor * service_s,
+                                              window_s=window, warmup_s=spec.warmup_s, poisson=arrival == "poisson",
+                                              seed=f"{rep}:{asked.rate}:{asked.trial}")  # fmt: skip
+                        step = replace(step, extended=asked.extended)
+                        if step.rate <= 0.9 * expected and step.growth and step.growth.latency:
+                            below += 1
+                            alarms += step.growing
+                        search.record(step if check else replace(step, growth=None))
+                    found = summarize(search.steps, target=TARGET, e2e_slo_ms=factor * service_s * 1000,
+                                      finished_because="").usable_rps  # fmt: skip
+                    errors.append((found or 0.0) / expected - 1)
+                within = sum(1 for e in errors if abs(e) <= 0.10)
+                print(f"| {factor:g} × S | {arrival} | {'on' if check else 'off'} | {expected:.3f} | "
+                      f"{within}/{reps} | {statistics.median(errors) * 100:+.1f} % | "
+                      f"{min(errors) * 100:+.0f} … {max(errors) * 100:+.0f} % | "
+                      f"{alarms}/{below} |")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--analyse", type=Path)
+    parser.add_argument("--simulate", action="store_true")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--service-ms", type=float, default=SERVICE_S * 1000, help="--simulate only")
+    parser.add_argument("--targets", default="builtin,slot")
+    parser.add_argument("--slo-factors", default="5,10")
+    parser.add_argument("--arrivals", default="constant,poisson")
+    args = parser.parse_args()
+    if args.analyse:
+        analyse(args.analyse)
+    elif args.simulate:
+        simulate(args.reps, args.service_ms / 1000)
+    elif args.out:
+        asyncio.run(measure(args.out, args.reps, args.targets.split(","),
+                            [float(f) for f in args.slo_factors.split(",")], args.arrivals.split(",")))  # fmt: skip
+    else:
+        parser.error("give --out, --analyse or --simulate")
+
+
+if __name__ == "__main__":
+    main()
