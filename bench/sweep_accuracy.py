@@ -69,7 +69,7 @@ def scenario(target: str, url: str | None, slo_factor: float) -> Scenario:
     return parse_scenario({
         "name": f"single-slot-{target}",
         "seed": 1,
-        "target": {**where, "request": {"model": "slot", "prompt_tokens": 8, "max_tokens": TOKENS}},
+        "target": {**where, "request": {"model": "sim-llm", "prompt_tokens": 8, "max_tokens": TOKENS}},
         "slo": {"e2e_ms": slo_ms, "timeout_ms": 3 * slo_ms},
         "client": {"pool_size": 256},
         "phases": [{"name": "p", "role": "baseline", "duration_s": 5, "arrival": {"process": "constant", "rate": 1}}],

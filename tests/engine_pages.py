@@ -194,7 +194,8 @@ def builtin(s: EngineState) -> str:
 
     return render(EngineStats(waiting=s.waiting, running=s.running, max_batch=16, results={},
                               prompt_tokens_total=s.prompted, generation_tokens_total=s.generated, steps_total=0,
-                              queue_time_seconds_sum=s.queue_sum_s, queue_time_count=s.queue_count))  # fmt: skip
+                              queue_time_seconds_sum=s.queue_sum_s, queue_time_count=s.queue_count,
+                              preemptions_total=s.preempted))  # fmt: skip
 
 
 PAGES = {"vllm": vllm, "sglang": sglang, "tgi": tgi, "llamacpp": llamacpp, "triton": triton, "builtin": builtin}
@@ -205,5 +206,5 @@ NOT_EXPOSED = {
     "tgi": {"kv_cache_usage", "preemptions"},
     "llamacpp": {"preemptions", "queue_time"},
     "triton": {"preemptions"},
-    "builtin": {"kv_cache_usage", "preemptions"},
+    "builtin": {"kv_cache_usage"},
 }

@@ -89,6 +89,28 @@ def phase_table(result: RunResult) -> Table:
     return table
 
 
+def class_table(result: RunResult) -> Table:
+    """Each traffic class in each phase, its score beside its name: who lost when the pool was shared."""
+    table = Table(title=f"{result.scenario.name}: classes", title_justify="left", show_edge=False)
+    for header in ("class", "phase", "offered/s", "on time", "goodput/s", "p99 TTFT", "p99 e2e", "timeout", "shed"):
+        table.add_column(header, justify="left" if header in ("class", "phase") else "right")
+    scores = {c.name: c for c in result.score.classes}
+    for name, metrics in result.metrics.classes:
+        own = scores.get(name)
+        label = name if own is None or own.value is None else f"{name} ({own.value:.0f}/100)"
+        for stats in metrics.phases:
+            offered = stats.offered or 1
+            table.add_row(
+                label, stats.window.name, f"{stats.offered_rps:.1f}", _pct(stats.on_time_ratio),
+                f"{stats.goodput_rps:.1f}", _ms(stats.latency["ttft"].quantile(0.99)),
+                _ms(stats.latency["e2e"].quantile(0.99)),
+                f"{stats.outcomes[Outcome.TIMEOUT] / offered:.0%}" if stats.offered else "–",
+                f"{stats.outcomes[Outcome.SHED] / offered:.0%}" if stats.offered else "–",
+            )  # fmt: skip
+            label = ""
+    return table
+
+
 def _phase_row(stats: PhaseStats) -> list[str]:
     offered = stats.offered or 1
 
@@ -125,7 +147,10 @@ def scorecard(result: RunResult) -> RenderableType:
     for component in score.components:
         shown = "n/a" if component.value is None else f"{component.value:.2f}"
         components.add_row(component.name, shown, f"{component.weight:.2f}", component.summary)
-    lines: list[RenderableType] = [headline, phase_table(result), components]
+    lines: list[RenderableType] = [headline, phase_table(result)]
+    if result.metrics.classes:
+        lines.append(class_table(result))
+    lines.append(components)
     if result.fault_events:
         lines.append(fault_timeline(result))
     for item in result.verdicts():

@@ -8,6 +8,7 @@ can start afresh at its boundary).
 
 from __future__ import annotations
 
+import heapq
 import math
 import random
 from collections.abc import Iterator
@@ -124,7 +125,41 @@ class Spike:
         )
 
 
-Arrival = Constant | Poisson | Gamma | Steps | Spike | TraceArrival
+@dataclass(frozen=True, kw_only=True)
+class Mix:
+    """A phase's arrivals by traffic class (``domain.traffic_classes``): each class its own process (``parts``),
+    or one process (``whole``) whose arrivals are dealt out to the classes by weight (``shares``, summing to 1).
+    A class it does not name sends nothing in the phase."""
+
+    parts: tuple[tuple[str, Arrival], ...] = ()
+    whole: Arrival | None = None
+    shares: tuple[tuple[str, float], ...] = ()
+
+    def mean_rate(self, duration_s: float) -> float:
+        if self.whole is not None:
+            return self.whole.mean_rate(duration_s)
+        return math.fsum(arrival.mean_rate(duration_s) for _, arrival in self.parts)
+
+    def peak_rate(self) -> float:
+        """At most the sum of every part's peak (they may peak at once)."""
+        if self.whole is not None:
+            return self.whole.peak_rate()
+        return math.fsum(arrival.peak_rate() for _, arrival in self.parts)
+
+    def class_rate(self, name: str, duration_s: float) -> float:
+        """The mean rate ``name`` sends at in the phase."""
+        if self.whole is not None:
+            return self.whole.mean_rate(duration_s) * dict(self.shares).get(name, 0.0)
+        return math.fsum(arrival.mean_rate(duration_s) for part, arrival in self.parts if part == name)
+
+    def describe(self) -> str:
+        if self.whole is not None:
+            shared = ", ".join(f"{name} {share * 100:.0f} %" for name, share in self.shares)
+            return f"{self.whole.describe()} shared {shared}"
+        return "; ".join(f"{name}: {arrival.describe()}" for name, arrival in self.parts)
+
+
+Arrival = Constant | Poisson | Gamma | Steps | Spike | TraceArrival | Mix
 
 PROCESSES = ("constant", "poisson", "gamma", "step", "spike", "trace")
 MIN_BURSTINESS = 0.01
@@ -133,7 +168,10 @@ MIN_SPIKE_PERIOD_S = 0.1
 
 def plan_offsets(arrival: Arrival, duration_s: float, rng: random.Random) -> Iterator[float]:
     """Send offsets (seconds from the phase start) in increasing order, all ``< duration_s``."""
-    if isinstance(arrival, Constant):
+    if isinstance(arrival, Mix):
+        for offset, _ in mix_offsets(arrival, duration_s, rng):
+            yield offset
+    elif isinstance(arrival, Constant):
         gap = 1.0 / arrival.rate
         index = 0
         while (offset := index * gap) < duration_s:
@@ -165,6 +203,32 @@ def plan_offsets(arrival: Arrival, duration_s: float, rng: random.Random) -> Ite
             yield from _poisson(arrival.burst_rate, burst_start, burst_end, rng)
             cursor = burst_end
         yield from _poisson(arrival.base_rate, cursor, duration_s, rng)
+
+
+def mix_offsets(mix: Mix, duration_s: float, rng: random.Random) -> Iterator[tuple[float, str]]:
+    """A mix's send offsets in increasing order, each with the class it belongs to. Each part's process runs
+    on a generator of its own (seeded from ``rng``), so adding a class leaves the others' arrivals as they were;
+    a shared process deals each arrival to a class by weight, with a generator of its own too."""
+    if mix.whole is not None:
+        dealer = random.Random(rng.random())
+        names = [name for name, _ in mix.shares]
+        weights = [share for _, share in mix.shares]
+        for offset in plan_offsets(mix.whole, duration_s, rng):
+            yield offset, dealer.choices(names, weights)[0]
+        return
+    seeds = [rng.random() for _ in mix.parts]
+    streams = [_tagged(arrival, duration_s, random.Random(seed), index, name)
+               for index, ((name, arrival), seed) in enumerate(zip(mix.parts, seeds, strict=True))]  # fmt: skip
+    for offset, _, name in heapq.merge(*streams):
+        yield offset, name
+
+
+def _tagged(
+    arrival: Arrival, duration_s: float, rng: random.Random, index: int, name: str
+) -> Iterator[tuple[float, int, str]]:
+    """One part's offsets, each with its part's index (ties break in the parts' order) and class name."""
+    for offset in plan_offsets(arrival, duration_s, rng):
+        yield offset, index, name
 
 
 def _poisson(rate: float, start: float, end: float, rng: random.Random) -> Iterator[float]:

@@ -60,6 +60,7 @@ NOTHING_VALID = "no valid step: the generator could not keep its schedule at any
 # A rate whose queue kept growing through an extended step (domain.growth): its SLO held only because it ended.
 GROWTH_SIGNAL = "the queue kept growing through a {window} s step ({trend})"
 SERVER_QUEUE = " (the server's waiting queue went from {first} to {peak})"  # target.metrics, at the crossing
+SERVER_QUEUE_HELD = " (the server's waiting queue held at {peak} at most)"
 
 
 def num(value: float) -> str:
@@ -382,7 +383,8 @@ def _decide(
     queue = server_queue(crossing)
     if queue is not None:
         first, peak_queue = queue
-        detail += SERVER_QUEUE.format(first=_count(first), peak=_count(peak_queue))
+        template = SERVER_QUEUE if peak_queue > first else SERVER_QUEUE_HELD
+        detail += template.format(first=_count(first), peak=_count(peak_queue))
         evidence.update(server_waiting_first=first, server_waiting_max=peak_queue)
     share = float(getattr(crossing, metric_key)) / peak_value if peak_value > 0 else 0.0
     constrained = share >= CONSTRAINED_SHARE

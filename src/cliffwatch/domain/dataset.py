@@ -47,8 +47,9 @@ class DatasetSpec:
     recorded_output: bool = True  # max_tokens from the entry's recorded answer (False: request.max_tokens)
     loaded: DatasetSizes | None = field(default=None, compare=False, repr=False)
 
-    def draws(self, phase: int, seed: int) -> DatasetDraws:
-        return DatasetDraws(self, random.Random(f"{seed}:dataset:{phase}"))
+    def draws(self, phase: int, seed: int, suffix: str = "") -> DatasetDraws:
+        """The entries a phase's requests (of one traffic class: ``suffix``) draw, from a generator of their own."""
+        return DatasetDraws(self, random.Random(f"{seed}:dataset:{phase}{suffix}"))
 
 
 class DatasetDraws:
@@ -102,9 +103,16 @@ def parse_dataset(reader: Reader, *, max_tokens_given: bool) -> DatasetSpec | No
 
 
 def with_dataset(scenario: Scenario, sizes: DatasetSizes | None) -> Scenario:
-    """``scenario`` with its dataset's sizes attached (as read before the run); unchanged without a dataset."""
+    """``scenario`` with its dataset's sizes attached (as read before the run), to the target's request and to
+    every traffic class that draws from it; unchanged without a dataset."""
     template = scenario.target.request
     if sizes is None or template.dataset is None:
         return scenario
     request = dataclasses.replace(template, dataset=dataclasses.replace(template.dataset, loaded=sizes))
-    return dataclasses.replace(scenario, target=dataclasses.replace(scenario.target, request=request))
+    classes = tuple(
+        c if c.request.dataset is None
+        else dataclasses.replace(c, request=dataclasses.replace(
+            c.request, dataset=dataclasses.replace(c.request.dataset, loaded=sizes)))
+        for c in scenario.classes
+    )  # fmt: skip
+    return dataclasses.replace(scenario, target=dataclasses.replace(scenario.target, request=request), classes=classes)

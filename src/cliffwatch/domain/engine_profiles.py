@@ -105,6 +105,7 @@ _BUILTIN = "src/cliffwatch/target/prometheus.py"
 BUILTIN = (
     _def(Signal.WAITING, "cliffwatch_target_waiting_requests", source=_BUILTIN),
     _def(Signal.RUNNING, "cliffwatch_target_running_requests", source=_BUILTIN),
+    _def(Signal.PREEMPTIONS, "rate(cliffwatch_target_preemptions_total)", source=_BUILTIN),
     _def(Signal.GENERATION_TOKENS, "rate(cliffwatch_target_generation_tokens_total)", source=_BUILTIN),
     _def(Signal.PROMPT_TOKENS, "rate(cliffwatch_target_prompt_tokens_total)", source=_BUILTIN),
     _def(Signal.QUEUE_TIME, "mean(cliffwatch_target_queue_time_seconds)", source=_BUILTIN),

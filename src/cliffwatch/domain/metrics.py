@@ -137,6 +137,8 @@ class SecondStats:
 class RunMetrics:
     phases: tuple[PhaseStats, ...]
     seconds: tuple[SecondStats, ...]
+    # With traffic classes: each class's own metrics, by name, in the classes' order (the totals are the above).
+    classes: tuple[tuple[str, RunMetrics], ...] = ()
 
     def by_role(self, role: Role) -> list[PhaseStats]:
         return [p for p in self.phases if p.window.role is role]
@@ -179,10 +181,31 @@ def merge_phases(phases: Sequence[PhaseStats]) -> PhaseStats | None:
     return pooled
 
 
-class RunAggregator:
-    """Counts records into phases and seconds as they finish; answers the live abort checks."""
+@dataclass(frozen=True, kw_only=True)
+class ClassBook:
+    """A traffic class the aggregator keeps apart: its name and the bounds its requests are judged by."""
 
-    def __init__(self, windows: Sequence[PhaseWindow], *, e2e_ms: float, fast_fail_ms: float) -> None:
+    name: str
+    e2e_ms: float
+    fast_fail_ms: float
+
+
+class RunAggregator:
+    """Counts records into phases and seconds as they finish; answers the live abort checks.
+
+    With ``classes`` (more than one traffic class), each class's records are also counted into an aggregator
+    of the class's own, so every figure exists per class beside the totals."""
+
+    def __init__(
+        self,
+        windows: Sequence[PhaseWindow],
+        *,
+        e2e_ms: float,
+        fast_fail_ms: float,
+        classes: Sequence[ClassBook] = (),
+    ) -> None:
+        self._class_names = tuple(c.name for c in classes)
+        self._by_class = [RunAggregator(windows, e2e_ms=c.e2e_ms, fast_fail_ms=c.fast_fail_ms) for c in classes]
         self.windows = tuple(windows)
         self._starts = [w.start_ns for w in self.windows]
         self._phases = [PhaseStats(window=w) for w in self.windows]
@@ -199,6 +222,8 @@ class RunAggregator:
 
     def add(self, record: RequestRecord) -> None:
         """Counts one finished (or never sent) logical request."""
+        if self._by_class:
+            self._by_class[record.klass].add(record)
         self._outstanding.pop(record.id, None)
         phase = self._phases[record.phase]
         scheduled = self._second(record.scheduled_ns)
@@ -342,11 +367,12 @@ class RunAggregator:
     # -- results -----------------------------------------------------------------------------------
 
     def result(self) -> RunMetrics:
+        classes = tuple((name, book.result()) for name, book in zip(self._class_names, self._by_class, strict=True))
         if not self._seconds:
-            return RunMetrics(phases=tuple(self._phases), seconds=())
+            return RunMetrics(phases=tuple(self._phases), seconds=(), classes=classes)
         last = max(self._seconds)
         seconds = tuple(self._seconds.get(t) or SecondStats(t=t) for t in range(last + 1))
-        return RunMetrics(phases=tuple(self._phases), seconds=seconds)
+        return RunMetrics(phases=tuple(self._phases), seconds=seconds, classes=classes)
 
 
 def outcome_counts(counter: Mapping[Outcome, int]) -> dict[str, int]:

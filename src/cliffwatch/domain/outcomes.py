@@ -131,6 +131,7 @@ class RequestRecord:
     # why) or a retry its policy asked for (its earlier attempts stand and decide its outcome; the retry was
     # never sent).
     capped: bool = False
+    klass: int = 0  # its traffic class: an index into ``Scenario.traffic_classes``
 
     @property
     def final(self) -> Attempt | None:

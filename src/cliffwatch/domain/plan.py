@@ -11,7 +11,7 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from cliffwatch.domain.arrivals import plan_offsets
+from cliffwatch.domain.arrivals import Mix, mix_offsets, plan_offsets
 from cliffwatch.domain.metrics import PhaseWindow
 from cliffwatch.domain.outcomes import NS_PER_S, Attempt, Outcome, RequestRecord, Slo, classify
 from cliffwatch.domain.scenario import Scenario
@@ -26,6 +26,7 @@ class PlannedRequest:
     prompt_tokens: int
     max_tokens: int
     entry: int = -1  # the dataset entry whose prompt it sends (request.dataset); -1: a synthetic prompt
+    klass: int = 0  # its traffic class: an index into ``Scenario.traffic_classes``
 
     def record(
         self, attempts: tuple[Attempt, ...], *, slo: Slo, not_sent_reason: str | None = None, capped: bool = False
@@ -42,6 +43,7 @@ class PlannedRequest:
             outcome=classify(attempts, scheduled_ns=self.scheduled_ns, slo=slo),
             not_sent_reason=not_sent_reason if not attempts else None,
             capped=capped,
+            klass=self.klass,
         )
 
     def not_sent(self, reason: str) -> RequestRecord:
@@ -55,6 +57,7 @@ class PlannedRequest:
             attempts=(),
             outcome=Outcome.NOT_SENT,
             not_sent_reason=reason,
+            klass=self.klass,
         )
 
 
@@ -75,12 +78,16 @@ def phase_windows(scenario: Scenario) -> tuple[PhaseWindow, ...]:
 
 
 def iter_plan(scenario: Scenario) -> Iterator[PlannedRequest]:
-    """Every planned request in scheduled order, numbered from 0."""
+    """Every planned request in scheduled order, numbered from 0.
+
+    Each traffic class draws its shapes (and dataset entries) from generators of its own, seeded by the
+    scenario's seed, the phase and the class: the first class's are those of a scenario without classes, so
+    declaring classes does not change what its first class sends."""
     request_id = 0
-    template = scenario.target.request
+    classes = scenario.traffic_classes
+    index_of = {traffic_class.name: index for index, traffic_class in enumerate(classes)}
     for index, (phase, window) in enumerate(zip(scenario.phases, phase_windows(scenario), strict=True)):
         arrivals = random.Random(f"{scenario.seed}:arrivals:{index}")
-        shapes = random.Random(f"{scenario.seed}:shapes:{index}")
         if isinstance(phase.arrival, TraceArrival):  # the trace's own times and lengths
             for offset, traced in phase.arrival.offsets(phase.duration_s):
                 yield PlannedRequest(
@@ -92,18 +99,15 @@ def iter_plan(scenario: Scenario) -> Iterator[PlannedRequest]:
                 )
                 request_id += 1
             continue
-        dataset = template.dataset
-        draws = None if dataset is None or dataset.loaded is None else dataset.draws(index, scenario.seed)
-        for offset in plan_offsets(phase.arrival, phase.duration_s, arrivals):
-            prompt = template.prompt_tokens.sample(shapes) if template.prompt_tokens else 0
-            max_tokens = template.max_tokens.sample(shapes) if template.max_tokens else 0
-            entry = -1
-            if draws is not None and dataset is not None and dataset.loaded is not None:
-                entry = draws.next()
-                prompt = dataset.loaded.prompt_tokens[entry]
-                recorded = dataset.loaded.output_tokens[entry]
-                if dataset.recorded_output and recorded is not None:
-                    max_tokens = max(1, recorded)
+        shapes = [_Shapes(scenario, klass, index) for klass in range(len(classes))]
+        stream: Iterator[tuple[float, int]]
+        if isinstance(phase.arrival, Mix):
+            stream = ((offset, index_of[name]) for offset, name in mix_offsets(phase.arrival, phase.duration_s,
+                                                                                arrivals))  # fmt: skip
+        else:
+            stream = ((offset, 0) for offset in plan_offsets(phase.arrival, phase.duration_s, arrivals))
+        for offset, klass in stream:
+            prompt, max_tokens, entry = shapes[klass].next()
             yield PlannedRequest(
                 id=request_id,
                 phase=index,
@@ -111,8 +115,35 @@ def iter_plan(scenario: Scenario) -> Iterator[PlannedRequest]:
                 prompt_tokens=prompt,
                 max_tokens=max_tokens,
                 entry=entry,
+                klass=klass,
             )
             request_id += 1
+
+
+class _Shapes:
+    """One class's request shapes in one phase: prompt and output lengths, or dataset entries."""
+
+    def __init__(self, scenario: Scenario, klass: int, phase: int) -> None:
+        self.template = scenario.request_for(klass)
+        suffix = "" if klass == 0 else f":{scenario.traffic_classes[klass].name}"
+        self.rng = random.Random(f"{scenario.seed}:shapes:{phase}{suffix}")
+        dataset = self.template.dataset
+        self.dataset = dataset if dataset is not None and dataset.loaded is not None else None
+        self.draws = None if self.dataset is None else self.dataset.draws(phase, scenario.seed, suffix)
+
+    def next(self) -> tuple[int, int, int]:
+        """(prompt tokens, max tokens, dataset entry or -1) of the class's next request."""
+        template = self.template
+        prompt = template.prompt_tokens.sample(self.rng) if template.prompt_tokens else 0
+        max_tokens = template.max_tokens.sample(self.rng) if template.max_tokens else 0
+        if self.draws is None or self.dataset is None or self.dataset.loaded is None:
+            return prompt, max_tokens, -1
+        entry = self.draws.next()
+        prompt = self.dataset.loaded.prompt_tokens[entry]
+        recorded = self.dataset.loaded.output_tokens[entry]
+        if self.dataset.recorded_output and recorded is not None:
+            max_tokens = max(1, recorded)
+        return prompt, max_tokens, entry
 
 
 def planned_count(scenario: Scenario) -> int:

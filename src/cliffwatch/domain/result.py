@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -134,12 +135,27 @@ class RunResult:
             "notes": list(self.notes),
             "prompt_tokens": self._prompt_tokens(),
             "server_metrics": None if self.server is None else self.server.to_dict(),
+            "classes": self._classes(timings),
         }
+
+    def _classes(self, timings: Mapping[int, PhaseTiming]) -> list[dict[str, Any]]:
+        """Each traffic class's own figures (empty without classes): what the class is, and its phases as the
+        run's are given."""
+        declared = {c.name: c for c in self.scenario.classes}
+        return [
+            {**declared[name].describe(),
+             "phases": [_phase_dict(p, timings.get(p.window.index), None) for p in metrics.phases]}
+            for name, metrics in self.metrics.classes
+            if name in declared
+        ]  # fmt: skip
 
     def _timeseries(self) -> list[dict[str, Any]]:
         """The per-second rows; with server metrics, each row also has every server series' value in that
         second (``server``: the mean of its scrapes then, None without one), on the same time axis."""
         rows = [_second_dict(s) for s in self.metrics.seconds]
+        for name, metrics in self.metrics.classes:  # each class's own requests of the second
+            for row, second in zip(rows, metrics.seconds, strict=False):
+                row.setdefault("classes", {})[name] = _class_second(second)
         if self.server is not None:
             columns = self.server.per_second(len(rows))
             for index, row in enumerate(rows):
@@ -174,6 +190,7 @@ def _scenario_dict(scenario: Scenario) -> dict[str, Any]:
     return {
         **scenario_summary(scenario),
         "threshold": scenario.score.threshold,
+        "classes": [c.describe() for c in scenario.classes],
         "phases": [
             {
                 "name": p.name,
@@ -186,6 +203,17 @@ def _scenario_dict(scenario: Scenario) -> dict[str, Any]:
             for i, p in enumerate(scenario.phases)
         ],
     }
+
+
+def _class_second(second: SecondStats) -> dict[str, Any]:
+    """A class's share of one second's row: its requests offered then, how they ended, their p99 latencies."""
+    row: dict[str, Any] = {"offered": second.offered, "on_time_completions": second.on_time_completions,
+                           "output_tokens": round(second.output_tokens, 2)}  # fmt: skip
+    row.update({o.value: second.outcomes[o] for o in Outcome})
+    for name, hist in (("ttft", second.ttft), ("e2e", second.e2e)):
+        value = hist.quantile(0.99)
+        row[f"{name}_p99_ms"] = None if value is None else round(value, 3)
+    return row
 
 
 def _rounded(value: float | None) -> float | None:

@@ -12,24 +12,27 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, TypeGuard
 
-from cliffwatch.domain.arrivals import Arrival, parse_arrival
+from cliffwatch.domain.arrivals import Arrival
 from cliffwatch.domain.errors import Problem, ScenarioInvalid
 from cliffwatch.domain.faults import FaultSpec, ProxySpec, parse_fault, parse_proxy
 from cliffwatch.domain.outcomes import NOT_ON_TIME, Outcome, Slo
 from cliffwatch.domain.redaction import DEFAULT_RULES, RedactionRules, redact_document
 from cliffwatch.domain.redaction import content_hash as content_hash  # a document's hash, used by many
 from cliffwatch.domain.retry import RetryPolicy, parse_retry
+from cliffwatch.domain.slo_spec import parse_slo
 from cliffwatch.domain.target_model import TargetModel
 from cliffwatch.domain.target_spec import (
     BUILTIN,
     BUILTIN_SPEAKS_OPENAI,
     URL_AND_AUTHORIZATION,
     Api,
+    RequestTemplate,
     Target,
     check_url,
     credentials_clash,
     parse_target,
 )
+from cliffwatch.domain.traffic_classes import TrafficClass, implicit_class, parse_classes, parse_phase_arrival
 from cliffwatch.domain.validation import Problems, Reader, check_number, parse_each, short_repr
 
 MAX_PLANNED_REQUESTS = 2_000_000
@@ -64,7 +67,7 @@ class Phase:
     name: str
     role: Role
     duration_s: float
-    arrival: Arrival
+    arrival: Arrival  # a ``Mix`` when the scenario has traffic classes
     retry: RetryPolicy | None = None  # overrides the client's policy for requests scheduled in this phase
     faults: tuple[FaultSpec, ...] = ()
 
@@ -111,6 +114,25 @@ class Scenario:
     abort: AbortSpec = AbortSpec()
     score: ScoreSpec = ScoreSpec()
     content_hash: str = ""  # of the document with its credentials masked (domain.redaction)
+    # Who shares the target (domain.traffic_classes); () means the one implicit class: the scenario as written.
+    classes: tuple[TrafficClass, ...] = ()
+
+    @property
+    def traffic_classes(self) -> tuple[TrafficClass, ...]:
+        """Every class, the implicit one of a scenario that declares none included; a plan's ``klass`` indexes it."""
+        return self.classes or (implicit_class(self.target, self.slo),)
+
+    def slo_for(self, klass: int) -> Slo:
+        """The SLO the requests of class ``klass`` are judged by."""
+        return self.classes[klass].slo if self.classes else self.slo
+
+    def request_for(self, klass: int) -> RequestTemplate:
+        return self.classes[klass].request if self.classes else self.target.request
+
+    def attempt_timeout_for(self, klass: int) -> float:
+        """The per-attempt limit of class ``klass``: the client's, within the class's SLO timeout."""
+        timeout = self.slo_for(klass).timeout_ms
+        return min(self.client.attempt_timeout_ms, timeout) if self.client.attempt_timeout_ms else timeout
 
     @property
     def duration_s(self) -> float:
@@ -120,8 +142,11 @@ class Scenario:
     def attempt_timeout_ms(self) -> float:
         return self.client.attempt_timeout_ms or self.slo.timeout_ms
 
-    def retry_for(self, phase_index: int) -> RetryPolicy:
-        return self.phases[phase_index].retry or self.client.retry
+    def retry_for(self, phase_index: int, klass: int | None = None) -> RetryPolicy:
+        """The retry policy of a phase's requests (of class ``klass``): the class's own, else the phase's, else
+        the client's."""
+        own = self.classes[klass].retry if self.classes and klass is not None else None
+        return own or self.phases[phase_index].retry or self.client.retry
 
     def phase_starts(self) -> tuple[float, ...]:
         starts, at = [], 0.0
@@ -196,11 +221,18 @@ def _parse(document: object, problems: Problems) -> Scenario | None:
         name = None
     description = reader.string("description", "", nonempty=False)
     seed = reader.number("seed", 0, ge=0, le=MAX_SEED, integer=True)
-    slo = _parse_slo(reader.mapping("slo"))
+    slo = parse_slo(reader.mapping("slo"))
     proxies = parse_each(reader, "proxies", parse_proxy, [])
     target = parse_target(reader.mapping("target"))
     client = _parse_client(reader.mapping("client", {}) or Reader({}, "client", problems), slo)
-    phases = parse_each(reader, "phases", _parse_phase, nonempty=True)
+    classes_reader = reader.mapping("classes", None)
+    classes = () if classes_reader is None else parse_classes(classes_reader, target, slo)
+    names = _class_names(reader.data.get("classes"))
+
+    def phase(value: object, path: str, problems: Problems) -> Phase | None:
+        return _parse_phase(value, path, problems, classes=names)
+
+    phases = parse_each(reader, "phases", phase, nonempty=True)
     abort = _parse_abort(reader.mapping("abort", None))
     score = _parse_score(reader.mapping("score", None))
     reader.done()
@@ -213,6 +245,7 @@ def _parse(document: object, problems: Problems) -> Scenario | None:
         or client is None
         or abort is None
         or score is None
+        or classes is None
         or problems
     ):
         return None
@@ -227,42 +260,16 @@ def _parse(document: object, problems: Problems) -> Scenario | None:
         proxies=tuple(proxies),
         abort=abort,
         score=score,
+        classes=classes,
     )
 
 
-def _parse_slo(reader: Reader | None) -> Slo | None:
-    if reader is None:
+def _class_names(value: object) -> tuple[str, ...] | None:
+    """The class names the document declares (valid or not, so that phases naming them are not also told
+    they name none); None without ``classes``."""
+    if not isinstance(value, Mapping):
         return None
-    e2e = reader.number("e2e_ms", gt=0, le=3_600_000)
-    timeout = reader.number("timeout_ms", gt=0, le=3_600_000)
-    ttft = reader.number("ttft_ms", None, gt=0, le=3_600_000)
-    tpot = reader.number("tpot_ms", None, gt=0, le=3_600_000)
-    ttfa = reader.number("ttfa_ms", None, gt=0, le=3_600_000)
-    reader.done()
-    if (
-        e2e is None
-        or timeout is None
-        or (reader.has("ttft_ms") and ttft is None)
-        or (reader.has("tpot_ms") and tpot is None)
-        or (reader.has("ttfa_ms") and ttfa is None)
-    ):
-        return None
-    ok = True
-    if timeout < e2e:
-        reader.error("timeout_ms", f"must be >= e2e_ms ({e2e:g}): a request cannot be late after it was given up")
-        ok = False
-    if ttft is not None and ttft > e2e:
-        reader.error("ttft_ms", f"must be <= e2e_ms ({e2e:g})")
-        ok = False
-    if ttfa is not None and ttfa > e2e:
-        reader.error("ttfa_ms", f"must be <= e2e_ms ({e2e:g})")
-        ok = False
-    if ttfa is not None and ttft is not None and ttfa < ttft:
-        reader.error("ttfa_ms", f"must be >= ttft_ms ({ttft:g}): the first answer token is a token too")
-        ok = False
-    if not ok:
-        return None
-    return Slo(e2e_ms=float(e2e), timeout_ms=float(timeout), ttft_ms=ttft, tpot_ms=tpot, ttfa_ms=ttfa)
+    return tuple(str(name) for name in value)
 
 
 def _parse_client(reader: Reader, slo: Slo | None) -> ClientSpec | None:
@@ -300,7 +307,7 @@ def _parse_client(reader: Reader, slo: Slo | None) -> ClientSpec | None:
     )
 
 
-def _parse_phase(value: object, path: str, problems: Problems) -> Phase | None:
+def _parse_phase(value: object, path: str, problems: Problems, *, classes: tuple[str, ...] | None) -> Phase | None:
     reader = Reader.of(value, path, problems)
     if reader is None:
         return None
@@ -308,10 +315,11 @@ def _parse_phase(value: object, path: str, problems: Problems) -> Phase | None:
     role = reader.string("role", choices=tuple(r.value for r in Role))
     duration = reader.number("duration_s", gt=0, le=MAX_RUN_SECONDS)
     arrival = (
-        parse_arrival(reader.raw("arrival"), reader.child("arrival"), problems, duration_s=duration)
+        parse_phase_arrival(reader.raw("arrival"), reader.child("arrival"), problems, duration_s=duration,
+                            classes=classes)
         if reader.has("arrival")
         else reader.raw("arrival")
-    )
+    )  # fmt: skip
     retry = parse_retry(reader.raw("retry"), reader.child("retry"), problems) if reader.has("retry") else None
     faults = parse_each(reader, "faults", parse_fault, [])
     reader.done()

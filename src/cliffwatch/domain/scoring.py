@@ -1,8 +1,10 @@
-"""The run's score: four components, each 0–1 with the numbers it came from, a weighted 0–100 total, and flags.
+"""The run's score: five components, each 0–1 with the numbers it came from, a weighted 0–100 total, and flags.
 
 Components answer one question each: was goodput preserved under stress (NIST CSF 2.0 RC.RP-01), was the
 excess refused fast rather than left to queue (NIST SP 800-53 SC-5, OWASP API4), how soon after the stress
-did service return to its baseline band, and how much extra load did client retries add. The hidden-overload
+did service return to its baseline band, how much extra load did client retries add, and (with traffic
+classes) how much of a steady class's goodput survived another class's burst. Each class also gets the
+same view on its own requests (``Score.classes``). The hidden-overload
 flag names the failure peak tokens/s hides. Every formula, band and edge case is in docs/scoring.md; any
 change to one of them or to a weight bumps ``SCORE_VERSION`` so stored scores compare like with like.
 """
@@ -10,29 +12,29 @@ change to one of them or to a weight bumps ``SCORE_VERSION`` so stored scores co
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from types import MappingProxyType
-from typing import Any
 
 from cliffwatch.domain.histogram import Histogram
+from cliffwatch.domain.isolation import ClassPlan, victim_phases
 from cliffwatch.domain.metrics import PhaseStats, RunMetrics, SecondStats, merge_phases
 from cliffwatch.domain.outcomes import NOT_ON_TIME, NS_PER_MS, NS_PER_S, OUTCOME_TEXT, Outcome, Slo
 from cliffwatch.domain.scenario import Role, ScoreSpec
+from cliffwatch.domain.score_values import HIDDEN_OVERLOAD as HIDDEN_OVERLOAD
+from cliffwatch.domain.score_values import ISOLATION as ISOLATION
+from cliffwatch.domain.score_values import PRESERVATION as PRESERVATION
+from cliffwatch.domain.score_values import RECOVERY as RECOVERY
+from cliffwatch.domain.score_values import RETRY_CONTAINMENT as RETRY_CONTAINMENT
+from cliffwatch.domain.score_values import SAFE_DEGRADATION as SAFE_DEGRADATION
+from cliffwatch.domain.score_values import SCORE_VERSION as SCORE_VERSION
+from cliffwatch.domain.score_values import WEIGHTS as WEIGHTS
+from cliffwatch.domain.score_values import ClassScore as ClassScore
+from cliffwatch.domain.score_values import Component as Component
+from cliffwatch.domain.score_values import Evidence as Evidence
+from cliffwatch.domain.score_values import Flag as Flag
+from cliffwatch.domain.score_values import Score as Score
 from cliffwatch.domain.server_evidence import server_clause
 from cliffwatch.domain.server_view import ServerView
-
-SCORE_VERSION = "2"  # 2: incomplete answers are a class of their own and raise the hidden-overload flag
-
-PRESERVATION = "preservation"
-SAFE_DEGRADATION = "safe_degradation"
-RECOVERY = "recovery"
-RETRY_CONTAINMENT = "retry_containment"
-HIDDEN_OVERLOAD = "hidden_overload"
-
-WEIGHTS: Mapping[str, float] = MappingProxyType(
-    {PRESERVATION: 0.40, SAFE_DEGRADATION: 0.20, RECOVERY: 0.25, RETRY_CONTAINMENT: 0.15}
-)
 
 RECOVERY_WINDOW_S = 5  # seconds with traffic pooled per recovery window
 RATIO_TOLERANCE = 0.05  # a window this far (absolute) below the baseline on-time ratio counts as recovered
@@ -42,93 +44,6 @@ PEAK_WINDOW_S = 5  # the run's peak tokens/s is the highest mean over this many 
 OVERLOAD_TOKENS_SHARE = 0.9  # stress output at or above this share of the peak …
 OVERLOAD_GOODPUT_SHARE = 0.8  # … while the stress on-time ratio is below this share of the baseline's
 OVERLOAD_INCOMPLETE_SHARE = 0.05  # or this share of the stress requests came back as a 2xx without an answer
-
-Evidence = Mapping[str, float | int | str | None]
-
-
-@dataclass(frozen=True, kw_only=True)
-class Component:
-    name: str
-    value: float | None  # 0–1; None: not applicable, the summary says why
-    weight: float  # the nominal weight; applicable weights are renormalised to sum to 1
-    summary: str  # one sentence with the numbers
-    evidence: Evidence  # the formula's inputs
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "value": self.value,
-            "weight": self.weight,
-            "summary": self.summary,
-            "evidence": dict(self.evidence),
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Component:
-        value = data["value"]
-        return cls(
-            name=str(data["name"]),
-            value=None if value is None else float(value),
-            weight=float(data["weight"]),
-            summary=str(data["summary"]),
-            evidence=dict(data["evidence"]),
-        )
-
-
-@dataclass(frozen=True, kw_only=True)
-class Flag:
-    name: str
-    raised: bool
-    summary: str
-    evidence: Evidence
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "raised": self.raised, "summary": self.summary, "evidence": dict(self.evidence)}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Flag:
-        return cls(
-            name=str(data["name"]),
-            raised=bool(data["raised"]),
-            summary=str(data["summary"]),
-            evidence=dict(data["evidence"]),
-        )
-
-
-@dataclass(frozen=True, kw_only=True)
-class Score:
-    version: str
-    value: float | None  # 0–100, one decimal; None when no component applies
-    threshold: float
-    passed: bool
-    components: tuple[Component, ...]
-    flags: tuple[Flag, ...]
-    summary: str
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready form (finite numbers, strings, None) that ``from_dict`` reads back."""
-        return {
-            "version": self.version,
-            "value": self.value,
-            "threshold": self.threshold,
-            "passed": self.passed,
-            "summary": self.summary,
-            "components": [c.to_dict() for c in self.components],
-            "flags": [f.to_dict() for f in self.flags],
-        }
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Score:
-        value = data["value"]
-        return cls(
-            version=str(data["version"]),
-            value=None if value is None else float(value),
-            threshold=float(data["threshold"]),
-            passed=bool(data["passed"]),
-            summary=str(data["summary"]),
-            components=tuple(Component.from_dict(c) for c in data["components"]),
-            flags=tuple(Flag.from_dict(f) for f in data["flags"]),
-        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -154,36 +69,36 @@ class _Reference:
         }
 
 
-def score_run(metrics: RunMetrics, *, slo: Slo, spec: ScoreSpec, server: ServerView | None = None) -> Score:
+def score_run(
+    metrics: RunMetrics,
+    *,
+    slo: Slo,
+    spec: ScoreSpec,
+    server: ServerView | None = None,
+    plans: Sequence[ClassPlan] = (),
+) -> Score:
     """The versioned score of a run's metrics against its SLO and pass mark; never raises on odd metrics.
-    ``server``: the target's own series, quoted by the hidden-overload flag (they do not change the score)."""
-    stress = merge_phases(metrics.by_role(Role.STRESS))
-    if stress is not None and stress.offered == 0:
-        stress = None
-    reference = _reference(metrics, slo)
-    components = (
-        _preservation(stress, reference),
-        _safe_degradation(stress, fast_fail_ms=spec.fast_fail_fraction * slo.e2e_ms),
-        _recovery(metrics, reference, slo),
-        _retry_containment(stress),
-    )
-    flags = (_hidden_overload(metrics, stress, reference, server),)
-    applicable = [c for c in components if c.value is not None]
-    value: float | None = None
-    if applicable:
-        weighted = sum(c.weight * (c.value or 0.0) for c in applicable) / sum(c.weight for c in applicable)
-        value = round(100 * weighted, 1)  # rounded first, so the number shown is the number judged
-        parts = ", ".join(
-            f"{c.name.replace('_', ' ')} {'n/a' if c.value is None else f'{c.value:.2f}'}" for c in components
-        )
+    ``server``: the target's own series, quoted by the hidden-overload flag (they do not change the score).
+    ``plans``: the traffic classes (``isolation.class_plans``), each scored on its own too; the isolation
+    component judges how much of a victim class's goodput ratio survived another's stress."""
+    victims = _victims(metrics, plans)
+    components = (*_components(metrics, slo, spec), _isolation(victims, None))
+    stress = _stress(metrics)
+    flags = (_hidden_overload(metrics, stress, _reference(metrics, slo), server),)
+    value, parts = _weighted(components)
+    if value is not None:
         verdict = "pass" if value >= spec.threshold else "fail"
-        summary = " ".join(
-            [f"Score {value:.1f}/100, {verdict} at {spec.threshold:g}: {parts}."]
-            + [f.summary for f in flags if f.raised]
-        )
+        summary = " ".join([f"Score {value:.1f}/100, {verdict} at {spec.threshold:g}: {parts}."]
+                           + [f.summary for f in flags if f.raised])  # fmt: skip
     else:
         reasons = dict.fromkeys(c.summary.removeprefix("Not applicable: ").rstrip(".") for c in components)
         summary = f"No score: no component applies ({'; '.join(reasons)})."
+    by_name = dict(metrics.classes)
+    classes = tuple(
+        _class_score(plan, by_name[plan.name], spec, _isolation(victims, plan.name))
+        for plan in plans
+        if plan.name in by_name
+    )
     return Score(
         version=SCORE_VERSION,
         value=value,
@@ -192,7 +107,98 @@ def score_run(metrics: RunMetrics, *, slo: Slo, spec: ScoreSpec, server: ServerV
         components=components,
         flags=flags,
         summary=summary,
+        classes=classes,
     )
+
+
+def _stress(metrics: RunMetrics) -> PhaseStats | None:
+    stress = merge_phases(metrics.by_role(Role.STRESS))
+    return None if stress is None or stress.offered == 0 else stress
+
+
+def _components(metrics: RunMetrics, slo: Slo, spec: ScoreSpec) -> tuple[Component, ...]:
+    """The four components every run (and every class) has: preservation, safe degradation, recovery, retries."""
+    stress = _stress(metrics)
+    reference = _reference(metrics, slo)
+    return (
+        _preservation(stress, reference),
+        _safe_degradation(stress, fast_fail_ms=spec.fast_fail_fraction * slo.e2e_ms),
+        _recovery(metrics, reference, slo),
+        _retry_containment(stress),
+    )
+
+
+def _weighted(components: Sequence[Component]) -> tuple[float | None, str]:
+    """The 0–100 value of the applicable components (weights renormalised), and the parts for a summary."""
+    applicable = [c for c in components if c.value is not None]
+    parts = ", ".join(f"{c.name.replace('_', ' ')} {'n/a' if c.value is None else f'{c.value:.2f}'}"
+                      for c in components)  # fmt: skip
+    if not applicable:
+        return None, parts
+    weighted = sum(c.weight * (c.value or 0.0) for c in applicable) / sum(c.weight for c in applicable)
+    return round(100 * weighted, 1), parts  # rounded first, so the number shown is the number judged
+
+
+def _class_score(plan: ClassPlan, metrics: RunMetrics, spec: ScoreSpec, isolation: Component) -> ClassScore:
+    components = (*_components(metrics, plan.slo, spec), isolation)
+    value, parts = _weighted(components)
+    summary = f"{plan.name}: {'no score' if value is None else f'{value:.1f}/100'} ({parts})."
+    return ClassScore(name=plan.name, value=value, components=components, summary=summary)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Victim:
+    """How a victim class fared in one phase: its on-time share there against its own baseline's."""
+
+    name: str
+    phase: str
+    rising: tuple[str, ...]
+    offered: int
+    on_time: int
+    reference: float
+    survived: float  # 0–1: the share of its goodput ratio that survived
+
+
+def _victims(metrics: RunMetrics, plans: Sequence[ClassPlan]) -> list[_Victim]:
+    windows = [p.window for p in metrics.phases]
+    pairs = victim_phases(plans, [w.role for w in windows], [w.duration_s for w in windows])
+    by_name = dict(metrics.classes)
+    found = []
+    for pair in pairs:
+        plan = plans[pair.victim]
+        own = by_name.get(plan.name)
+        if own is None or pair.phase >= len(own.phases) or own.phases[pair.phase].offered == 0:
+            continue
+        phase = own.phases[pair.phase]
+        reference = _reference(own, plan.slo).ratio
+        ratio = phase.on_time / phase.offered
+        survived = 0.0 if reference == 0 else min(1.0, ratio / reference)
+        found.append(_Victim(name=plan.name, phase=phase.window.name, rising=pair.rising, offered=phase.offered,
+                             on_time=phase.on_time, reference=reference, survived=survived))  # fmt: skip
+    return found
+
+
+def _isolation(victims: Sequence[_Victim], only: str | None) -> Component:
+    """How much of the victims' goodput ratio survived (offered-weighted over every victim phase); ``only``:
+    one class's own phases as a victim."""
+    mine = [v for v in victims if only is None or v.name == only]
+    if not mine:
+        why = ("no class kept its rate while another's rose" if only is None
+               else f"{only} was never a victim of another class's stress")  # fmt: skip
+        return _component(ISOLATION, None, f"Not applicable: {why}.", {})
+    offered = sum(v.offered for v in mine)
+    value = sum(v.survived * v.offered for v in mine) / offered
+    evidence: dict[str, float | int | str | None] = {"victim_offered": offered}
+    sentences = []
+    for v in mine:
+        key = f"{v.name}@{v.phase}"
+        evidence.update({f"{key}.survived": v.survived, f"{key}.on_time": v.on_time, f"{key}.offered": v.offered,
+                         f"{key}.baseline_ratio": v.reference})  # fmt: skip
+        sentences.append(
+            f"{v.name} kept {_pct(v.survived)} of its goodput ratio in {v.phase} while {' and '.join(v.rising)} "
+            f"rose ({v.on_time:,} of {v.offered:,} on time against {_pct(v.reference)} at its baseline)"
+        )
+    return _component(ISOLATION, value, "; ".join(sentences) + ".", evidence)
 
 
 def _reference(metrics: RunMetrics, slo: Slo) -> _Reference:

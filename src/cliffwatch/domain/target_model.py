@@ -25,6 +25,14 @@ class Admission(StrEnum):
     DEADLINE = "deadline"  # 503 for requests that waited longer than max_queue_wait_ms
 
 
+class Scheduling(StrEnum):
+    """The order waiting requests are admitted in (``target/waiting.py``)."""
+
+    FIFO = "fifo"  # arrival order (vLLM's default fcfs)
+    PRIORITY = "priority"  # the lowest "priority" first (vLLM's --scheduling-policy priority)
+    FAIR = "fair"  # tenants (the body's "user") in turn
+
+
 @dataclass(frozen=True, kw_only=True)
 class TargetModel:
     model: str = "sim-llm"
@@ -43,6 +51,7 @@ class TargetModel:
     # ``interrupt_requests`` setting: ``get_event_publisher`` in llama_cpp/server/app.py sends [DONE] and stops
     # when another request waits for the model's lock). Non-streamed requests are not interrupted, as there.
     interrupt_when_full: bool = False
+    scheduling: Scheduling = Scheduling.FIFO
     max_prompt_tokens: int = 32_768
     default_max_tokens: int = 256
     seed: int = 0
@@ -144,7 +153,7 @@ class TargetModel:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            f.name: (getattr(self, f.name).value if f.name == "admission" else getattr(self, f.name))
+            f.name: (getattr(self, f.name).value if f.name in ("admission", "scheduling") else getattr(self, f.name))
             for f in fields(self)
         }
 
@@ -168,6 +177,7 @@ def parse_target_model(value: object, path: str, problems: Problems) -> TargetMo
         "max_queue_wait_ms": reader.number("max_queue_wait_ms", base.max_queue_wait_ms, gt=0, le=3_600_000),
         "step_jitter": reader.number("step_jitter", base.step_jitter, ge=0, le=0.9),
         "interrupt_when_full": reader.boolean("interrupt_when_full", base.interrupt_when_full),
+        "scheduling": reader.string("scheduling", base.scheduling.value, choices=tuple(s.value for s in Scheduling)),
         "max_prompt_tokens": reader.number("max_prompt_tokens", base.max_prompt_tokens, ge=1, integer=True),
         "default_max_tokens": reader.number("default_max_tokens", base.default_max_tokens, ge=1, integer=True),
         "seed": reader.number("seed", base.seed, ge=0, integer=True),
@@ -176,6 +186,7 @@ def parse_target_model(value: object, path: str, problems: Problems) -> TargetMo
     if any(v is None for v in values.values()):
         return None
     values["admission"] = Admission(values["admission"])
+    values["scheduling"] = Scheduling(values["scheduling"])
     return TargetModel(**values)
 
 

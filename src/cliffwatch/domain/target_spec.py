@@ -206,7 +206,7 @@ def _parse_request(reader: Reader, api: str | None) -> RequestTemplate | None:
     if path is not None and not path.startswith("/"):
         reader.error("path", "must start with '/'")
         path = None
-    headers = _parse_headers(reader)
+    headers = parse_headers(reader)
     if openai:
         model = reader.string("model")
         prompt = parse_distribution(reader.raw("prompt_tokens", 128), reader.child("prompt_tokens"), reader.problems,
@@ -227,7 +227,7 @@ def _parse_request(reader: Reader, api: str | None) -> RequestTemplate | None:
             reader.error("tokenizer", "must be a path")
             tokenizer = None
         extra = reader.raw("extra_body", None)
-        extra_ok = extra is None or _check_json(extra, reader.child("extra_body"), reader.problems)
+        extra_ok = extra is None or check_json(extra, reader.child("extra_body"), reader.problems)
         if extra is not None and not isinstance(extra, Mapping):
             reader.error("extra_body", "must be a mapping")
             extra_ok = False
@@ -250,14 +250,14 @@ def _parse_request(reader: Reader, api: str | None) -> RequestTemplate | None:
             dataset=dataset,
         )
     body = reader.raw("body", None)
-    body_ok = _check_json(body, reader.child("body"), reader.problems)
+    body_ok = check_json(body, reader.child("body"), reader.problems)
     reader.done()
     if method is None or path is None or headers is None or not body_ok:
         return None
     return RequestTemplate(method=method, path=path, headers=headers, stream=False, body=body)
 
 
-def _check_json(value: object, path: str, problems: Problems) -> bool:
+def check_json(value: object, path: str, problems: Problems) -> bool:
     """Whether ``value`` can be sent as a JSON body; records the first part that cannot.
 
     YAML gives more than JSON can carry (non-string keys, dates, NaN), and the scenario's content hash
@@ -274,13 +274,13 @@ def _check_json(value: object, path: str, problems: Problems) -> bool:
             problems.add(path, "must be a finite number that fits in a float")
         return finite
     if isinstance(value, list | tuple):
-        return all(_check_json(item, f"{path}[{i}]", problems) for i, item in enumerate(value))
+        return all(check_json(item, f"{path}[{i}]", problems) for i, item in enumerate(value))
     if isinstance(value, Mapping):
         bad = [k for k in value if not isinstance(k, str)]
         if bad:
             problems.add(path, f"keys must be strings, got {short_repr(bad[0])}")
             return False
-        return all(_check_json(item, f"{path}.{key}", problems) for key, item in value.items())
+        return all(check_json(item, f"{path}.{key}", problems) for key, item in value.items())
     problems.add(path, f"must be null, true/false, a number, a string, a list or a mapping, got {short_repr(value)}")
     return False
 
@@ -293,7 +293,7 @@ def header_value_problem(value: str) -> str | None:
     return None
 
 
-def _parse_headers(reader: Reader) -> tuple[tuple[str, str | SecretRef], ...] | None:
+def parse_headers(reader: Reader) -> tuple[tuple[str, str | SecretRef], ...] | None:
     headers = reader.mapping("headers", None)
     if headers is None:
         return None if reader.has("headers") else ()

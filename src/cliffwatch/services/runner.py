@@ -14,7 +14,8 @@ import structlog
 
 from cliffwatch.domain.errors import CliffwatchError
 from cliffwatch.domain.generator_health import GeneratorReport
-from cliffwatch.domain.metrics import PhaseWindow, RunAggregator
+from cliffwatch.domain.isolation import class_plans
+from cliffwatch.domain.metrics import ClassBook, PhaseWindow, RunAggregator
 from cliffwatch.domain.outcomes import NS_PER_S, Outcome, RequestRecord
 from cliffwatch.domain.plan import PlannedRequest, iter_plan, phase_windows
 from cliffwatch.domain.ports import (
@@ -134,7 +135,8 @@ class RunService:
         when the target or the fault injector is not usable."""
         windows = phase_windows(scenario)
         fast_fail_ms = scenario.score.fast_fail_fraction * scenario.slo.e2e_ms
-        aggregator = RunAggregator(windows, e2e_ms=scenario.slo.e2e_ms, fast_fail_ms=fast_fail_ms)
+        aggregator = RunAggregator(windows, e2e_ms=scenario.slo.e2e_ms, fast_fail_ms=fast_fail_ms,
+                                   classes=class_books(scenario))  # fmt: skip
         bound = log.bind(run_id=run_id, scenario=scenario.name)
         # The state exists from the start, so a stop during the checks is heard: it cuts them short, and the
         # run then ends at once with nothing sent (instead of running its whole length after them).
@@ -198,7 +200,7 @@ class RunService:
             duration_s=(self.clock.now_ns() - state.start_ns) / NS_PER_S,
             metrics=metrics,
             generator=report,
-            score=score_run(metrics, slo=scenario.slo, spec=scenario.score, server=server),
+            score=score_run(metrics, slo=scenario.slo, spec=scenario.score, server=server, plans=class_plans(scenario)),
             fault_events=tuple(events),
             phase_timings=tuple(timings),
             notes=self.notes + self._watch_notes,
@@ -372,6 +374,13 @@ class RunService:
         state.last_progress_ns = now_ns
         state.last_dispatched = live.dispatched
         state.last_tokens = live.tokens
+
+
+def class_books(scenario: Scenario) -> tuple[ClassBook, ...]:
+    """The traffic classes a run keeps apart: every declared one (none for a scenario without classes)."""
+    fraction = scenario.score.fast_fail_fraction
+    return tuple(ClassBook(name=c.name, e2e_ms=c.slo.e2e_ms, fast_fail_ms=fraction * c.slo.e2e_ms)
+                 for c in scenario.classes)  # fmt: skip
 
 
 def _run_relative(events: Iterable[FaultEvent], state: _RunState) -> list[FaultEvent]:

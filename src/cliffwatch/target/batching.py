@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import math
 import random
-from collections import OrderedDict
+from collections import Counter
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from cliffwatch.domain.errors import CliffwatchError
-from cliffwatch.domain.target_model import Admission, TargetModel
+from cliffwatch.domain.target_model import Admission, Scheduling, TargetModel
+from cliffwatch.target.waiting import WaitingQueue
 
 _WORDS = (
     "the of and to in is that for it as with was on be by at this from or an are not but have "
@@ -76,6 +77,9 @@ class EngineRequest:
     arrived_at: float
     rng: random.Random = field(repr=False)
     streaming: bool = True
+    priority: int = 0  # the body's "priority": lower is admitted sooner under priority scheduling (as vLLM's)
+    tenant: str = ""  # the body's "user": fair scheduling takes the tenants in turn
+    preemptions: int = 0  # times it gave its slot back under fair scheduling (and was recomputed)
     state: SeqState = SeqState.WAITING
     result: Result | None = None
     admitted_at: float | None = None
@@ -113,6 +117,7 @@ class EngineStats:
     steps_total: int
     queue_time_seconds_sum: float = 0.0  # waited in the queue by the requests admitted so far
     queue_time_count: int = 0  # requests admitted into the batch
+    preemptions_total: int = 0  # sequences preempted to give a tenant its fair share
 
 
 class BatchCore:
@@ -124,8 +129,8 @@ class BatchCore:
 
     def __init__(self, model: TargetModel) -> None:
         self.model = model
-        # An OrderedDict gives FIFO order and O(1) removal from the middle when a queued client leaves.
-        self._waiting: OrderedDict[int, EngineRequest] = OrderedDict()
+        # In arrival order, handed out in the model's order (target.waiting), O(1) removal when a client leaves.
+        self._waiting: WaitingQueue[EngineRequest] = WaitingQueue(model.scheduling)
         self._running: dict[int, EngineRequest] = {}
         # Cancelled during a step: like vLLM, an abort takes effect between steps, so the step in
         # flight still computes (and counts) their token.
@@ -140,6 +145,8 @@ class BatchCore:
         self._steps = 0
         self._queue_time_s = 0.0
         self._admitted = 0
+        self._holding: Counter[str] = Counter()  # running sequences by tenant (fair scheduling)
+        self._preemptions = 0
 
     @property
     def waiting(self) -> int:
@@ -164,13 +171,23 @@ class BatchCore:
             steps_total=self._steps,
             queue_time_seconds_sum=self._queue_time_s,
             queue_time_count=self._admitted,
+            preemptions_total=self._preemptions,
         )
 
     def record_bad_request(self) -> None:
         """Counts a request the server refused before it reached the engine (400, 404, 413)."""
         self._results[Result.BAD_REQUEST] += 1
 
-    def submit(self, *, prompt_tokens: int, max_tokens: int, now: float, streaming: bool = True) -> EngineRequest:
+    def submit(
+        self,
+        *,
+        prompt_tokens: int,
+        max_tokens: int,
+        now: float,
+        streaming: bool = True,
+        priority: int = 0,
+        tenant: str = "",
+    ) -> EngineRequest:
         """Queues a new sequence and returns it; raises ``QueueFull`` when admission refuses it."""
         if self.model.admission is Admission.QUEUE_LIMIT:
             # Requests that will take a free batch slot at the next step boundary are not really
@@ -194,8 +211,10 @@ class BatchCore:
             # Seeding per (seed, id) keeps each request's text independent of how batches interleave.
             rng=random.Random(f"{self.model.seed}:{request_id}"),
             streaming=streaming,
+            priority=priority,
+            tenant=tenant,
         )
-        self._waiting[request_id] = request
+        self._waiting.push(request)
         return request
 
     def cancel(self, request: EngineRequest, now: float) -> bool:
@@ -205,7 +224,7 @@ class BatchCore:
         cancelled during a step still gets that step's token; its slot is free for the next step.
         """
         if request.state is SeqState.WAITING:
-            del self._waiting[request.id]
+            self._waiting.remove(request)
         elif request.state is SeqState.RUNNING:
             del self._running[request.id]
             if self._in_step:
@@ -219,7 +238,8 @@ class BatchCore:
         """When the oldest waiting request runs out of queue time, or None if nothing can expire."""
         if self._max_wait_s is None or not self._waiting:
             return None
-        oldest = next(iter(self._waiting.values()))
+        oldest = self._waiting.oldest()
+        assert oldest is not None
         return oldest.arrived_at + self._max_wait_s
 
     def expire(self, now: float) -> list[EngineRequest]:
@@ -228,13 +248,12 @@ class BatchCore:
             return []
         dropped: list[EngineRequest] = []
         # The queue is in arrival order, so the expired requests are exactly a prefix of it.
-        while self._waiting:
-            oldest = next(iter(self._waiting.values()))
+        while (oldest := self._waiting.oldest()) is not None:
             # The same float expression as next_deadline(): `now - arrived < wait` can stay true at
             # now == arrived + wait through rounding, and a loop waking at that deadline would spin.
             if now < oldest.arrived_at + self._max_wait_s:
                 break
-            self._waiting.popitem(last=False)
+            self._waiting.remove(oldest)
             self._end(oldest, Result.DROPPED_DEADLINE_503, now)
             dropped.append(oldest)
         return dropped
@@ -249,10 +268,15 @@ class BatchCore:
             raise RuntimeError("begin_step called twice without end_step")
         dropped = self.expire(now)
         interrupted = self._interrupt(now) if self.model.interrupt_when_full else []
+        if self.model.scheduling is Scheduling.FAIR:
+            self._preempt_over_share()
         admitted: list[EngineRequest] = []
         while self._waiting and len(self._running) < self.model.max_batch:
-            _, request = self._waiting.popitem(last=False)
+            request = self._admit_next()
+            if request is None:
+                break
             request.state = SeqState.RUNNING
+            self._holding[request.tenant] += 1
             request.admitted_at = now
             self._running[request.id] = request
             self._prompt_tokens += request.prompt_tokens
@@ -263,7 +287,10 @@ class BatchCore:
         if batch == 0:
             return Step(started_at=now, duration_s=0.0, batch=0, admitted=(), dropped=tuple(dropped),
                         interrupted=tuple(interrupted))  # fmt: skip
-        duration_ms = self.model.step_ms(batch) + sum(self.model.prefill_ms(r.prompt_tokens) for r in admitted)
+        # A preempted sequence is recomputed: its prompt and the tokens it had are prefilled again.
+        duration_ms = self.model.step_ms(batch) + sum(
+            self.model.prefill_ms(r.prompt_tokens + (len(r.tokens) if r.preemptions else 0)) for r in admitted
+        )
         if self.model.step_jitter > 0:
             duration_ms *= 1.0 + self._jitter.uniform(-self.model.step_jitter, self.model.step_jitter)
         self._in_step = True
@@ -275,6 +302,41 @@ class BatchCore:
             dropped=tuple(dropped),
             interrupted=tuple(interrupted),
         )
+
+    def _preempt_over_share(self) -> None:
+        """With the batch full and a tenant below its fair share waiting, preempts the newest sequence of the
+        tenant furthest over its share, back to the head of that tenant's queue, as vLLM preempts by recompute
+        (``vllm/v1/core/sched/scheduler.py``): a burst that took every slot gives them back as the steady
+        tenant needs them, instead of only as its own long answers end."""
+        while len(self._running) >= self.model.max_batch and self._waiting:
+            waiting = self._waiting.tenants()
+            demand = waiting | {t for t, n in self._holding.items() if n > 0}
+            share = self.model.max_batch / max(1, len(demand))
+            if not any(self._holding[t] < share - 1e-9 for t in waiting):
+                return
+            over = [t for t, n in self._holding.items() if n > share + 1e-9]
+            if not over:
+                return
+            tenant = max(over, key=lambda t: self._holding[t])
+            victim = max((r for r in self._running.values() if r.tenant == tenant),
+                         key=lambda r: (r.admitted_at or 0.0, r.id))  # fmt: skip
+            del self._running[victim.id]
+            self._holding[tenant] -= 1
+            victim.state = SeqState.WAITING
+            victim.preemptions += 1
+            self._preemptions += 1
+            self._waiting.push_front(victim)
+
+    def _admit_next(self) -> EngineRequest | None:
+        """The next waiting request to take a free slot. Under fair scheduling a tenant is held to its share of
+        the batch (max_batch over the tenants that wait or run) while another tenant waits: a burst cannot take
+        every slot from a steady tenant. With nobody else waiting the slots are anyone's (work-conserving)."""
+        if self.model.scheduling is not Scheduling.FAIR:
+            return self._waiting.pop_next()
+        demand = self._waiting.tenants() | {t for t, n in self._holding.items() if n > 0}
+        share = self.model.max_batch / max(1, len(demand))
+        fair = self._waiting.pop_next(lambda tenant: self._holding[tenant] < share)
+        return fair if fair is not None else self._waiting.pop_next()
 
     def _interrupt(self, now: float) -> list[EngineRequest]:
         """Ends the oldest running streams, one per request waiting beyond the free slots, so the waiting
@@ -312,8 +374,8 @@ class BatchCore:
 
     def abort_all(self, now: float) -> list[EngineRequest]:
         """Ends every waiting and running sequence because the engine is shutting down."""
-        ended = [*self._waiting.values(), *self._running.values()]
-        self._waiting.clear()
+        ended = [*self._waiting, *self._running.values()]
+        self._waiting = WaitingQueue(self.model.scheduling)
         self._running.clear()
         self._aborting.clear()
         self._in_step = False
@@ -322,6 +384,8 @@ class BatchCore:
         return ended
 
     def _end(self, request: EngineRequest, result: Result, now: float) -> None:
+        if request.state is SeqState.RUNNING:
+            self._holding[request.tenant] -= 1
         request.state = SeqState.ENDED
         request.result = result
         request.ended_at = now

@@ -212,7 +212,9 @@ class Engine:
     def record_bad_request(self) -> None:
         self._core.record_bad_request()
 
-    def submit(self, *, prompt_tokens: int, max_tokens: int, streaming: bool = True) -> Generation:
+    def submit(
+        self, *, prompt_tokens: int, max_tokens: int, streaming: bool = True, priority: int = 0, tenant: str = ""
+    ) -> Generation:
         """Queues a sequence; raises ``QueueFull`` (429) or ``EngineClosed`` instead when it cannot.
 
         ``streaming`` False means the caller only wants :meth:`Generation.result`.
@@ -220,7 +222,12 @@ class Engine:
         if self._closed:
             raise EngineClosed()
         request = self._core.submit(
-            prompt_tokens=prompt_tokens, max_tokens=max_tokens, now=self.clock.now(), streaming=streaming
+            prompt_tokens=prompt_tokens,
+            max_tokens=max_tokens,
+            now=self.clock.now(),
+            streaming=streaming,
+            priority=priority,
+            tenant=tenant,
         )
         generation = Generation(request, streaming=streaming, max_queue_wait_s=self.model.max_queue_wait_ms / 1000.0)
         self._live[request.id] = generation

@@ -16,7 +16,7 @@ from enum import StrEnum
 from typing import Any
 
 from cliffwatch.domain.errors import CliffwatchError
-from cliffwatch.domain.target_model import TargetModel
+from cliffwatch.domain.target_model import Scheduling, TargetModel
 
 DONE_EVENT = b"data: [DONE]\n\n"
 FINISH_REASON = "length"  # every sequence generates exactly max_tokens, as with ignore_eos
@@ -61,6 +61,8 @@ class GenerationRequest:
     max_tokens: int
     stream: bool
     include_usage: bool
+    priority: int = 0  # vLLM's field: lower is sooner under priority scheduling
+    tenant: str = ""  # the OpenAI "user": whose turn it is under fair scheduling
 
 
 def parse_json_body(raw: bytes) -> dict[str, Any]:
@@ -110,12 +112,24 @@ def parse_generation(body: Mapping[str, Any], kind: Kind, model: TargetModel) ->
         stream = False
     if not isinstance(stream, bool):
         raise _invalid("'stream' must be a boolean.", "stream")
+    priority = body.get("priority", 0)
+    if isinstance(priority, bool) or not isinstance(priority, int) or abs(priority) >= 2**63:
+        raise _invalid("'priority' must be an integer.", "priority")
+    if priority != 0 and model.scheduling is not Scheduling.PRIORITY:
+        # As vLLM answers a priority its scheduler does not use (entrypoints/openai/.../protocol.py, "priority").
+        raise _invalid("Any priority other than 0 needs priority scheduling, which this server does not use.",
+                       "priority")  # fmt: skip
+    user = body.get("user", "")
+    if not isinstance(user, str):
+        raise _invalid("'user' must be a string.", "user")
     return GenerationRequest(
         kind=kind,
         prompt_tokens=prompt_tokens,
         max_tokens=model.default_max_tokens if max_tokens is None else max_tokens,
         stream=stream,
         include_usage=_include_usage(body.get("stream_options"), stream),
+        priority=priority,
+        tenant=user[:256],
     )
 
 

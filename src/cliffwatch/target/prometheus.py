@@ -76,6 +76,12 @@ def _families(stats: EngineStats) -> list[_Family]:
             samples=(("_sum", stats.queue_time_seconds_sum), ("_count", stats.queue_time_count)),
         ),
         _Family(
+            name="preemptions_total",
+            kind="counter",
+            help="Sequences preempted (and recomputed later) to give a tenant its fair share of the batch.",
+            samples=one(stats.preemptions_total),
+        ),
+        _Family(
             name="steps_total",
             kind="counter",
             help="Engine steps run (each gives every running sequence one token).",

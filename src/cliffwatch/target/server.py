@@ -153,7 +153,11 @@ async def _generate(request: web.Request, kind: Kind) -> web.StreamResponse:
         return _error(exc.status, exc.body())
     try:
         generation = engine.submit(
-            prompt_tokens=parsed.prompt_tokens, max_tokens=parsed.max_tokens, streaming=parsed.stream
+            prompt_tokens=parsed.prompt_tokens,
+            max_tokens=parsed.max_tokens,
+            streaming=parsed.stream,
+            priority=parsed.priority,
+            tenant=parsed.tenant,
         )
     except QueueFull as exc:
         return _error(

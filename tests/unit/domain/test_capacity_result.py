@@ -383,3 +383,12 @@ def test_the_verdict_quotes_the_servers_own_queue_at_the_crossing() -> None:
         "was still 97 % of peak"
     )
     assert (result.evidence["server_waiting_first"], result.evidence["server_waiting_max"]) == (0.0, 183.0)
+
+
+def test_a_server_queue_that_did_not_move_at_the_crossing_is_said_to_have_held() -> None:
+    queue = {"waiting": {"first": 0.0, "last": 0.0, "min": 0.0, "max": 0.0, "mean": 0.0, "slope_per_s": 0.0,
+                         "points": 10}}  # fmt: skip
+    steps = [step(1.0, offered=2000, server=queue), step(2.0, offered=2000, on_time=0, error=2000, server=queue)]
+    result = result_of(steps)
+    assert "(the server's waiting queue held at 0 at most)" in result.verdict
+    assert "went from" not in result.verdict

@@ -208,6 +208,7 @@ def test_the_document_is_strict_json_with_every_section() -> None:
         "safe_degradation",
         "recovery",
         "retry_containment",
+        "isolation",
     ]
     assert document["generator"]["generator_limited"] is False
     assert document["generator"]["attempt_cap"] is None

@@ -14,6 +14,7 @@ from cliffwatch.domain.retry import FailureKind
 from cliffwatch.domain.scenario import Role, ScoreSpec
 from cliffwatch.domain.scoring import (
     HIDDEN_OVERLOAD,
+    ISOLATION,
     PRESERVATION,
     RECOVERY,
     RETRY_CONTAINMENT,
@@ -234,7 +235,7 @@ def test_without_stress_traffic_no_component_applies(stress_phase: bool) -> None
     base, stress = _windows((B, 10), (S, 10))
     phases = [_phase(base, on_time=100)] + ([_phase(stress)] if stress_phase else [])
     score = score_run(_metrics(phases, [_second(0, on_time=10)]), slo=SLO, spec=SPEC)
-    assert [c.value for c in score.components] == [None, None, None, None]
+    assert [c.value for c in score.components] == [None, None, None, None, None]
     assert score.value is None
     assert not score.passed
     assert score.summary.startswith("No score")
@@ -477,7 +478,7 @@ def test_weights_are_renormalised_over_applicable_components() -> None:
     base, stress = _windows((B, 10), (S, 10))
     metrics = _metrics([_phase(base, on_time=100), _phase(stress, on_time=50, fast_shed=50)])
     score = score_run(metrics, slo=SLO, spec=SPEC)
-    assert [c.value for c in score.components] == [0.5, 1.0, None, 1.0]
+    assert [c.value for c in score.components] == [0.5, 1.0, None, 1.0, None]  # no classes: no isolation
     assert score.value == 73.3
     assert score.passed
     assert not score_run(metrics, slo=SLO, spec=ScoreSpec(threshold=73.4)).passed
@@ -515,7 +516,7 @@ def test_the_worked_example_in_the_docs_holds() -> None:
     score = score_run(_worked_example(), slo=slo, spec=SPEC)
     values = {c.name: c.value for c in score.components}
     assert values == pytest.approx(
-        {PRESERVATION: 0.4 / 0.99, SAFE_DEGRADATION: 0.625, RECOVERY: 0.8, RETRY_CONTAINMENT: 0.85}
+        {PRESERVATION: 0.4 / 0.99, SAFE_DEGRADATION: 0.625, RECOVERY: 0.8, RETRY_CONTAINMENT: 0.85, ISOLATION: None}
     )
     assert _component(score, RECOVERY).evidence["p99_limit_ms"] == pytest.approx(1_200, rel=0.02)
     assert score.value == 61.4
@@ -624,7 +625,7 @@ def test_to_dict_is_json_ready_and_reads_back() -> None:
     for score in (score_run(metrics, slo=slo, spec=SPEC), score_run(partial, slo=slo, spec=SPEC)):
         text = json.dumps(score.to_dict(), allow_nan=False)
         assert Score.from_dict(json.loads(text)) == score
-        assert json.loads(text)["version"] == SCORE_VERSION == "2"
+        assert json.loads(text)["version"] == SCORE_VERSION == "3"
     empty = score_run(_metrics([]), slo=slo, spec=SPEC)
     assert Score.from_dict(json.loads(json.dumps(empty.to_dict(), allow_nan=False))) == empty
 

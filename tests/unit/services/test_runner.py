@@ -286,6 +286,7 @@ async def test_a_passing_run_gives_a_json_serialisable_result() -> None:
         "safe_degradation",
         "recovery",
         "retry_containment",
+        "isolation",
     }
     assert document["generator"]["generator_limited"] is False
     assert [(f["phase"], f["action"]) for f in document["faults"]] == [(1, "on"), (1, "off")]

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cliffwatch.domain.target_model import Admission, TargetModel
+from cliffwatch.domain.target_model import Admission, Scheduling, TargetModel
 from cliffwatch.target.batching import (
     VOCABULARY,
     BatchCore,
@@ -396,3 +396,52 @@ def test_queue_time_counts_each_admitted_requests_wait_for_a_slot() -> None:
     assert second.admitted_at == pytest.approx(0.02)
     assert first.admitted_at == pytest.approx(0.0)
     assert stats.queue_time_seconds_sum == pytest.approx(0.015)
+
+
+def admission_order(model: TargetModel, arrivals: list[tuple[int, str]]) -> list[int]:
+    """The ids in the order a one-slot engine admits them, every request waiting from the start."""
+    core = BatchCore(model)
+    blocker = core.submit(prompt_tokens=0, max_tokens=1, now=0.0)
+    requests = [core.submit(prompt_tokens=0, max_tokens=1, now=0.001 * (i + 1), priority=priority, tenant=tenant)
+                for i, (priority, tenant) in enumerate(arrivals)]  # fmt: skip
+    order: list[int] = []
+    now = 0.01
+    while core.has_work:
+        step = core.begin_step(now)
+        order.extend(r.id for r in step.admitted if r is not blocker)
+        now += step.duration_s
+        core.end_step(now)
+    assert len(order) == len(requests)
+    return [next(i for i, r in enumerate(requests) if r.id == rid) for rid in order]
+
+
+def test_fifo_admits_in_arrival_order_whatever_the_priority_or_tenant() -> None:
+    model = TargetModel(max_batch=1, decode_base_ms=10.0, prefill_base_ms=0.0)
+    assert admission_order(model, [(5, "a"), (0, "b"), (1, "a")]) == [0, 1, 2]
+
+
+def test_priority_admits_the_lowest_priority_value_first_and_arrival_order_among_equals() -> None:
+    model = TargetModel(max_batch=1, decode_base_ms=10.0, prefill_base_ms=0.0, scheduling=Scheduling.PRIORITY)
+    assert admission_order(model, [(5, ""), (0, ""), (5, ""), (-1, ""), (0, "")]) == [3, 1, 4, 0, 2]
+
+
+def test_fair_scheduling_takes_the_tenants_in_turn_so_a_burst_queues_behind_itself() -> None:
+    model = TargetModel(max_batch=1, decode_base_ms=10.0, prefill_base_ms=0.0, scheduling=Scheduling.FAIR)
+    burst = [(0, "batch")] * 5
+    order = admission_order(model, [*burst, (0, "chat"), (0, "chat")])
+    assert order == [0, 5, 1, 6, 2, 3, 4]  # the chat requests do not wait for the whole burst
+
+
+def test_a_waiting_request_leaves_any_queue_order_and_the_deadline_still_drops_the_oldest_first() -> None:
+    model = TargetModel(max_batch=1, admission=Admission.DEADLINE, max_queue_wait_ms=50.0,
+                        scheduling=Scheduling.PRIORITY)  # fmt: skip
+    core = BatchCore(model)
+    submit(core, at=0.0)  # takes the slot at the first step
+    core.begin_step(0.0)
+    late = core.submit(prompt_tokens=0, max_tokens=1, now=0.01, priority=9)
+    early = core.submit(prompt_tokens=0, max_tokens=1, now=0.02, priority=0)
+    gone = core.submit(prompt_tokens=0, max_tokens=1, now=0.03, priority=0)
+    assert core.cancel(gone, 0.031)
+    assert core.expire(0.061) == [late]  # the oldest by arrival, whatever its priority
+    assert core.waiting == 1
+    assert early.state is SeqState.WAITING

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from cliffwatch.domain.target_model import TargetModel
+from cliffwatch.domain.target_model import Scheduling, TargetModel
 from cliffwatch.target.openai_format import (
     DONE_EVENT,
     ApiError,
@@ -209,3 +209,16 @@ def test_a_whole_response_carries_the_text_usage_and_finish_reason(kind: Kind) -
     else:
         assert (body["id"], body["object"]) == ("cmpl-3", "text_completion")
         assert choice["text"] == "a b "
+
+
+def test_priority_and_user_are_read_and_a_priority_needs_priority_scheduling_as_in_vllm() -> None:
+    prioritised = TargetModel(model="sim", scheduling=Scheduling.PRIORITY)
+    parsed = parse_generation(chat(priority=-3, user="tenant-a"), Kind.CHAT, prioritised)
+    assert (parsed.priority, parsed.tenant) == (-3, "tenant-a")
+    assert parse_generation(chat(), Kind.CHAT, MODEL).priority == 0
+    with pytest.raises(ApiError) as refused:
+        parse_generation(chat(priority=2), Kind.CHAT, MODEL)  # a first-come server: as vLLM's, a 400
+    assert (refused.value.status, refused.value.param) == (400, "priority")
+    for bad in ({"priority": "high"}, {"priority": True}, {"user": 7}):
+        with pytest.raises(ApiError):
+            parse_generation(chat(**bad), Kind.CHAT, prioritised)

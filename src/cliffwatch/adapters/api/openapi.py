@@ -165,8 +165,9 @@ def _runs_paths() -> dict[str, Any]:
                 "sweep-invalid naming each sweep.… field, target-not-allowed as for runs, or run-refused when "
                 "the sweep's highest step (stop, or max_rate with auto) is over the service's maximum offered "
                 "rate (or, in concurrency mode, its maximum concurrency), a retry variant's attempts at that rate "
-                "over the attempt cap, or its longest length (variants × max_steps × (warmup_s + step_s + "
-                "cooldown_s)) over its maximum duration; 429 as for runs. The sweep is then read at "
+                "over the attempt cap, or its longest length (variants × (max_steps × (warmup_s + step_s + "
+                "cooldown_s) + max_steps / 2 × (extend_s − step_s)) with the growth check, since at most every "
+                "other step is an extended one) over its maximum duration; 429 as for runs. The sweep is then read at "
                 "/api/v1/runs/{run_id}. warnings: what the sweep "
                 "as asked should be warned about (steps too short for the SLO, say), as the CLI warns; the "
                 "sweep document carries them too.",

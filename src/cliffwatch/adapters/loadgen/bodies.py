@@ -24,7 +24,7 @@ from cliffwatch.adapters.loadgen import prompts
 from cliffwatch.adapters.loadgen.token_prompts import PromptSource, WordCount
 from cliffwatch.domain.plan import PlannedRequest
 from cliffwatch.domain.scenario import Scenario
-from cliffwatch.domain.target_spec import Api
+from cliffwatch.domain.target_spec import Api, RequestTemplate
 
 # Per process, random: no scenario can contain them by chance, so a split never lands in the user's values.
 _PROMPT = f"cliffwatch-prompt-{uuid.uuid4().hex}"
@@ -36,9 +36,14 @@ class RequestBodies:
     """Every request body of one scenario: ``render(request)``, None for a plain request without a body."""
 
     def __init__(
-        self, scenario: Scenario, source: PromptSource | None = None, dataset: LoadedDataset | None = None
+        self,
+        scenario: Scenario,
+        source: PromptSource | None = None,
+        dataset: LoadedDataset | None = None,
+        *,
+        template: RequestTemplate | None = None,
     ) -> None:
-        template = scenario.target.request
+        template = template or scenario.target.request  # a traffic class's own, or the target's
         self._source: PromptSource = source or WordCount(prompts.WORDS)
         self._dataset = dataset
         self._bust = template.dataset is None or template.dataset.cache_bust

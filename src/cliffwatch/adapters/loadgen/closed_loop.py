@@ -21,6 +21,7 @@ import random
 from collections.abc import Iterable
 
 from cliffwatch.adapters.loadgen.engine import AttemptExecutor, OpenLoopGenerator
+from cliffwatch.domain.arrivals import Mix
 from cliffwatch.domain.generator_health import GeneratorLimits
 from cliffwatch.domain.outcomes import NS_PER_S
 from cliffwatch.domain.plan import PlannedRequest, phase_windows
@@ -69,7 +70,8 @@ class ClosedLoopGenerator(OpenLoopGenerator):
         windows = phase_windows(self.scenario)
         starts = [w.start_ns for w in windows]
         end_ns = windows[-1].end_ns
-        template = self.scenario.target.request
+        klass = self._client_classes()[index]
+        template = self.scenario.request_for(klass)
         shapes = random.Random(f"{self.scenario.seed}:closed-loop:{index}")
         while self._stop_reason is None:
             at_ns = self.clock.now_ns() - start_ns
@@ -84,6 +86,7 @@ class ClosedLoopGenerator(OpenLoopGenerator):
                 scheduled_ns=at_ns,
                 prompt_tokens=template.prompt_tokens.sample(shapes) if template.prompt_tokens else 0,
                 max_tokens=template.max_tokens.sample(shapes) if template.max_tokens else 0,
+                klass=klass,
             )
             self._next_id += 1
             self._dispatched += 1
@@ -93,6 +96,20 @@ class ClosedLoopGenerator(OpenLoopGenerator):
             self._tasks.add(task)
             task.add_done_callback(functools.partial(self._task_done, request, listener))
             await asyncio.wait([task])  # a cancelled request ends this client's turn, not the client
+
+    def _client_classes(self) -> list[int]:
+        """Each client's traffic class: the clients dealt out by the last phase's shares (largest remainders
+        first), or all of the one class of a scenario without classes."""
+        arrival = self.scenario.phases[-1].arrival
+        if not isinstance(arrival, Mix) or not arrival.shares:
+            return [0] * self.clients
+        names = [c.name for c in self.scenario.traffic_classes]
+        quotas = [(share * self.clients, names.index(name)) for name, share in arrival.shares]
+        counts = {klass: int(quota) for quota, klass in quotas}
+        leftover = sorted(quotas, key=lambda item: item[0] - int(item[0]), reverse=True)
+        for _, klass in leftover[: self.clients - sum(counts.values())]:
+            counts[klass] += 1
+        return [klass for klass, count in sorted(counts.items()) for _ in range(count)]
 
     async def _cap_token(self, until_ns: int) -> bool:
         """Takes a token of the attempt cap for the client's next request, waiting for one while the run goes

@@ -84,7 +84,12 @@ class OpenLoopGenerator:
         self._overflow = 0
         self._lag = Histogram()
         self._max_stall_ns = 0
-        self._budgets = {i: RetryBudgetState(scenario.retry_for(i).budget) for i in range(len(scenario.phases))}
+        # A retry budget is a client's: each traffic class (a tenant's client) has its own, in each phase.
+        self._budgets = {
+            (phase, klass): RetryBudgetState(scenario.retry_for(phase, klass).budget)
+            for phase in range(len(scenario.phases))
+            for klass in range(len(scenario.traffic_classes))
+        }
 
     async def preflight(self) -> PromptSizing:
         return await self.executor.preflight()
@@ -181,9 +186,10 @@ class OpenLoopGenerator:
         self, request: PlannedRequest, start_ns: int, listener: GeneratorListener, *, prepaid: bool = False
     ) -> None:
         scenario = self.scenario
-        policy = scenario.retry_for(request.phase)
-        attempt_timeout_s = scenario.attempt_timeout_ms / 1000.0
-        deadline_ns = start_ns + request.scheduled_ns + round(scenario.slo.timeout_ms * NS_PER_MS)
+        policy = scenario.retry_for(request.phase, request.klass)
+        budget = self._budgets[request.phase, request.klass]
+        attempt_timeout_s = scenario.attempt_timeout_for(request.klass) / 1000.0
+        deadline_ns = start_ns + request.scheduled_ns + round(scenario.slo_for(request.klass).timeout_ms * NS_PER_MS)
         attempts: list[Attempt] = []
         rng: random.Random | None = None
         number = 1
@@ -199,11 +205,11 @@ class OpenLoopGenerator:
                     break
                 if not self._may_send(attempts, prepaid):
                     if attempts:  # a retry the budget paid for, never sent: its token goes back
-                        self._budgets[request.phase].refund()
+                        budget.refund()
                     capped = True
                     break
                 if not attempts:  # a request the run really sends deposits into the retry budget
-                    self._budgets[request.phase].on_new_request()
+                    budget.on_new_request()
                 began_ns = self.clock.now_ns()
                 attempt = await self.executor.attempt(
                     request,
@@ -227,7 +233,7 @@ class OpenLoopGenerator:
                     retry_after_s=attempt.retry_after_s,
                     remaining_s=(deadline_ns - self.clock.now_ns()) / NS_PER_S,
                     rng=rng,
-                    budget=self._budgets[request.phase],
+                    budget=budget,
                 )
                 if not decision.retry:
                     break
@@ -269,7 +275,8 @@ class OpenLoopGenerator:
         if record_attempts:
             self._lag.add(max(0.0, (record_attempts[0].sent_ns - request.scheduled_ns) / NS_PER_MS))
         reason = CAP_REASON if capped else "deadline passed before the first attempt"
-        listener.finished(request.record(record_attempts, slo=self.scenario.slo, not_sent_reason=reason, capped=capped))
+        slo = self.scenario.slo_for(request.klass)
+        listener.finished(request.record(record_attempts, slo=slo, not_sent_reason=reason, capped=capped))
 
     async def _watch_loop(self) -> None:
         """Measures event-loop stalls: how much later than asked a short sleep wakes up."""

@@ -43,7 +43,7 @@ from cliffwatch.domain.retry import FailureKind
 from cliffwatch.domain.scenario import Scenario
 from cliffwatch.domain.secrets import sendable_headers
 from cliffwatch.domain.state_headers import readings, watched
-from cliffwatch.domain.target_spec import Api
+from cliffwatch.domain.target_spec import Api, RequestTemplate
 
 MAX_ERROR_BODY = 64 * 1024
 MAX_BODY = 16 * 1024 * 1024
@@ -104,17 +104,13 @@ class HttpExecutor:
         self.method = template.method
         self.openai = scenario.target.api is not Api.HTTP
         self.stream = self.openai and template.stream
-        # Header names are case-insensitive: a template's "content-type" replaces our default, never joins it.
-        self.headers = sendable_headers(template.headers)  # every secret reference already read
-        _default_header(self.headers, "User-Agent", f"cliffwatch/{__version__}")
-        if self.openai or template.body is not None:
-            _default_header(self.headers, "Content-Type", "application/json")
-        if self.stream:
-            _default_header(self.headers, "Accept", "text/event-stream")
+        self.headers = self._headers(template)
+        # Each traffic class sends its own headers (a tenant's key) and bodies (its model, lengths, priority).
+        self._class_headers = [self._headers(c.request) for c in scenario.traffic_classes]
         self.in_flight = 0
         self.tokens = 0.0
         self._dataset = dataset
-        self._bodies = RequestBodies(scenario, prompts, dataset)
+        self._bodies = self._class_bodies(prompts)
         # How prompts are sized: given (a tokenizer's, the built-in target's words), or found by the preflight's
         # calibration probes when ``calibrate`` (a real OpenAI target without a tokenizer).
         self.sizing = sizing
@@ -167,19 +163,32 @@ class HttpExecutor:
             lengths, self._server_lengths = self._server_lengths, None
             self.sizing, fit = await fit_lengths(session, self.base_url, self.headers, self.scenario, lengths)
             if fit is not None:
-                self._bodies = RequestBodies(self.scenario, ServerFittedPrompts(fit), self._dataset)
+                self._bodies = self._class_bodies(ServerFittedPrompts(fit))
         if self._calibrate:
             self._calibrate = False
             self.sizing = await calibrate(
                 session, self.url, self.headers, self.scenario, cap=self.cap, now_ns=time.perf_counter_ns()
             )
             if self.sizing.calibration is not None:
-                calibrated = CalibratedPrompts(self.sizing.calibration, WORDS)
-                self._bodies = RequestBodies(self.scenario, calibrated, self._dataset)
+                self._bodies = self._class_bodies(CalibratedPrompts(self.sizing.calibration, WORDS))
         return self.sizing
 
+    def _headers(self, template: RequestTemplate) -> dict[str, str]:
+        # Header names are case-insensitive: a template's "content-type" replaces our default, never joins it.
+        headers = sendable_headers(template.headers)  # every secret reference already read
+        _default_header(headers, "User-Agent", f"cliffwatch/{__version__}")
+        if self.openai or template.body is not None:
+            _default_header(headers, "Content-Type", "application/json")
+        if self.stream:
+            _default_header(headers, "Accept", "text/event-stream")
+        return headers
+
+    def _class_bodies(self, source: PromptSource | None) -> list[RequestBodies]:
+        return [RequestBodies(self.scenario, source, self._dataset, template=c.request)
+                for c in self.scenario.traffic_classes]  # fmt: skip
+
     def body(self, request: PlannedRequest) -> bytes | None:
-        return self._bodies.render(request)  # prepared ahead: one copy per request (bodies.py)
+        return self._bodies[request.klass].render(request)  # prepared ahead: one copy per request (bodies.py)
 
     async def attempt(
         self, request: PlannedRequest, number: int, timeout_s: float, *, origin_ns: int, deadline_bound: bool
@@ -192,10 +201,11 @@ class HttpExecutor:
         self.in_flight += 1
         try:
             async with asyncio.timeout(timeout_s):
-                hop: Hop | None = Hop(method=self.method, url=self.url, body=body, headers=self.headers)
+                headers = self._class_headers[request.klass]
+                hop: Hop | None = Hop(method=self.method, url=self.url, body=body, headers=headers)
                 hops = 0
                 while hop is not None:
-                    hop = await self._exchange(session, hop, hops, state, timing)
+                    hop = await self._exchange(session, hop, hops, state, timing, headers)
                     hops += 1
         except aiohttp.ServerTimeoutError as exc:
             # aiohttp's own limits (connect, read gap) are TimeoutErrors too, but not the attempt's limit.
@@ -230,7 +240,13 @@ class HttpExecutor:
         return state.attempt(number, sent_ns=sent, end_ns=end, origin_ns=origin_ns, pool_wait_ns=timing.pool_wait_ns)
 
     async def _exchange(
-        self, session: aiohttp.ClientSession, hop: Hop, hops: int, state: AttemptState, timing: _Timing
+        self,
+        session: aiohttp.ClientSession,
+        hop: Hop,
+        hops: int,
+        state: AttemptState,
+        timing: _Timing,
+        headers: dict[str, str],
     ) -> Hop | None:
         """Sends one hop and reads its answer into ``state``; returns the next hop when the answer is a
         redirect the scenario follows and the allowlist admits, else None (the attempt is over)."""
@@ -241,7 +257,7 @@ class HttpExecutor:
             state.status = response.status
             state.state = server_state(response)
             if 300 <= response.status < 400:
-                return await self._redirected(response, hop, hops, state)
+                return await self._redirected(response, hop, hops, state, headers)
             if not 200 <= response.status < 300:
                 await self._read_error(response, state)
             elif self.stream:
@@ -251,7 +267,7 @@ class HttpExecutor:
         return None
 
     async def _redirected(
-        self, response: aiohttp.ClientResponse, hop: Hop, hops: int, state: AttemptState
+        self, response: aiohttp.ClientResponse, hop: Hop, hops: int, state: AttemptState, headers: dict[str, str]
     ) -> Hop | None:
         """A 3xx answer: the next hop when followed and admitted; otherwise the attempt ends as a redirect
         (or, for a hop the allowlist refuses, as refused, naming the URL), and nothing more is sent."""
@@ -265,7 +281,7 @@ class HttpExecutor:
         elif hops >= client.max_redirects:
             state.fail(FailureKind.REDIRECT, f"{status}: still redirected after {hops} hops (client.max_redirects)")
         else:
-            following = next_hop(hop, response.status, location, origin=self.url, headers=self.headers)
+            following = next_hop(hop, response.status, location, origin=self.url, headers=headers)
             if isinstance(following, str):
                 state.fail(FailureKind.REDIRECT, f"{status} not followed: {following}")
         await _drain(response)  # a small body, read so the connection is reused

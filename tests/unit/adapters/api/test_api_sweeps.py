@@ -116,7 +116,10 @@ async def test_a_sweep_over_the_caps_is_refused_naming_the_fields_and_why(api: A
         "message": "the sweep may offer up to 5000 requests/s; this service runs at most 1000",
     }
     assert problems[1]["path"] == "sweep.max_steps"
-    assert problems[1]["message"].startswith("the sweep may last up to 18045s (1 variant(s) × 30 steps ×")
+    assert problems[1]["message"].startswith(
+        "the sweep may last up to 36045s (1 variant(s) × 30 steps × 601.5s of "
+        "warm-up, step and cool-down, 15 of them measured again over 1800s)"
+    )
     auto_body = {"scenario": "burst-storm", "sweep": {"auto": True, "max_rate": 2_000}}
     auto = await api.call("POST", "/api/v1/sweeps", json=auto_body)
     assert auto.status == 422

@@ -145,4 +145,4 @@ async def test_the_cap_and_the_retry_budget_count_only_what_was_sent() -> None:
     await generator.run(iter_plan(plan), start_ns=clock.now_ns(), listener=Listener())
     # 10 (the reserve), +0.5 at the first request (held at 10), −1 for its retry, +0.5 at the second, −1 for its
     # retry and +1 back when the cap refused it; the three requests not sent deposit nothing (they made it 10)
-    assert generator._budgets[0].tokens == 9.5
+    assert generator._budgets[0, 0].tokens == 9.5
