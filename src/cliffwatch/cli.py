@@ -56,7 +56,7 @@ from cliffwatch.services.reconcile import ReconcileReport
 from cliffwatch.services.tokens import TokenService
 
 EXIT_PASS, EXIT_FAIL, EXIT_INVALID, EXIT_ENVIRONMENT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
-DEMO_SCENARIOS = ("burst-storm", "retry-storm", "hollow-answers")
+DEMO_SCENARIOS = ("burst-storm", "retry-storm", "hollow-answers", "noisy-neighbour", "noisy-neighbour-fair")
 FAULT_DEMO = "slow-backend"  # runs when Toxiproxy is available
 _INPUT_ERRORS = (ScenarioInvalid, TargetConfigInvalid, SettingsInvalid, TargetNotAllowed, RunRefused)
 _ENVIRONMENT_ERRORS = (TargetUnreachable, BuiltinTargetFailed, FaultInjectionFailed, StoreUnavailable)
@@ -109,7 +109,8 @@ def _parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser(
         "demo",
-        help="run burst-storm, retry-storm, hollow-answers (and slow-backend with Toxiproxy) on the built-in target",
+        help="run burst-storm, retry-storm, hollow-answers, noisy-neighbour and noisy-neighbour-fair (and "
+        "slow-backend with Toxiproxy) on the built-in target",
     )
     demo.add_argument("--reports-dir", type=Path, default=Path("demo-out"), help="where the results (JSON, HTML) go")
     demo.set_defaults(handler=_demo)

@@ -157,6 +157,12 @@ SCORE = obj(
         "summary": {"type": "string"},
         "components": {"type": "array", "items": COMPONENT},
         "flags": {"type": "array", "items": ANY_OBJECT},
+        "classes": {
+            "type": "array",
+            "items": ANY_OBJECT,
+            "description": "each traffic class's own score on its "
+            "own requests against its own SLO (name, value, components, summary); empty without classes",
+        },
     },
     closed=False,
 )
@@ -186,6 +192,10 @@ RESULT = obj(
                                    "tokenizer, server, calibrated or words; the fit, the probes) and the server's "
                                    "usage.prompt_tokens against the intended counts (error); null for results "
                                    "stored before it"}),
+        "classes": {"type": "array", "items": {**ANY_OBJECT, "description": "one traffic class: name, its "
+                    "request, SLO, retry and priority as run, and phases (each phase's metrics counting only "
+                    "this class's requests, as in phases)"},
+                    "description": "each traffic class's own figures; empty for a scenario without classes"},
     }
 )  # fmt: skip
 SERVER_SERIES = obj(

@@ -112,8 +112,8 @@ async def _scenario_document(request: web.Request, run: Run) -> Mapping[str, Any
 
 
 def _result_sections(run: Run) -> Markup:
-    """The report's verdict, score components, phase table and the server's own view (escaped by the report's
-    own code)."""
+    """The report's verdict, score components, phase table, traffic classes and the server's own view (escaped
+    by the report's own code)."""
     document = run.result
     if run.kind is not RunKind.RUN or document is None or not isinstance(document.get("score"), Mapping):
         return Markup("")
@@ -121,6 +121,7 @@ def _result_sections(run: Run) -> Markup:
         sections.verdict(document)
         + sections.components(document)
         + sections.phase_results(document)
+        + sections.classes(document)
         + sections.server(document)
     )
 

@@ -29,6 +29,7 @@ from cliffwatch.adapters.report.chart_spec import (
 )
 from cliffwatch.adapters.report.chart_spec import column as _column
 from cliffwatch.adapters.report.chart_spec import number as _number
+from cliffwatch.adapters.report.class_charts import class_charts
 from cliffwatch.adapters.report.server_charts import server_charts
 
 
@@ -53,6 +54,7 @@ def run_charts(
             _latency(ordered, "e2e", "End-to-end latency", _number(slo.get("e2e_ms"))),
             _outcomes(ordered),
             _concurrency(ordered),
+            *class_charts(ordered),
             *server_charts(ordered),
         ],
     )

@@ -228,3 +228,39 @@ def state_headers(doc: Mapping[str, Any]) -> str:
         "carry no timing headers (they leave before the answer is known).</p>"
         f"{_table(head, rows, cls='numbers')}</section>"
     )
+
+
+def classes(doc: Mapping[str, Any]) -> str:
+    """Each traffic class in each phase, with its own score and how much of its goodput another's stress left."""
+    listed = [_map(c) for c in _list(doc.get("classes"))]
+    if not listed:
+        return ""
+    scores = {str(_map(c).get("name")): _map(c) for c in _list(_map(doc.get("score")).get("classes"))}
+    rows = []
+    for traffic_class in listed:
+        name = str(traffic_class.get("name"))
+        own = scores.get(name, {})
+        value = own.get("value")
+        label = f"<strong>{_e(name)}</strong>" + (
+            "" if value is None else f" <span class='muted'>{_num(value, 1)}/100</span>"
+        )
+        for phase in map(_map, _list(traffic_class.get("phases"))):
+            outcomes, latency = _map(phase.get("outcomes")), _map(phase.get("latency_ms"))
+            share = _share_of(phase.get("offered"))
+            rows.append((
+                label, f"{_e(phase.get('name'))} <span class='muted'>({_e(phase.get('role'))})</span>",
+                _num(phase.get("offered_rps"), 1), _pct(phase.get("on_time_ratio")), _num(phase.get("goodput_rps"), 2),
+                _ms(_map(latency.get("ttft")).get("p99")), _ms(_map(latency.get("e2e")).get("p99")),
+                share(outcomes.get("timeout")), share(outcomes.get("shed")), share(outcomes.get("late")),
+            ))  # fmt: skip
+            label = ""
+    head = ("class", "phase", "offered/s", "on time", "goodput/s", "p99 TTFT", "p99 e2e", "timeout", "shed", "late")
+    views = "".join(f"<li>{_e(_map(c).get('summary', ''))}</li>" for c in scores.values())
+    isolation = next((_map(c) for c in _list(_map(doc.get("score")).get("components"))
+                      if _map(c).get("name") == "isolation"), {})  # fmt: skip
+    said = f"<p>{_e(isolation.get('summary'))}</p>" if isolation.get("value") is not None else ""
+    return (
+        '<section id="classes"><h2>Traffic classes</h2><p>Every figure by the class whose requests it counts: who '
+        "lost when the pool was shared. Each class is scored on its own requests against its own SLO.</p>"
+        f"{said}{_table(head, rows, cls='numbers')}<ul class='class-scores'>{views}</ul></section>"
+    )

@@ -242,3 +242,65 @@ def test_the_answers_server_state_headers_are_tabled_per_phase(document: dict[st
     assert "12 <span class='muted'>(0–410, 40 answers)</span>" in section
     assert section.count("<tr>") == 3  # the head and one row per header
     assert '<section id="state-headers">' not in render_run_report(json.loads(FIXTURE.read_text(encoding="utf-8")))
+
+
+def with_classes(document: dict[str, Any]) -> dict[str, Any]:
+    """The fixture as a run with two traffic classes would have left it: each row's share per class, each
+    class's phases and score, and the isolation component."""
+    for row in document["timeseries"]:
+        row["classes"] = {
+            "interactive": {"offered": 2, "on_time_completions": 1 if row["t"] % 2 else 2, "ttft_p99_ms": 90.0},
+            "batch": {"offered": 0, "on_time_completions": 0, "ttft_p99_ms": None},
+        }
+    phase = document["phases"][0]
+    document["classes"] = [
+        {"name": "interactive", "phases": [{**phase, "on_time_ratio": 0.24, "offered_rps": 2.0}]},
+        {"name": "batch", "phases": [{**phase, "on_time_ratio": 0.9, "offered_rps": 4.0}]},
+    ]
+    document["score"]["classes"] = [
+        {"name": "interactive", "value": 25.0, "summary": "interactive <b>lost</b> its goodput", "components": []},
+        {"name": "batch", "value": 80.0, "summary": "batch kept its goodput", "components": []},
+    ]
+    document["score"]["components"].append(
+        {
+            "name": "isolation",
+            "value": 0.24,
+            "weight": 0.25,
+            "summary": "interactive kept 24% of its goodput",
+            "evidence": {},
+        }
+    )
+    return document
+
+
+def test_each_class_is_charted_by_its_own_on_time_share_and_tail(document: dict[str, Any]) -> None:
+    document = with_classes(document)
+    rows = document["timeseries"]
+    charts = {chart["id"]: chart for chart in report_data(render_run_report(document))["charts"]}
+    assert tuple(charts) == (*CHART_IDS, "classes-on-time", "classes-ttft")
+    on_time = {s["label"]: s["values"] for s in charts["classes-on-time"]["series"]}
+    assert on_time["interactive on time"] == [50.0 if row["t"] % 2 else 100.0 for row in rows]
+    assert on_time["batch on time"] == [None] * len(rows)  # offered nothing: a gap, not a 0 %
+    assert on_time["batch offered"] == [0.0] * len(rows)
+    ttft = {s["label"]: s["values"] for s in charts["classes-ttft"]["series"]}
+    assert ttft["interactive p99 TTFT"] == [90.0] * len(rows)
+    dashes = [tuple(s["dash"]) for s in charts["classes-on-time"]["series"]]
+    assert len(set(dashes)) == len(dashes)  # every line its own dash: readable in grey print
+
+
+def test_the_classes_section_tables_each_class_by_phase_with_its_score(document: dict[str, Any]) -> None:
+    page = render_run_report(with_classes(document))
+    section = page[page.index('<section id="classes">') :]
+    section = section[: section.index("</section>")]
+    assert "interactive kept 24% of its goodput" in section
+    assert "<strong>interactive</strong> <span class='muted'>25/100</span>" in section
+    assert "interactive &lt;b&gt;lost&lt;/b&gt; its goodput" in section  # escaped like every value
+    assert "<td>24 %</td>" in section
+    assert "<td>90 %</td>" in section
+    assert section.count("<tr>") == 3  # the head and one row per class and phase
+
+
+def test_a_run_without_classes_has_no_class_section_or_charts(document: dict[str, Any]) -> None:
+    page = render_run_report(document)
+    assert '<section id="classes">' not in page
+    assert not any(c["id"].startswith("classes") for c in report_data(page)["charts"])
