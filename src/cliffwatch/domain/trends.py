@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
@@ -39,10 +39,12 @@ class TrendPoint:
     score: float  # mean of the runs' scores
     components: Mapping[str, float | None]  # mean of each component over the runs where it applied
     passed: int  # runs that passed
+    classes: Mapping[str, float | None] = field(default_factory=dict)  # mean of each traffic class's own score
 
     def to_dict(self) -> dict[str, Any]:
         return {"start": self.start.isoformat(), "runs": list(self.run_ids), "score": round(self.score, 2),
                 "components": {k: None if v is None else round(v, 4) for k, v in self.components.items()},
+                "classes": {k: None if v is None else round(v, 2) for k, v in self.classes.items()},
                 "passed": self.passed}  # fmt: skip
 
 
@@ -53,8 +55,9 @@ class TrendSeries:
     score_version: str
     points: tuple[TrendPoint, ...]
     trailing_median: float | None
-    regression: bool
+    regression: bool  # the score, or some traffic class's own score, fell below its trailing median
     summary: str
+    regressed_classes: tuple[str, ...] = ()  # the traffic classes whose own score regressed
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -64,6 +67,7 @@ class TrendSeries:
             "points": [p.to_dict() for p in self.points],
             "trailing_median": None if self.trailing_median is None else round(self.trailing_median, 2),
             "regression": self.regression,
+            "regressed_classes": list(self.regressed_classes),
             "summary": self.summary,
         }
 
@@ -80,8 +84,12 @@ def trend_series(runs: Sequence[Run], *, bucket: Bucket, margin: float) -> list[
         members.sort(key=lambda r: (r.finished_at or datetime.min.replace(tzinfo=UTC), r.id))
         points = _points(members, bucket)
         median, regression, summary = _judge(points, margin)
+        regressed = _regressed_classes(points, margin)
+        if regressed:
+            summary += "; traffic class " + ", ".join(regressed)
         series.append(TrendSeries(scenario=scenario, target_url=target, score_version=version, points=tuple(points),
-                                  trailing_median=median, regression=regression, summary=summary))  # fmt: skip
+                                  trailing_median=median, regression=regression or bool(regressed),
+                                  summary=summary, regressed_classes=regressed))  # fmt: skip
     return series
 
 
@@ -102,28 +110,48 @@ def _points(runs: list[Run], bucket: Bucket) -> list[TrendPoint]:
 
 
 def _point(start: datetime, runs: list[Run]) -> TrendPoint:
-    values: dict[str, list[float]] = {}
-    names: list[str] = []
-    for run in runs:
-        for component in _components(run):
-            name, value = str(component.get("name")), component.get("value")
-            if name not in names:
-                names.append(name)
-            if isinstance(value, int | float):
-                values.setdefault(name, []).append(float(value))
     return TrendPoint(
         start=start,
         run_ids=tuple(r.id for r in runs),
         score=statistics.fmean(r.score for r in runs if r.score is not None),
-        components={n: statistics.fmean(values[n]) if n in values else None for n in names},
+        components=_means(runs, "components"),
+        classes=_means(runs, "classes"),
         passed=sum(1 for r in runs if r.passed),
     )
 
 
-def _components(run: Run) -> list[Mapping[str, Any]]:
+def _means(runs: list[Run], part: str) -> dict[str, float | None]:
+    """The mean value of each named entry of the runs' ``score[part]`` (components or traffic classes) over
+    the runs where it had one; None where it never had."""
+    values: dict[str, list[float]] = {}
+    names: list[str] = []
+    for run in runs:
+        for entry in _score_entries(run, part):
+            name, value = str(entry.get("name")), entry.get("value")
+            if name not in names:
+                names.append(name)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                values.setdefault(name, []).append(float(value))
+    return {n: statistics.fmean(values[n]) if n in values else None for n in names}
+
+
+def _score_entries(run: Run, part: str) -> list[Mapping[str, Any]]:
     score = (run.result or {}).get("score")
-    components = score.get("components") if isinstance(score, Mapping) else None
-    return [c for c in components if isinstance(c, Mapping)] if isinstance(components, list) else []
+    entries = score.get(part) if isinstance(score, Mapping) else None
+    return [c for c in entries if isinstance(c, Mapping)] if isinstance(entries, list) else []
+
+
+def _regressed_classes(points: list[TrendPoint], margin: float) -> tuple[str, ...]:
+    """The traffic classes whose own score at the latest point fell below the median of their earlier points
+    by more than the margin, judged like the score (a class with too little history is not judged)."""
+    if not points:
+        return ()
+    regressed = []
+    for name, latest in points[-1].classes.items():
+        earlier = [v for p in points[:-1] if (v := p.classes.get(name)) is not None][-TRAILING_POINTS:]
+        if latest is not None and len(earlier) >= MIN_HISTORY and latest < statistics.median(earlier) - margin:
+            regressed.append(name)
+    return tuple(regressed)
 
 
 def _judge(points: list[TrendPoint], margin: float) -> tuple[float | None, bool, str]:

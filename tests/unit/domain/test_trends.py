@@ -75,3 +75,30 @@ def test_runs_without_a_score_are_left_out() -> None:
     unscored = run(9, 0)
     unscored = Run(**{**unscored.__dict__, "score": None})
     assert trend_series([unscored], bucket=Bucket.RUN, margin=5) == []
+
+
+def with_class_scores(base: Run, **scores: float | None) -> Run:
+    result = {"score": {"components": [], "classes": [{"name": n, "value": v} for n, v in scores.items()]}}
+    return Run(**{**base.__dict__, "result": result})
+
+
+def test_each_traffic_class_is_trended_and_a_victim_class_that_fell_is_a_regression() -> None:
+    """The overall score holds while the interactive class's own score falls from ~90 to 40: a regression
+    named by the class, with each point carrying every class's mean score."""
+    runs = [with_class_scores(run(i, 80), interactive=i_score, batch=70.0)
+            for i, i_score in enumerate([90.0, 92.0, 88.0, 91.0, 40.0])]  # fmt: skip
+    [series] = trend_series(runs, bucket=Bucket.RUN, margin=5)
+    assert series.points[-1].classes == {"interactive": 40.0, "batch": 70.0}
+    assert series.regressed_classes == ("interactive",)
+    assert series.regression is True
+    assert "traffic class interactive" in series.summary
+    assert series.to_dict()["points"][0]["classes"] == {"interactive": 90.0, "batch": 70.0}
+
+
+def test_a_class_without_a_score_in_some_runs_is_judged_on_the_runs_that_scored_it() -> None:
+    scores: list[float | None] = [None, 90.0, 91.0, 89.0, 88.0]
+    runs = [with_class_scores(run(i, 80), interactive=v) for i, v in enumerate(scores)]
+    [series] = trend_series(runs, bucket=Bucket.RUN, margin=5)
+    assert series.points[0].classes == {"interactive": None}
+    assert series.regressed_classes == ()
+    assert series.regression is False
