@@ -97,9 +97,12 @@ def step_table(report: SweepReport) -> Table:
     result = report.result
     title = f"{report.variant} (retry: {report.policy_description})"
     table = Table(title=title, title_justify="left", show_edge=False, caption_justify="left")
+    by_class = any(step.classes for step in result.steps)
     headers = (
         *(result.unit, "#", "n", "sent/s", "good/s", "on time", "95% CI", "tokens/s", "done/s"),
-        *("p99 TTFT", "p99 e2e", *(OUTCOME_TEXT[o].short for o in FAILED), "amp", "queue", "verdict"),
+        *("p99 TTFT", "p99 e2e", *(OUTCOME_TEXT[o].short for o in FAILED), "amp", "queue"),
+        *(("by class",) if by_class else ()),
+        "verdict",
     )
     for header in headers:
         table.add_column(header, justify="left" if header == "verdict" else "right", no_wrap=True)
@@ -131,10 +134,13 @@ def step_table(report: SweepReport) -> Table:
             *(_pct(step.share_of(outcome.value)) for outcome in FAILED),
             "–" if step.amplification is None else f"{step.amplification:.2f}",
             _queue_cell(step),
+            *((" ".join(f"{name} {_pct(c.attainment)}" for name, c in step.classes.items()),) if by_class else ()),
             verdict,
         )
     notes = ["queue: the overload the growth check saw when the queue grew within the step; ext: measured over the "
              "extended window"]  # fmt: skip
+    if by_class:
+        notes.append("by class: each traffic class's share on time against its own SLO (the step is judged on all)")
     if estimated:
         notes.append("* settled on the point estimate: no further trial could clear the 95% interval (docs/sweep.md)")
     table.caption = "\n".join(notes)

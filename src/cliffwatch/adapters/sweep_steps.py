@@ -94,7 +94,7 @@ class HttpStepRunner:
             generator = ClosedLoopGenerator(step, self.executor, self.clock, clients=max(1, round(rate)), cap=self.cap)
         else:
             generator = OpenLoopGenerator(step, self.executor, self.clock, cap=self.cap)
-        window = WindowRecords(measured_index(step), step.slo)
+        window = WindowRecords(measured_index(step), [step.slo_for(k) for k in range(len(step.traffic_classes))])
         service = RunService(
             clock=self.clock,
             generator=generator,
@@ -116,8 +116,10 @@ class HttpStepRunner:
         # Closed-loop clients cannot build a queue ahead of the target: only rate steps are checked for one.
         checked = self.spec.growth_check and self.spec.mode is SweepMode.RATE
         growth = window.growth(measured.window, rate=rate, server=result.server) if checked else None
+        index = measured_index(step)
+        classes = [(name, metrics.phases[index]) for name, metrics in result.metrics.classes]
         return step_stats(measured, result.generator, rate=rate, trial=trial, late_by=window.counts, growth=growth,
-                          extended=extended, server=result.server)  # fmt: skip
+                          extended=extended, server=result.server, classes=classes)  # fmt: skip
 
     async def _cool_down(self) -> None:
         """Waits until nothing is in flight, then ``cooldown_s`` more, so the target's queues drain before

@@ -78,6 +78,37 @@ def _percentiles(values: Mapping[str, Any]) -> Mapping[str, float | None]:
 
 
 @dataclass(frozen=True, kw_only=True)
+class ClassStep:
+    """One traffic class's requests in a step's window: how many, how many on time against its own SLO, and
+    its tail latencies."""
+
+    offered: int
+    on_time: int
+    ttft_p99_ms: float | None = None
+    e2e_p99_ms: float | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.on_time <= self.offered:
+            raise ValueError(f"a class's on-time requests ({self.on_time}) must be within 0..offered ({self.offered})")
+
+    @property
+    def attainment(self) -> float | None:
+        return share(self.on_time, self.offered)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"offered": self.offered, "on_time": self.on_time, "attainment": self.attainment,
+                "ttft_p99_ms": self.ttft_p99_ms, "e2e_p99_ms": self.e2e_p99_ms}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ClassStep:
+        ttft, e2e = data.get("ttft_p99_ms"), data.get("e2e_p99_ms")
+        return cls(
+            offered=int(data["offered"]), on_time=int(data["on_time"]),
+            ttft_p99_ms=None if ttft is None else float(ttft), e2e_p99_ms=None if e2e is None else float(e2e),
+        )  # fmt: skip
+
+
+@dataclass(frozen=True, kw_only=True)
 class StepStats:
     """One measured step: every number the table and the search need.
 
@@ -119,6 +150,9 @@ class StepStats:
     # The server's own signals over the window (``target.metrics``): signal → first, last, min, max, mean,
     # slope_per_s, points. Empty when nothing was scraped.
     server: Mapping[str, Mapping[str, float | int | None]] = field(default_factory=dict)
+    # Each traffic class's share of the window (``ClassStep``), by class name; empty without classes. The step
+    # is judged on every class's requests together, each against its own SLO; these say who lost.
+    classes: Mapping[str, ClassStep] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         where = f"step at {self.rate} req/s, trial {self.trial}"
@@ -156,6 +190,9 @@ class StepStats:
         object.__setattr__(self, "late_by", MappingProxyType(late_by))
         server = {str(k): MappingProxyType(dict(v)) for k, v in self.server.items()}
         object.__setattr__(self, "server", MappingProxyType(server))
+        object.__setattr__(self, "classes", MappingProxyType(dict(self.classes)))
+        if sum(c.offered for c in self.classes.values()) not in (0, self.offered):
+            raise ValueError(f"{where}: the classes' requests do not add up to offered={self.offered}")
 
     @property
     def growing(self) -> bool:
@@ -204,6 +241,7 @@ class StepStats:
             growth=None if self.growth is None else self.growth.to_dict(),
             extended=self.extended,
             server={name: dict(stats) for name, stats in self.server.items()},
+            classes={name: c.to_dict() for name, c in self.classes.items()},
             attainment=self.attainment,
             interval=self.interval().to_dict(),  # at 95 %: the table's column; other levels via ``interval()``
             shed_share=self.shed_share,
@@ -237,4 +275,5 @@ class StepStats:
             growth=None if data.get("growth") is None else Growth.from_dict(data["growth"]),
             extended=bool(data.get("extended", False)),
             server={str(k): dict(v) for k, v in (data.get("server") or {}).items()},
+            classes={str(k): ClassStep.from_dict(v) for k, v in (data.get("classes") or {}).items()},
         )

@@ -12,11 +12,11 @@ from __future__ import annotations
 import hashlib
 import math
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from cliffwatch.domain.arrivals import Arrival, Constant, Poisson
-from cliffwatch.domain.capacity_stats import PERCENTILES, StepStats
+from cliffwatch.domain.arrivals import Arrival, Constant, Mix, Poisson
+from cliffwatch.domain.capacity_stats import PERCENTILES, ClassStep, StepStats
 from cliffwatch.domain.generator_health import GeneratorReport
 from cliffwatch.domain.growth import Growth, latency_trend, queue_trend
 from cliffwatch.domain.metrics import PhaseStats, PhaseWindow
@@ -43,11 +43,17 @@ SHORT_STEP = (
 
 def tightest_bound(scenario: Scenario) -> tuple[str, float]:
     """The latency bound a growing queue breaks first: ("TTFT", ms) when the SLO has a tighter TTFT bound
-    than its e2e one, else ("e2e", ms). Queue wait adds to both alike."""
-    slo = scenario.slo
-    if slo.ttft_ms is not None and slo.ttft_ms < slo.e2e_ms:
-        return "TTFT", slo.ttft_ms
-    return "e2e", slo.e2e_ms
+    than its e2e one, else ("e2e", ms); with traffic classes, the tightest of every class's SLO (a class's
+    name then says whose). Queue wait adds to all alike."""
+    bounds = []
+    for klass, traffic_class in enumerate(scenario.traffic_classes):
+        slo = scenario.slo_for(klass)
+        whose = f"{traffic_class.name} class's " if scenario.classes else ""
+        bounds.append((slo.e2e_ms, f"{whose}e2e"))
+        if slo.ttft_ms is not None:
+            bounds.append((slo.ttft_ms, f"{whose}TTFT"))
+    bound_ms, name = min(bounds, key=lambda b: b[0])
+    return name, bound_ms
 
 
 def short_step_warning(scenario: Scenario, spec: SweepSpec) -> str | None:
@@ -143,7 +149,9 @@ def step_scenario(
     """
     if not rate > 0:
         raise ValueError(f"a step needs a rate > 0, got {rate}")
-    arrival = step_arrival(rate, spec)
+    arrival: Arrival = step_arrival(rate, spec)
+    if scenario.classes:  # the step's rate is dealt out to the classes as the scenario's traffic mixes them
+        arrival = Mix(whole=arrival, shares=traffic_mix(scenario))
     # As written, a phase-level retry override on the scenario's stress phases is what its clients do under
     # load, so both phases of the step keep it (the first one found); a variant replaces every policy.
     as_written = next((p.retry for p in scenario.phases if p.role is Role.STRESS and p.retry is not None), None)
@@ -168,15 +176,29 @@ def step_scenario(
     )
 
 
+def traffic_mix(scenario: Scenario) -> tuple[tuple[str, float], ...]:
+    """Each traffic class's share of the requests the scenario sends over all its phases (its users' real mix:
+    a sweep measures capacity at that mix). A scenario whose phases send nothing shares evenly."""
+    sent = {c.name: 0.0 for c in scenario.classes}
+    for phase in scenario.phases:
+        if isinstance(phase.arrival, Mix):
+            for name in sent:
+                sent[name] += phase.arrival.class_rate(name, phase.duration_s) * phase.duration_s
+    total = math.fsum(sent.values())
+    if not total > 0:
+        return tuple((name, 1 / len(sent)) for name in sent)
+    return tuple((name, amount / total) for name, amount in sent.items() if amount > 0)
+
+
 class WindowRecords:
     """A record sink for one phase (a step's measured window): its late requests counted by the SLO bound each
     broke (what made a rate fail when no percentile shows it: ``StepStats.late_by``), and each answered
     request's wait against its scheduled time, for the latency trend (``domain.growth``). The wait is the time
     to the first token when the answer streamed one, else the whole answer's: a queue delays both alike."""
 
-    def __init__(self, phase: int, slo: Slo) -> None:
+    def __init__(self, phase: int, slos: Sequence[Slo]) -> None:
         self.phase = phase
-        self.slo = slo
+        self.slos = tuple(slos)  # by traffic class (``Scenario.slo_for``)
         self.counts: Counter[str] = Counter()
         self.waits: list[tuple[float, float]] = []  # (scheduled, wait), seconds from the step's start
         self.floor: float | None = None
@@ -194,7 +216,8 @@ class WindowRecords:
         if record.phase != self.phase:
             return
         if record.outcome is Outcome.LATE:
-            self.counts.update(missed_bounds(final, scheduled_ns=record.scheduled_ns, slo=self.slo))
+            slo = self.slos[record.klass]
+            self.counts.update(missed_bounds(final, scheduled_ns=record.scheduled_ns, slo=slo))
         if wait is not None:
             self.waits.append((record.scheduled_ns / NS_PER_S, wait))
 
@@ -225,13 +248,15 @@ def step_stats(
     growth: Growth | None = None,
     extended: bool = False,
     server: ServerView | None = None,
+    classes: Sequence[tuple[str, PhaseStats]] = (),
 ) -> StepStats:
     """The ``StepStats`` of a step from its measured phase and the generator's verdict on the whole step.
 
     Outcome counts and latencies are of the requests scheduled in the window; tokens and completions are
     what happened during it (requests from the warm-up finishing in the window included: steady state).
     ``late_by``: the window's late requests by the bound they broke, ``growth`` whether its queue grew
-    (``WindowRecords``); ``server``: the target's own series, summarised over the window.
+    (``WindowRecords``); ``server``: the target's own series, summarised over the window; ``classes``: each
+    traffic class's own stats of the window.
     """
     duration_s = measured.window.duration_s
     counts = {outcome.value: measured.outcomes[outcome] for outcome in Outcome}
@@ -276,4 +301,12 @@ def step_stats(
         growth=growth,
         extended=extended,
         server=readings,
+        classes={name: _class_step(stats) for name, stats in classes},
     )
+
+
+def _class_step(stats: PhaseStats) -> ClassStep:
+    return ClassStep(
+        offered=stats.offered, on_time=stats.outcomes[Outcome.ON_TIME],
+        ttft_p99_ms=stats.latency["ttft"].quantile(0.99), e2e_p99_ms=stats.latency["e2e"].quantile(0.99),
+    )  # fmt: skip

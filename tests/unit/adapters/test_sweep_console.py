@@ -27,6 +27,7 @@ from cliffwatch.cli import main
 from cliffwatch.config import Settings
 from cliffwatch.domain.allowlist import DEFAULT_ALLOWLIST, parse_allowlist
 from cliffwatch.domain.capacity import StepStats, StepVerdict, summarize
+from cliffwatch.domain.capacity_stats import ClassStep
 from cliffwatch.domain.growth import Growth, GrowthSignal, Trend
 from cliffwatch.domain.result import RunStatus
 from cliffwatch.domain.scenario import parse_scenario
@@ -379,3 +380,17 @@ async def test_the_cli_warns_before_a_sweep_whose_steps_are_too_short(
         "warning: steps of 3 s (warm-up + window) are shorter than 10 × the 4000 ms e2e SLO (40 s)"
     )
     assert warnings[0] < said.index("<sweep ran>")
+
+
+def test_a_sweep_with_traffic_classes_shows_each_classs_share_on_time() -> None:
+    steps = [
+        replace(step(10.0, offered=100), classes={"chat": ClassStep(offered=40, on_time=40),
+                                                   "batch": ClassStep(offered=60, on_time=60)}),
+        replace(step(14.0, offered=100, on_time=70), classes={"chat": ClassStep(offered=40, on_time=10),
+                                                               "batch": ClassStep(offered=60, on_time=60)}),
+    ]  # fmt: skip
+    table = text(step_table(report("as-written", "no retries", steps)))
+    assert "by class" in table
+    found = rows(table)
+    assert "chat 25% batch 100%" in found["14#1"]
+    assert "by class" not in text(step_table(report("as-written", "no retries", as_written_steps())))

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from cliffwatch.domain.arrivals import Constant, Poisson
+from cliffwatch.domain.arrivals import Constant, Mix, Poisson
+from cliffwatch.domain.capacity_stats import StepStats
 from cliffwatch.domain.generator_health import GeneratorReport
 from cliffwatch.domain.histogram import Histogram
 from cliffwatch.domain.metrics import PhaseStats, PhaseWindow
@@ -26,6 +27,7 @@ from cliffwatch.domain.sweep_plan import (
     step_stats,
     sweep_client_scenario,
     sweep_warnings,
+    traffic_mix,
 )
 from cliffwatch.domain.sweep_spec import parse_sweep_spec, variant_policy
 
@@ -171,7 +173,7 @@ def _record(phase: int, outcome: Outcome, *, end_ms: float, first_token_ms: floa
 
 
 async def test_late_bounds_counts_the_measured_windows_late_requests_by_the_bound_they_broke() -> None:
-    late = WindowRecords(1, Slo(e2e_ms=1000, timeout_ms=2000, ttft_ms=200))
+    late = WindowRecords(1, [Slo(e2e_ms=1000, timeout_ms=2000, ttft_ms=200)])
     late.add(_record(1, Outcome.LATE, end_ms=500, first_token_ms=300))  # TTFT
     late.add(_record(1, Outcome.LATE, end_ms=1500, first_token_ms=300))  # both
     late.add(_record(0, Outcome.LATE, end_ms=1500, first_token_ms=300))  # warm-up: not counted
@@ -224,3 +226,66 @@ def test_a_sweeps_warnings_are_the_short_step_warning_or_none() -> None:
     scenario = with_slo(e2e_ms=1000)
     assert sweep_warnings(scenario, short) == (short_step_warning(scenario, short),)
     assert sweep_warnings(scenario, long_enough) == ()
+
+
+TENANTS = parse_scenario({
+    **SCENARIO_DOCUMENT,
+    "classes": {"chat": {"slo": {"ttft_ms": 300}}, "batch": {"slo": {"e2e_ms": 20_000, "timeout_ms": 30_000}}},
+    "phases": [
+        {"name": "calm", "role": "baseline", "duration_s": 10,
+         "arrival": {"chat": {"process": "poisson", "rate": 3}, "batch": {"process": "constant", "rate": 1}}},
+        {"name": "burst", "role": "stress", "duration_s": 10,
+         "arrival": {"process": "poisson", "rate": 8, "share": {"chat": 1, "batch": 3}}},
+    ],
+})  # fmt: skip
+
+
+def test_a_step_deals_its_rate_out_to_the_classes_as_the_scenario_mixes_them() -> None:
+    """Over both phases chat sends 30 + 20 requests and batch 10 + 60: the step's rate is shared 50:70."""
+    assert dict(traffic_mix(TENANTS)) == pytest.approx({"chat": 50 / 120, "batch": 70 / 120})
+    step = step_scenario(TENANTS, 6.0, SPEC, None)
+    for phase in step.phases:
+        assert isinstance(phase.arrival, Mix)
+        assert phase.arrival.whole == Poisson(rate=6.0)
+        assert phase.arrival.class_rate("batch", 10) == pytest.approx(6.0 * 70 / 120)
+    sent = Counter(r.klass for r in iter_plan(step) if r.phase == measured_index(step))
+    assert sent[0] + sent[1] > 0
+    assert sent[1] / (sent[0] + sent[1]) == pytest.approx(70 / 120, abs=0.12)
+
+
+def test_the_tightest_bound_of_any_class_decides_the_short_step_warning() -> None:
+    warning = short_step_warning(TENANTS, parse_sweep_spec({"start": 1, "stop": 8, "step_s": 1, "warmup_s": 1}))
+    assert warning is not None
+    assert "10 × the 300 ms chat class's TTFT SLO (3 s)" in warning
+
+
+async def test_late_requests_are_counted_by_the_bound_of_their_own_class() -> None:
+    late = WindowRecords(1, [Slo(e2e_ms=1000, timeout_ms=2000, ttft_ms=200), Slo(e2e_ms=9000, timeout_ms=9000)])
+    record = _record(1, Outcome.LATE, end_ms=1500, first_token_ms=300)
+    late.add(record)
+    late.add(
+        RequestRecord(
+            **{
+                **record.__dict__,
+                "klass": 1,
+                "attempts": (
+                    Attempt(number=1, sent_ns=0, end_ns=round(9500 * NS_PER_MS), first_token_ns=round(300 * NS_PER_MS)),
+                ),
+            }
+        )
+    )
+    assert late.counts == {"ttft": 1, "e2e": 2}
+
+
+def test_the_step_keeps_each_classs_share_and_refuses_classes_that_do_not_add_up() -> None:
+    window = PhaseWindow(index=1, name=MEASURED, role=Role.STRESS, start_ns=0, end_ns=NS_PER_S)
+    whole = PhaseStats(window=window, offered=5, outcomes=Counter({Outcome.LATE: 2, Outcome.ON_TIME: 3}))
+    chat = PhaseStats(window=window, offered=2, outcomes=Counter({Outcome.LATE: 2}))
+    batch = PhaseStats(window=window, offered=3, outcomes=Counter({Outcome.ON_TIME: 3}))
+    report = GeneratorReport(lag={}, max_stall_ms=0.0, cpu_busy=0.1, overflow=0, limited=False, reasons=())
+    stats = step_stats(whole, report, rate=5.0, trial=1, classes=[("chat", chat), ("batch", batch)])
+    assert stats.classes["chat"].attainment == 0.0
+    assert stats.classes["batch"].attainment == 1.0
+    assert StepStats.from_dict(stats.to_dict()) == stats
+    with pytest.raises(ValueError, match="do not add up"):
+        step_stats(whole, report, rate=5.0, trial=1, classes=[("chat", chat)])

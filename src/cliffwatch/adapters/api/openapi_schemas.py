@@ -286,8 +286,11 @@ TREND_POINT = obj(
         "runs": {"type": "array", "items": {"type": "string"}},
         "score": NUMBER,
         "components": {"type": "object", "additionalProperties": nullable(NUMBER)},
-        "classes": {"type": "object", "additionalProperties": nullable(NUMBER),
-                    "description": "each traffic class's own mean score (empty without classes)"},
+        "classes": {
+            "type": "object",
+            "additionalProperties": nullable(NUMBER),
+            "description": "each traffic class's own mean score (empty without classes)",
+        },
         "passed": {"type": "integer"},
     }
 )
@@ -298,8 +301,11 @@ TREND_SERIES = obj(
         "score_version": {"type": "string"},
         "points": {"type": "array", "items": TREND_POINT},
         "trailing_median": nullable(NUMBER),
-        "regression": {"type": "boolean", "description": "the score, or a traffic class's own score, fell below "
-                       "its trailing median by more than the margin"},
+        "regression": {
+            "type": "boolean",
+            "description": "the score, or a traffic class's own score, fell below "
+            "its trailing median by more than the margin",
+        },
         "regressed_classes": {"type": "array", "items": {"type": "string"}},
         "summary": {"type": "string"},
     }

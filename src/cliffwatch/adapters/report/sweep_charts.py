@@ -94,6 +94,7 @@ class RatePoint:
     high: float | None
     amplification: float | None
     latency_ms: Mapping[str, float | None]  # "ttft_p50" … "e2e_p99": the worst trial's
+    classes: Mapping[str, float | None] = field(default_factory=dict)  # each traffic class's pooled attainment
 
 
 def rate_points(result: Mapping[str, Any]) -> list[RatePoint]:
@@ -131,9 +132,21 @@ def rate_points(result: Mapping[str, Any]) -> list[RatePoint]:
                 attainment=attainment if attainment is not None else (on_time / offered if offered else None),
                 low=_number(interval.get("low")), high=_number(interval.get("high")),
                 amplification=_mean([_number(s.get("amplification")) for s in steps]), latency_ms=latency,
+                classes=_class_attainment(steps),
             )
         )  # fmt: skip
     return points
+
+
+def _class_attainment(steps: Sequence[Mapping[str, Any]]) -> dict[str, float | None]:
+    """Each traffic class's attainment over a rate's trials pooled (its on-time requests over its offered)."""
+    counts: dict[str, list[int]] = {}
+    for step in steps:
+        for name, own in _map(step.get("classes")).items():
+            pair = counts.setdefault(str(name), [0, 0])
+            pair[0] += int(_number(_map(own).get("on_time")) or 0)
+            pair[1] += int(_number(_map(own).get("offered")) or 0)
+    return {name: on_time / offered if offered else None for name, (on_time, offered) in counts.items()}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -221,8 +234,14 @@ def _percent(value: float | None) -> float | None:
     return None if value is None else round(value * 100, 4)
 
 
+_CLASS_COLOURS = (VERMILLION, GREEN, ORANGE, PURPLE)
+_CLASS_DASHES = (DASHED, DASH_DOT, LONG_DASH, (12, 3, 3, 3))
+
+
 def _attainment(prefix: str, points: Sequence[RatePoint], target: float | None) -> Chart:
     lows = [p.low for p in points if p.low is not None] + [p.attainment for p in points if p.attainment is not None]
+    names = list(dict.fromkeys(name for p in points for name in p.classes))
+    lows += [v for p in points for v in p.classes.values() if v is not None]
     floor = min([*lows, target if target is not None else 1.0], default=0.0)
     bottom = max(0.0, math.floor(floor * 10 - 0.2) * 10)  # a round 10 % below everything drawn
     series = [
@@ -233,6 +252,10 @@ def _attainment(prefix: str, points: Sequence[RatePoint], target: float | None) 
         Series(label="CI high", unit="%", scale="pct", color=SKY_BLUE, dash=DOTTED, width=1,
                values=[_percent(p.high) for p in points]),
     ]  # fmt: skip
+    for i, name in enumerate(names):  # a class's own share on time against its own SLO
+        series.append(Series(label=f"{name} on time", unit="%", scale="pct", color=_CLASS_COLOURS[i % 4],
+                             dash=_CLASS_DASHES[i % 4], width=1.5, points=True,
+                             values=[_percent(p.classes.get(name)) for p in points]))  # fmt: skip
     if target is not None:
         series.append(Series(label=f"target {target * 100:g} %", unit="%", scale="pct", color=BLACK, dash=SLO_DASH,
                              width=1.5, values=[target * 100] * len(points)))  # fmt: skip
@@ -241,7 +264,13 @@ def _attainment(prefix: str, points: Sequence[RatePoint], target: float | None) 
         title="Attainment with its confidence interval against the target",
         caption="Share of the requests offered at each rate that completed within the SLO, trials pooled, with "
         "its Wilson confidence interval (shaded). A rate is good when the interval clears the target, bad when "
-        "it lies below; otherwise it was measured again or settled on the point estimate.",
+        "it lies below; otherwise it was measured again or settled on the point estimate."
+        + (
+            " Each traffic class's own share on time is drawn thin: the rate is judged on all of them together, "
+            "at the scenario's mix."
+            if names
+            else ""
+        ),
         axes=(Axis(scale="pct", label="on time (%)", range=(bottom, 100.0)),),
         series=tuple(series),
         fill_between=((1, 2),),

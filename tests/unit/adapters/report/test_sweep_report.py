@@ -241,3 +241,24 @@ def test_rate_points_pool_trials_and_take_the_worst_latency() -> None:
     assert point.goodput_rps == 9.0
     assert (point.attainment, point.low, point.high, point.tokens_per_s) == (0.9, 0.7, 0.97, 150.0)
     assert (point.latency_ms["e2e_p50"], point.latency_ms["e2e_p99"], point.latency_ms["ttft_p99"]) == (100, 900, 30)
+
+
+def test_each_traffic_classs_attainment_is_charted_and_tabled_per_rate(document: dict[str, Any]) -> None:
+    """Two trials at one rate pool each class's counts: chat 9 of 10 and 8 of 10 on time is 85 %."""
+    result = document["variants"][0]["result"]
+    result["steps"].insert(1, {**result["steps"][0], "trial": 2})
+    for step in result["steps"]:
+        offered = step["offered"]
+        step["classes"] = {"chat": {"offered": 10, "on_time": 9 if step["trial"] == 1 else 8, "attainment": 0.9},
+                           "batch": {"offered": offered - 10, "on_time": 0, "attainment": 0.0}}  # fmt: skip
+    page = render_sweep_report(document)
+    spec = chart(frames(page)["v0"], "attainment")
+    points = rate_points(result)
+    pooled = {p.rate: p.classes["chat"] for p in points}
+    assert series(spec, "chat on time") == [round(pooled[p.rate] * 100, 4) for p in points]
+    two_trials = [p for p in points if p.trials == 2]
+    assert two_trials
+    assert two_trials[0].classes["chat"] == pytest.approx(0.85)
+    assert series(spec, "batch on time") == [0.0] * len(points)
+    assert "on time by class" in page
+    assert "chat 90.0 % · batch 0.0 %" in page
