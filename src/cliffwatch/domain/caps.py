@@ -14,10 +14,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from cliffwatch.domain.arrivals import Mix
 from cliffwatch.domain.errors import Problem
 from cliffwatch.domain.rate_limit import RateLimit
 from cliffwatch.domain.retry import RetryKind, RetryPolicy
 from cliffwatch.domain.scenario import ClientSpec, Role, Scenario
+from cliffwatch.domain.sweep_plan import traffic_mix
 from cliffwatch.domain.sweep_spec import AS_WRITTEN, SweepMode, SweepSpec, variant_policy
 
 
@@ -75,22 +77,30 @@ def cap_violations(scenario: Scenario, caps: Caps) -> list[Problem]:
         problems.append(Problem(path=f"phases[{hottest}].arrival", message=message))
     hops = requests_per_attempt(scenario.client)
     worst, index, factor, field = 0.0, 0, 0.0, ""
-    for rate, i in peaks:
-        extra, bound_by = retries_per_request(scenario.retry_for(i))
-        if rate * (1 + extra) * hops > worst:
-            worst, index, factor, field = rate * (1 + extra) * hops, i, extra, bound_by
+    # Per phase, every class's peak × (1 + its retries): classes may each retry under their own policy.
+    for _, i in peaks:
+        attempts, own_factor, own_field = 0.0, 0.0, ""
+        for klass, class_peak in class_peaks(scenario, i):
+            extra, bound_by = retries_per_request(scenario.retry_for(i, klass))
+            attempts += class_peak * (1 + extra) * hops
+            if extra > own_factor:
+                own_factor, own_field = extra, _retry_path(scenario, i, klass, bound_by)
+        if attempts > worst:
+            worst, index, factor, field = attempts, i, own_factor, own_field
     # Without retries or hops the offered-rate problem already says it, unless the attempt cap is the stricter.
     covered = (factor == 0 and hops == 1 and peak > caps.max_offered_rate
                and caps.max_attempt_rate >= caps.max_offered_rate)  # fmt: skip
     if worst > caps.max_attempt_rate and not covered:
         phase = scenario.phases[index]
-        where = f"phases[{index}].retry" if phase.retry is not None else "client.retry"
-        path = f"{where}.{field}" if factor else "client.max_redirects" if hops > 1 else f"phases[{index}].arrival"
+        path = field if factor else "client.max_redirects" if hops > 1 else f"phases[{index}].arrival"
         each = f" × up to {hops} requests each (client.max_redirects hops followed)" if hops > 1 else ""
+        if len(class_peaks(scenario, index)) > 1:  # each class retries under its own policy
+            how = f"{peaks[index][0]:g} requests/s from its classes, each × (1 + its class's retries, up to {factor:g})"
+        else:
+            how = f"{peaks[index][0]:g} requests/s × (1 + {factor:g} retries each)"
         message = (
-            f"phase {phase.name!r} may send up to {worst:g} attempts/s ({peaks[index][0]:g} requests/s × "
-            f"(1 + {factor:g} retries each){each}); this service sends at most {caps.max_attempt_rate:g} "
-            "attempts/s in one run"
+            f"phase {phase.name!r} may send up to {worst:g} attempts/s ({how}{each}); this service sends at most "
+            f"{caps.max_attempt_rate:g} attempts/s in one run"
         )
         problems.append(Problem(path=path, message=message))
     if scenario.duration_s > caps.max_duration_s:
@@ -99,20 +109,47 @@ def cap_violations(scenario: Scenario, caps: Caps) -> list[Problem]:
     return problems
 
 
+def class_peaks(scenario: Scenario, phase: int) -> list[tuple[int, float]]:
+    """Each traffic class's peak rate in a phase (the implicit class's, without classes), by class index."""
+    arrival = scenario.phases[phase].arrival
+    if not isinstance(arrival, Mix):
+        return [(0, arrival.peak_rate())]
+    peaks = []
+    for klass, traffic_class in enumerate(scenario.traffic_classes):
+        if arrival.whole is not None:
+            peak = arrival.whole.peak_rate() * dict(arrival.shares).get(traffic_class.name, 0.0)
+        else:
+            peak = math.fsum(a.peak_rate() for name, a in arrival.parts if name == traffic_class.name)
+        if peak > 0:
+            peaks.append((klass, peak))
+    return peaks
+
+
+def _retry_path(scenario: Scenario, phase: int, klass: int, field: str) -> str:
+    """The field that sets the retry policy of class ``klass`` in ``phase``."""
+    if scenario.classes and scenario.classes[klass].retry is not None:
+        return f"classes.{scenario.classes[klass].name}.retry.{field}"
+    return f"phases[{phase}].retry.{field}" if scenario.phases[phase].retry is not None else f"client.retry.{field}"
+
+
 def request_size_violations(scenario: Scenario, caps: Caps) -> list[Problem]:
-    """The largest prompt and the largest answer the scenario may ask for, against the caps."""
-    template = scenario.target.request
-    problems = []
-    for key, distribution, cap, what in (
-        ("prompt_tokens", template.prompt_tokens, caps.max_prompt_tokens, "prompt"),
-        ("max_tokens", template.max_tokens, caps.max_output_tokens, "answer"),
-    ):
-        if distribution is not None and distribution.largest > cap:
-            message = (
-                f"may ask for a {what} of up to {distribution.largest:,} tokens ({distribution.describe()}); "
-                f"this service sends at most {cap:,}"
-            )
-            problems.append(Problem(path=f"target.request.{key}", message=message))
+    """The largest prompt and the largest answer the scenario (each traffic class) may ask for, against the caps."""
+    problems: list[Problem] = []
+    for klass, traffic_class in enumerate(scenario.traffic_classes):
+        template, base = scenario.request_for(klass), scenario.target.request
+        for key, distribution, inherited, cap, what in (
+            ("prompt_tokens", template.prompt_tokens, base.prompt_tokens, caps.max_prompt_tokens, "prompt"),
+            ("max_tokens", template.max_tokens, base.max_tokens, caps.max_output_tokens, "answer"),
+        ):
+            # a class that inherits the size from target.request is reported there, once
+            own = scenario.classes and distribution != inherited
+            path = f"classes.{traffic_class.name}.request.{key}" if own else f"target.request.{key}"
+            if distribution is not None and distribution.largest > cap and path not in {p.path for p in problems}:
+                message = (
+                    f"may ask for a {what} of up to {distribution.largest:,} tokens ({distribution.describe()}); "
+                    f"this service sends at most {cap:,}"
+                )
+                problems.append(Problem(path=path, message=message))
     return problems
 
 
@@ -181,8 +218,8 @@ def _variant_violations(scenario: Scenario, spec: SweepSpec, caps: Caps) -> list
     """Each retry variant's attempts at the sweep's highest rate, against the attempt cap."""
     problems = []
     for index, variant in enumerate(spec.variants):
-        policy = variant_policy(variant) or _as_written(scenario)
-        extra, _ = retries_per_request(policy)
+        policy = variant_policy(variant)
+        extra = retries_per_request(policy)[0] if policy is not None else _as_written_retries(scenario)
         hops = requests_per_attempt(scenario.client)
         worst = spec.highest_rate * (1 + extra) * hops
         if (extra or hops > 1) and worst > caps.max_attempt_rate:
@@ -194,6 +231,19 @@ def _variant_violations(scenario: Scenario, spec: SweepSpec, caps: Caps) -> list
             )
             problems.append(Problem(path=f"sweep.variants[{index}]", message=message))
     return problems
+
+
+def _as_written_retries(scenario: Scenario) -> float:
+    """The retries per request a sweep step makes as written: each traffic class's own policy (else the
+    scenario's, ``_as_written``) weighted by the class's share of the step (``sweep_plan.traffic_mix``)."""
+    fallback, _ = retries_per_request(_as_written(scenario))
+    if not scenario.classes:
+        return fallback
+    shares = dict(traffic_mix(scenario))
+    return math.fsum(
+        shares.get(c.name, 0.0) * (retries_per_request(c.retry)[0] if c.retry is not None else fallback)
+        for c in scenario.classes
+    )
 
 
 def _as_written(scenario: Scenario) -> RetryPolicy:

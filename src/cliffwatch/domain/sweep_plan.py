@@ -163,12 +163,15 @@ def step_scenario(
         warmup = Phase(name=WARMUP, role=Role.BASELINE, duration_s=spec.warmup_s, arrival=arrival, retry=measured_retry)
         phases = (warmup, measured)
     client = scenario.client if retry is None else replace(scenario.client, retry=retry)
+    # A variant replaces every policy, a class's own included; as written, each class keeps its own.
+    classes = scenario.classes if retry is None else tuple(replace(c, retry=None) for c in scenario.classes)
     if spec.mode is SweepMode.CONCURRENCY:
         client = with_connections(client, rate)  # a level of N clients needs N connections
     return replace(
         scenario,
         target=replace(scenario.target, via_proxy=None),
         client=client,
+        classes=classes,
         phases=phases,
         seed=step_seed(scenario, variant, rate, trial),
         proxies=(),
