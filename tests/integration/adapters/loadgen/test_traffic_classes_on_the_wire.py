@@ -47,7 +47,8 @@ def tenants(url: str) -> Any:
             },
         },
         "phases": [{"name": "both", "role": "baseline", "duration_s": 1,
-                    "arrival": {"chat": {"process": "constant", "rate": 6}, "batch": {"process": "constant", "rate": 4}}}],
+                    "arrival": {"chat": {"process": "constant", "rate": 6},
+                                "batch": {"process": "constant", "rate": 4}}}],
     })  # fmt: skip
 
 
