@@ -30,6 +30,8 @@ class EngineState:
     prompted: int = 0  # prompt tokens, counter
     queue_sum_s: float = 0.0  # seconds waited by requests admitted so far
     queue_count: int = 0
+    cache_queries: int = 0  # prompt tokens looked up in the prefix cache, counter
+    cache_hits: int = 0  # of those, found, counter
 
 
 def six_digits(value: float) -> str:
@@ -71,6 +73,12 @@ def vllm(s: EngineState) -> str:
         f'vllm:request_queue_time_seconds_bucket{{{model.format(e=0)},le="+Inf"}} {float(s.queue_count)}',
         f"vllm:request_queue_time_seconds_count{{{model.format(e=0)}}} {float(s.queue_count)}",
         f"vllm:request_queue_time_seconds_sum{{{model.format(e=0)}}} {s.queue_sum_s}",
+        "# HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.",
+        "# TYPE vllm:prefix_cache_queries_total counter",
+        f"vllm:prefix_cache_queries_total{{{model.format(e=0)}}} {float(s.cache_queries)}",
+        "# HELP vllm:prefix_cache_hits_total Prefix cache hits, in terms of number of cached tokens.",
+        "# TYPE vllm:prefix_cache_hits_total counter",
+        f"vllm:prefix_cache_hits_total{{{model.format(e=0)}}} {float(s.cache_hits)}",
     ]
     return "\n".join(lines) + "\n"
 
@@ -195,16 +203,18 @@ def builtin(s: EngineState) -> str:
     return render(EngineStats(waiting=s.waiting, running=s.running, max_batch=16, results={},
                               prompt_tokens_total=s.prompted, generation_tokens_total=s.generated, steps_total=0,
                               queue_time_seconds_sum=s.queue_sum_s, queue_time_count=s.queue_count,
-                              preemptions_total=s.preempted))  # fmt: skip
+                              preemptions_total=s.preempted, prefix_cache_queries_total=s.cache_queries,
+                              prefix_cache_hits_total=s.cache_hits, kv_cache_usage=s.kv))  # fmt: skip
 
 
 PAGES = {"vllm": vllm, "sglang": sglang, "tgi": tgi, "llamacpp": llamacpp, "triton": triton, "builtin": builtin}
 # What each engine does not expose at all (so its profile has no series for it).
+_NO_PREFIX = {"prefix_cache_hits", "prefix_cache_queries"}  # the profiles read the prefix cache of vLLM only
 NOT_EXPOSED = {
     "vllm": set(),
-    "sglang": set(),
-    "tgi": {"kv_cache_usage", "preemptions"},
-    "llamacpp": {"preemptions", "queue_time"},
-    "triton": {"preemptions"},
-    "builtin": {"kv_cache_usage"},
+    "sglang": set() | _NO_PREFIX,
+    "tgi": {"kv_cache_usage", "preemptions"} | _NO_PREFIX,
+    "llamacpp": {"preemptions", "queue_time"} | _NO_PREFIX,
+    "triton": {"preemptions"} | _NO_PREFIX,
+    "builtin": set(),
 }

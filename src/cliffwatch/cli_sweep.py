@@ -28,6 +28,7 @@ from cliffwatch.domain.result import RunStatus
 from cliffwatch.domain.scenario import Scenario, with_overrides
 from cliffwatch.domain.sweep_plan import short_step_warning
 from cliffwatch.domain.sweep_spec import VARIANT_HELP, SweepSpec, parse_sweep_options
+from cliffwatch.services.sweep import unit_of
 
 EXIT_DONE, EXIT_ENVIRONMENT, EXIT_INTERRUPTED = 0, 3, 130
 
@@ -113,7 +114,7 @@ async def _execute(scenario: Scenario, spec: SweepSpec, settings: Settings) -> S
         warning = short_step_warning(scenario, spec)
         if warning is not None:
             progress.note(f"warning: {warning}")
-        unit = "clients" if spec.mode.value == "concurrency" else "req/s"
+        unit = unit_of(spec, scenario)
         observer = SweepConsoleObserver(progress, unit=unit)
         async with prepare_sweep(
             settings, scenario, spec, observer=progress, sweep_observer=observer, descriptors=descriptors

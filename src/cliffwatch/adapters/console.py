@@ -16,6 +16,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from cliffwatch.domain.conversations import pooled
 from cliffwatch.domain.metrics import PhaseStats, merge_phases
 from cliffwatch.domain.outcomes import FAILED, NS_PER_S, OUTCOME_TEXT, Outcome
 from cliffwatch.domain.ports import Progress
@@ -150,6 +151,8 @@ def scorecard(result: RunResult) -> RenderableType:
     lines: list[RenderableType] = [headline, phase_table(result)]
     if result.metrics.classes:
         lines.append(class_table(result))
+    if result.metrics.conversations:
+        lines.append(conversation_table(result))
     lines.append(components)
     if result.fault_events:
         lines.append(fault_timeline(result))
@@ -166,6 +169,21 @@ def scorecard(result: RunResult) -> RenderableType:
         )
     )
     return Group(*lines)
+
+
+def conversation_table(result: RunResult) -> Table:
+    """The conversations each phase started and how they ended; goodput above counts their turns."""
+    table = Table(show_edge=False, title="conversations (by the phase they started in)", title_justify="left",
+                  caption="all on time: every turn on time, of those that ended on their own (cut ones excluded)",
+                  caption_justify="left")  # fmt: skip
+    for header in ("phase", "started", "completed", "all on time", "failed", "cut by the end", "turns/conv"):
+        table.add_column(header, justify="left" if header == "phase" else "right")
+    rows = [(p.window.name, c) for p, c in zip(result.metrics.phases, result.metrics.conversations, strict=True)]
+    for name, stats in [*rows, ("all", pooled([c for _, c in rows]))]:
+        per = f"{stats.turns / stats.started:.2f}" if stats.started else "–"
+        table.add_row(name, str(stats.started), str(stats.completed), _pct(stats.on_time_ratio), str(stats.failed),
+                      str(stats.cut), per)  # fmt: skip
+    return table
 
 
 def fault_timeline(result: RunResult) -> Table:

@@ -44,6 +44,8 @@ VLLM = (
     _def(Signal.GENERATION_TOKENS, "rate(vllm:generation_tokens_total)", source=_VLLM),
     _def(Signal.PROMPT_TOKENS, "rate(vllm:prompt_tokens_total)", source=_VLLM),
     _def(Signal.QUEUE_TIME, "mean(vllm:request_queue_time_seconds)", source=_VLLM),
+    _def(Signal.PREFIX_HITS, "rate(vllm:prefix_cache_hits_total)", source=_VLLM),
+    _def(Signal.PREFIX_QUERIES, "rate(vllm:prefix_cache_queries_total)", source=_VLLM),
 )
 
 # SGLang: python/sglang/srt/observability/metrics_collector.py (SchedulerMetricsCollector,
@@ -109,6 +111,9 @@ BUILTIN = (
     _def(Signal.GENERATION_TOKENS, "rate(cliffwatch_target_generation_tokens_total)", source=_BUILTIN),
     _def(Signal.PROMPT_TOKENS, "rate(cliffwatch_target_prompt_tokens_total)", source=_BUILTIN),
     _def(Signal.QUEUE_TIME, "mean(cliffwatch_target_queue_time_seconds)", source=_BUILTIN),
+    _def(Signal.KV_CACHE, "cliffwatch_target_kv_cache_usage_ratio", source=_BUILTIN),
+    _def(Signal.PREFIX_HITS, "rate(cliffwatch_target_prefix_cache_hits_total)", source=_BUILTIN),
+    _def(Signal.PREFIX_QUERIES, "rate(cliffwatch_target_prefix_cache_queries_total)", source=_BUILTIN),
 )
 
 PROFILES = MappingProxyType(

@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from cliffwatch.domain.conversations import ConversationBook, ConversationStats
 from cliffwatch.domain.histogram import Histogram
 from cliffwatch.domain.outcomes import NS_PER_MS, NS_PER_S, OUTCOMES, Attempt, Outcome, RequestRecord
 from cliffwatch.domain.scenario import Role
@@ -139,6 +140,8 @@ class RunMetrics:
     seconds: tuple[SecondStats, ...]
     # With traffic classes: each class's own metrics, by name, in the classes' order (the totals are the above).
     classes: tuple[tuple[str, RunMetrics], ...] = ()
+    # With conversations: those that started in each phase, and how they ended (empty without sessions).
+    conversations: tuple[ConversationStats, ...] = ()
 
     def by_role(self, role: Role) -> list[PhaseStats]:
         return [p for p in self.phases if p.window.role is role]
@@ -213,6 +216,7 @@ class RunAggregator:
         self._e2e_ns = int(e2e_ms * NS_PER_MS)
         self._fast_fail_ns = int(fast_fail_ms * NS_PER_MS)
         self._outstanding: dict[int, tuple[int, int]] = {}  # request id → (phase, scheduled_ns)
+        self._conversations: ConversationBook | None = None  # made when the first turn of one is counted
 
     # -- feeding -----------------------------------------------------------------------------------
 
@@ -225,6 +229,13 @@ class RunAggregator:
         if self._by_class:
             self._by_class[record.klass].add(record)
         self._outstanding.pop(record.id, None)
+        if record.conversation >= 0:
+            if self._conversations is None:
+                self._conversations = ConversationBook(len(self._phases))
+            final = record.final
+            self._conversations.add(conversation=record.conversation, turn=record.turn, turns=record.turns,
+                                    phase=record.phase, on_time=record.outcome is Outcome.ON_TIME,
+                                    succeeded=final is not None and final.succeeded)  # fmt: skip
         phase = self._phases[record.phase]
         scheduled = self._second(record.scheduled_ns)
         phase.offered += 1
@@ -236,7 +247,7 @@ class RunAggregator:
         if final is None:
             return
         self._add_attempts(record.attempts, phase)
-        if final.server_prompt_tokens is not None and record.prompt_tokens > 0:
+        if final.server_prompt_tokens is not None and record.prompt_tokens > 0 and record.sized_alone:
             error = 100.0 * (final.server_prompt_tokens - record.prompt_tokens) / record.prompt_tokens
             phase.prompt_error.add(abs(error))
             phase.prompt_error_signed += error
@@ -368,11 +379,12 @@ class RunAggregator:
 
     def result(self) -> RunMetrics:
         classes = tuple((name, book.result()) for name, book in zip(self._class_names, self._by_class, strict=True))
-        if not self._seconds:
-            return RunMetrics(phases=tuple(self._phases), seconds=(), classes=classes)
-        last = max(self._seconds)
-        seconds = tuple(self._seconds.get(t) or SecondStats(t=t) for t in range(last + 1))
-        return RunMetrics(phases=tuple(self._phases), seconds=seconds, classes=classes)
+        conversations = () if self._conversations is None else self._conversations.result()
+        seconds: tuple[SecondStats, ...] = ()
+        if self._seconds:
+            last = max(self._seconds)
+            seconds = tuple(self._seconds.get(t) or SecondStats(t=t) for t in range(last + 1))
+        return RunMetrics(phases=tuple(self._phases), seconds=seconds, classes=classes, conversations=conversations)
 
 
 def outcome_counts(counter: Mapping[Outcome, int]) -> dict[str, int]:

@@ -42,6 +42,8 @@ class Signal(StrEnum):
     GENERATION_TOKENS = "generation_tokens"  # output tokens per second, as the server counts them
     PROMPT_TOKENS = "prompt_tokens"  # prompt tokens processed per second
     QUEUE_TIME = "queue_time"  # mean seconds a request waited in the queue, over the interval
+    PREFIX_HITS = "prefix_cache_hits"  # prompt tokens per second served from the prefix cache
+    PREFIX_QUERIES = "prefix_cache_queries"  # prompt tokens per second looked up in it
 
 
 SIGNAL_UNITS: dict[Signal, str] = {
@@ -52,6 +54,8 @@ SIGNAL_UNITS: dict[Signal, str] = {
     Signal.GENERATION_TOKENS: "tokens/s",
     Signal.PROMPT_TOKENS: "tokens/s",
     Signal.QUEUE_TIME: "s",
+    Signal.PREFIX_HITS: "tokens/s",
+    Signal.PREFIX_QUERIES: "tokens/s",
 }
 
 

@@ -132,6 +132,16 @@ class RequestRecord:
     # never sent).
     capped: bool = False
     klass: int = 0  # its traffic class: an index into ``Scenario.traffic_classes``
+    conversation: int = -1  # the id of its conversation's first turn (``domain.conversations``); -1: none
+    turn: int = 0  # 1-based turn in its conversation
+    turns: int = 0  # the turns its conversation asks for
+    prefixed: bool = False  # its prompt opened with a shared prefix
+
+    @property
+    def sized_alone(self) -> bool:
+        """Whether ``prompt_tokens`` is the whole prompt: not when a shared prefix or a conversation's history
+        came before it (the server's count is then of more than cliffwatch sized)."""
+        return not self.prefixed and self.turn <= 1
 
     @property
     def final(self) -> Attempt | None:

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from cliffwatch.domain.arrivals import Mix, mix_offsets, plan_offsets
+from cliffwatch.domain.conversations import PrefixChooser, Turn, later_turns
 from cliffwatch.domain.metrics import PhaseWindow
 from cliffwatch.domain.outcomes import NS_PER_S, Attempt, Outcome, RequestRecord, Slo, classify
 from cliffwatch.domain.scenario import Scenario
@@ -27,6 +28,10 @@ class PlannedRequest:
     max_tokens: int
     entry: int = -1  # the dataset entry whose prompt it sends (request.dataset); -1: a synthetic prompt
     klass: int = 0  # its traffic class: an index into ``Scenario.traffic_classes``
+    prefix: int = -1  # the shared prefix group its prompt opens with (``conversations``); -1: none
+    conversation: int = -1  # the id of its conversation's first turn; -1: a single request
+    turn: int = 0  # 1-based turn in its conversation (0: a single request)
+    turns: int = 0  # the turns its conversation asks for
 
     def record(
         self, attempts: tuple[Attempt, ...], *, slo: Slo, not_sent_reason: str | None = None, capped: bool = False
@@ -44,6 +49,10 @@ class PlannedRequest:
             not_sent_reason=not_sent_reason if not attempts else None,
             capped=capped,
             klass=self.klass,
+            conversation=self.conversation,
+            turn=self.turn,
+            turns=self.turns,
+            prefixed=self.prefix >= 0,
         )
 
     def not_sent(self, reason: str) -> RequestRecord:
@@ -58,6 +67,10 @@ class PlannedRequest:
             outcome=Outcome.NOT_SENT,
             not_sent_reason=reason,
             klass=self.klass,
+            conversation=self.conversation,
+            turn=self.turn,
+            turns=self.turns,
+            prefixed=self.prefix >= 0,
         )
 
 
@@ -108,6 +121,9 @@ def iter_plan(scenario: Scenario) -> Iterator[PlannedRequest]:
             stream = ((offset, 0) for offset in plan_offsets(phase.arrival, phase.duration_s, arrivals))
         for offset, klass in stream:
             prompt, max_tokens, entry = shapes[klass].next()
+            prefix = shapes[klass].prefixes.next()
+            sessions = scenario.sessions_for(klass)
+            turns = 0 if sessions is None else 1 + len(later_turns_of(scenario, klass, request_id, prefix))
             yield PlannedRequest(
                 id=request_id,
                 phase=index,
@@ -116,8 +132,24 @@ def iter_plan(scenario: Scenario) -> Iterator[PlannedRequest]:
                 max_tokens=max_tokens,
                 entry=entry,
                 klass=klass,
+                prefix=prefix,
+                conversation=-1 if sessions is None else request_id,
+                turn=0 if sessions is None else 1,
+                turns=turns,
             )
             request_id += 1
+
+
+def later_turns_of(scenario: Scenario, klass: int, conversation: int, first_prefix: int) -> tuple[Turn, ...]:
+    """Turns 2… of the conversation class ``klass`` starts with request ``conversation`` (none without
+    sessions): the plan counts them, the generator sends them."""
+    sessions = scenario.sessions_for(klass)
+    if sessions is None:
+        return ()
+    template = scenario.request_for(klass)
+    return later_turns(sessions, seed=scenario.seed, conversation=conversation, prompt_tokens=template.prompt_tokens,
+                       max_tokens=template.max_tokens, prefix=scenario.prefix_for(klass),
+                       first_prefix=first_prefix)  # fmt: skip
 
 
 class _Shapes:
@@ -130,6 +162,9 @@ class _Shapes:
         dataset = self.template.dataset
         self.dataset = dataset if dataset is not None and dataset.loaded is not None else None
         self.draws = None if self.dataset is None else self.dataset.draws(phase, scenario.seed, suffix)
+        self.prefixes = PrefixChooser(
+            scenario.prefix_for(klass), random.Random(f"{scenario.seed}:prefix:{phase}{suffix}")
+        )
 
     def next(self) -> tuple[int, int, int]:
         """(prompt tokens, max tokens, dataset entry or -1) of the class's next request."""

@@ -9,6 +9,7 @@ from enum import StrEnum
 from typing import Any
 
 from cliffwatch import __version__
+from cliffwatch.domain.conversations import pooled
 from cliffwatch.domain.generator_health import GeneratorReport
 from cliffwatch.domain.histogram import Histogram
 from cliffwatch.domain.metrics import PhaseStats, RunMetrics, SecondStats, merge_phases, outcome_counts
@@ -136,7 +137,16 @@ class RunResult:
             "prompt_tokens": self._prompt_tokens(),
             "server_metrics": None if self.server is None else self.server.to_dict(),
             "classes": self._classes(timings),
+            "conversations": self._conversations(),
         }
+
+    def _conversations(self) -> dict[str, Any] | None:
+        """The conversations each phase started and how they ended, and all of them; None without sessions."""
+        stats = self.metrics.conversations
+        if not stats:
+            return None
+        phases = [{"name": p.window.name, **c.to_dict()} for p, c in zip(self.metrics.phases, stats, strict=True)]
+        return {"phases": phases, "total": pooled(list(stats)).to_dict()}
 
     def _classes(self, timings: Mapping[int, PhaseTiming]) -> list[dict[str, Any]]:
         """Each traffic class's own figures (empty without classes): what the class is, and its phases as the
@@ -191,6 +201,8 @@ def _scenario_dict(scenario: Scenario) -> dict[str, Any]:
         **scenario_summary(scenario),
         "threshold": scenario.score.threshold,
         "classes": [c.describe() for c in scenario.classes],
+        "sessions": None if scenario.shared.sessions is None else scenario.shared.sessions.describe(),
+        "prefix": None if scenario.shared.prefix is None else scenario.shared.prefix.describe(),
         "phases": [
             {
                 "name": p.name,

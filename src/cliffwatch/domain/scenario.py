@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import Any, TypeGuard
 
 from cliffwatch.domain.arrivals import Arrival
+from cliffwatch.domain.conversations import PrefixSpec, SessionSpec, parse_prefix, parse_sessions
 from cliffwatch.domain.errors import Problem, ScenarioInvalid
 from cliffwatch.domain.faults import FaultSpec, ProxySpec, parse_fault, parse_proxy
 from cliffwatch.domain.outcomes import NOT_ON_TIME, Outcome, Slo
@@ -32,7 +33,14 @@ from cliffwatch.domain.target_spec import (
     credentials_clash,
     parse_target,
 )
-from cliffwatch.domain.traffic_classes import TrafficClass, implicit_class, parse_classes, parse_phase_arrival
+from cliffwatch.domain.trace import TraceArrival
+from cliffwatch.domain.traffic_classes import (
+    Shared,
+    TrafficClass,
+    implicit_class,
+    parse_classes,
+    parse_phase_arrival,
+)
 from cliffwatch.domain.validation import Problems, Reader, check_number, parse_each, short_repr
 
 MAX_PLANNED_REQUESTS = 2_000_000
@@ -116,15 +124,28 @@ class Scenario:
     content_hash: str = ""  # of the document with its credentials masked (domain.redaction)
     # Who shares the target (domain.traffic_classes); () means the one implicit class: the scenario as written.
     classes: tuple[TrafficClass, ...] = ()
+    # What every class inherits unless it says otherwise: conversations and shared prefixes (conversations.py).
+    shared: Shared = field(default_factory=Shared)
 
     @property
     def traffic_classes(self) -> tuple[TrafficClass, ...]:
         """Every class, the implicit one of a scenario that declares none included; a plan's ``klass`` indexes it."""
-        return self.classes or (implicit_class(self.target, self.slo),)
+        return self.classes or (implicit_class(self.target, self.slo, self.shared),)
 
     def slo_for(self, klass: int) -> Slo:
         """The SLO the requests of class ``klass`` are judged by."""
         return self.classes[klass].slo if self.classes else self.slo
+
+    def sessions_for(self, klass: int) -> SessionSpec | None:
+        """Whether class ``klass`` sends conversations, and how."""
+        return self.classes[klass].sessions if self.classes else self.shared.sessions
+
+    def prefix_for(self, klass: int) -> PrefixSpec | None:
+        return self.classes[klass].prefix if self.classes else self.shared.prefix
+
+    @property
+    def has_sessions(self) -> bool:
+        return any(self.sessions_for(k) is not None for k in range(len(self.traffic_classes)))
 
     def request_for(self, klass: int) -> RequestTemplate:
         return self.classes[klass].request if self.classes else self.target.request
@@ -225,8 +246,12 @@ def _parse(document: object, problems: Problems) -> Scenario | None:
     proxies = parse_each(reader, "proxies", parse_proxy, [])
     target = parse_target(reader.mapping("target"))
     client = _parse_client(reader.mapping("client", {}) or Reader({}, "client", problems), slo)
+    sessions = parse_sessions(reader.raw("sessions"), "sessions", problems) if reader.has("sessions") else None
+    prefix = (parse_prefix(reader.raw("prefix"), "prefix", problems, sessions=sessions is not None)
+              if reader.has("prefix") else None)  # fmt: skip
+    shared = Shared(sessions=sessions, prefix=prefix)
     classes_reader = reader.mapping("classes", None)
-    classes = () if classes_reader is None else parse_classes(classes_reader, target, slo)
+    classes = () if classes_reader is None else parse_classes(classes_reader, target, slo, shared)
     names = _class_names(reader.data.get("classes"))
 
     def phase(value: object, path: str, problems: Problems) -> Phase | None:
@@ -238,6 +263,8 @@ def _parse(document: object, problems: Problems) -> Scenario | None:
     reader.done()
     _check_references(reader)
     _check_plan_size(reader, phases)
+    if target is not None and classes is not None:
+        _check_conversations(reader, target, classes, shared, phases)
     if (
         None in (name, description, seed)
         or slo is None
@@ -261,7 +288,28 @@ def _parse(document: object, problems: Problems) -> Scenario | None:
         abort=abort,
         score=score,
         classes=classes,
+        shared=shared,
     )
+
+
+def _check_conversations(reader: Reader, target: Target, classes: tuple[TrafficClass, ...], shared: Shared,
+                         phases: list[Phase]) -> None:  # fmt: skip
+    """Conversations and prefixes need prompts of the OpenAI APIs; conversations cannot replay a trace or a
+    dataset's recorded requests (each turn's prompt is written for it)."""
+    each = [(f"classes.{c.name}.", c.sessions, c.prefix, c.request) for c in classes] or [
+        ("", shared.sessions, shared.prefix, target.request)
+    ]
+    for where, sessions, prefix, request in each:
+        if target.api is Api.HTTP:
+            for key, value in (("sessions", sessions), ("prefix", prefix)):
+                if value is not None:
+                    reader.problems.add(f"{where}{key}", "needs the OpenAI APIs' prompts (target.api openai-chat "
+                                                         "or openai-completions)")  # fmt: skip
+        elif sessions is not None and request.dataset is not None:
+            reader.problems.add(f"{where}sessions", "conversations write each turn's prompt: they cannot draw "
+                                                    "from request.dataset (drop one of them)")  # fmt: skip
+    if any(s is not None for _, s, _, _ in each) and any(isinstance(p.arrival, TraceArrival) for p in phases):
+        reader.problems.add("sessions", "a trace replays its own requests: it cannot start conversations")
 
 
 def _class_names(value: object) -> tuple[str, ...] | None:

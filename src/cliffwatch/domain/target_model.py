@@ -52,6 +52,12 @@ class TargetModel:
     # when another request waits for the model's lock). Non-streamed requests are not interrupted, as there.
     interrupt_when_full: bool = False
     scheduling: Scheduling = Scheduling.FIFO
+    # Automatic prefix caching, on by default as in vLLM V1: the prefill of a prompt's leading blocks already
+    # cached is skipped (target/prefix_cache.py). The KV cache holds ``kv_cache_tokens``; its usage is the
+    # running sequences' tokens over that, and cached blocks beyond it are evicted, least recently used first.
+    prefix_caching: bool = True
+    kv_cache_tokens: int = 262_144
+    block_tokens: int = 16
     max_prompt_tokens: int = 32_768
     default_max_tokens: int = 256
     seed: int = 0
@@ -178,6 +184,9 @@ def parse_target_model(value: object, path: str, problems: Problems) -> TargetMo
         "step_jitter": reader.number("step_jitter", base.step_jitter, ge=0, le=0.9),
         "interrupt_when_full": reader.boolean("interrupt_when_full", base.interrupt_when_full),
         "scheduling": reader.string("scheduling", base.scheduling.value, choices=tuple(s.value for s in Scheduling)),
+        "prefix_caching": reader.boolean("prefix_caching", base.prefix_caching),
+        "kv_cache_tokens": reader.number("kv_cache_tokens", base.kv_cache_tokens, ge=1, le=1 << 30, integer=True),
+        "block_tokens": reader.number("block_tokens", base.block_tokens, ge=1, le=1024, integer=True),
         "max_prompt_tokens": reader.number("max_prompt_tokens", base.max_prompt_tokens, ge=1, integer=True),
         "default_max_tokens": reader.number("default_max_tokens", base.default_max_tokens, ge=1, integer=True),
         "seed": reader.number("seed", base.seed, ge=0, integer=True),

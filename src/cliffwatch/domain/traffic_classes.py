@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cliffwatch.domain.arrivals import Arrival, Mix, parse_arrival
+from cliffwatch.domain.conversations import PrefixPer, PrefixSpec, SessionSpec, parse_prefix, parse_sessions
 from cliffwatch.domain.distributions import parse_distribution
 from cliffwatch.domain.outcomes import Slo
 from cliffwatch.domain.retry import RetryPolicy, parse_retry
@@ -62,20 +63,35 @@ class TrafficClass:
     retry: RetryPolicy | None = None  # None: the phase's policy, else the client's
     priority: int | None = None  # also in request.extra_body as "priority"
     declared: bool = True  # False for the implicit class of a scenario without classes
+    sessions: SessionSpec | None = None  # its requests are conversations (the scenario's unless it says)
+    prefix: PrefixSpec | None = None  # its prompts open with a shared prefix (likewise)
 
     def describe(self) -> dict[str, Any]:
         """What a result says of the class: its name, model, priority and SLO."""
         return {"name": self.name, "model": self.request.model, "priority": self.priority,
                 "slo": {"ttft_ms": self.slo.ttft_ms, "tpot_ms": self.slo.tpot_ms, "ttfa_ms": self.slo.ttfa_ms,
-                        "e2e_ms": self.slo.e2e_ms, "timeout_ms": self.slo.timeout_ms}}  # fmt: skip
+                        "e2e_ms": self.slo.e2e_ms, "timeout_ms": self.slo.timeout_ms},
+                "sessions": None if self.sessions is None else self.sessions.describe(),
+                "prefix": None if self.prefix is None else self.prefix.describe()}  # fmt: skip
 
 
-def implicit_class(target: Target, slo: Slo) -> TrafficClass:
+@dataclass(frozen=True, kw_only=True)
+class Shared:
+    """What every class inherits from the scenario unless it sets its own: conversations and prefixes."""
+
+    sessions: SessionSpec | None = None
+    prefix: PrefixSpec | None = None
+
+
+def implicit_class(target: Target, slo: Slo, shared: Shared = Shared()) -> TrafficClass:
     """The class of a scenario that declares none: the target's request and the scenario's SLO."""
-    return TrafficClass(name=DEFAULT, request=target.request, slo=slo, declared=False)
+    return TrafficClass(name=DEFAULT, request=target.request, slo=slo, declared=False, sessions=shared.sessions,
+                        prefix=shared.prefix)  # fmt: skip
 
 
-def parse_classes(reader: Reader, target: Target | None, slo: Slo | None) -> tuple[TrafficClass, ...] | None:
+def parse_classes(
+    reader: Reader, target: Target | None, slo: Slo | None, shared: Shared = Shared()
+) -> tuple[TrafficClass, ...] | None:
     """``classes`` (the scenario's reader of it); None when a class is invalid, or the target or the SLO they
     build on is (those are reported where they are)."""
     if len(reader.data) > MAX_CLASSES:
@@ -90,7 +106,7 @@ def parse_classes(reader: Reader, target: Target | None, slo: Slo | None) -> tup
             reader.error(name, "a class name is lowercase letters, digits, '.', '_' or '-' (at most 64)")
             ok = False
             continue
-        parsed = _parse_class(name, value, reader.child(name), reader.problems, target, slo)
+        parsed = _parse_class(name, value, reader.child(name), reader.problems, target, slo, shared)
         ok = ok and parsed is not None
         if parsed is not None:
             found.append(parsed)
@@ -99,9 +115,25 @@ def parse_classes(reader: Reader, target: Target | None, slo: Slo | None) -> tup
 
 
 def _parse_class(name: str, value: object, path: str, problems: Problems, target: Target | None,
-                 slo: Slo | None) -> TrafficClass | None:  # fmt: skip
+                 slo: Slo | None, shared: Shared) -> TrafficClass | None:  # fmt: skip
     reader = Reader.of({} if value is None else value, path, problems)
     if reader is None:
+        return None
+    sessions, prefix = shared.sessions, shared.prefix
+    if reader.has("sessions"):  # its own, or false: single requests while the scenario's are conversations
+        own = reader.raw("sessions")
+        sessions = None if own is False else parse_sessions(own, reader.child("sessions"), problems)
+        if own is not False and sessions is None:
+            return None
+    if reader.has("prefix"):
+        own = reader.raw("prefix")
+        prefix = None if own is False else parse_prefix(own, reader.child("prefix"), problems,
+                                                         sessions=sessions is not None)  # fmt: skip
+        if own is not False and prefix is None:
+            return None
+    elif prefix is not None and prefix.per is PrefixPer.CONVERSATION and sessions is None:
+        reader.error(None, "inherits a prefix chosen per conversation but sends single requests (sessions: "
+                           "false): give it its own prefix, or prefix: false")  # fmt: skip
         return None
     request_reader = reader.mapping("request", None)
     slo_reader = reader.mapping("slo", None)
@@ -123,7 +155,8 @@ def _parse_class(name: str, value: object, path: str, problems: Problems, target
             reader.error("priority", "is a field of the OpenAI APIs' bodies (vLLM's priority)")
             return None
         request = dataclasses.replace(request, extra_body={**(request.extra_body or {}), "priority": priority})
-    return TrafficClass(name=name, request=request, slo=class_slo, retry=retry, priority=priority)
+    return TrafficClass(name=name, request=request, slo=class_slo, retry=retry, priority=priority,
+                        sessions=sessions, prefix=prefix)  # fmt: skip
 
 
 def _parse_request(reader: Reader, target: Target) -> RequestTemplate | None:

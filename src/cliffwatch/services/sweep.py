@@ -176,13 +176,17 @@ class SweepService:
             finished_because=finished_because,
             confidence=spec.confidence,
             max_trials=spec.trials,
-            unit=unit_of(spec),
+            unit=unit_of(spec, self.scenario),
         )
         return SweepReport(variant=variant, policy_description=described, result=result)
 
 
-def unit_of(spec: SweepSpec) -> str:
-    return "clients" if spec.mode is SweepMode.CONCURRENCY else "req/s"
+def unit_of(spec: SweepSpec, scenario: Scenario | None = None) -> str:
+    """What a step's rate counts: closed-loop clients; or arrivals per second, which start conversations when
+    the scenario's traffic is conversations (each then sends several turns)."""
+    if spec.mode is SweepMode.CONCURRENCY:
+        return "clients"
+    return "conv/s" if scenario is not None and scenario.has_sessions else "req/s"
 
 
 def _verdict_of(search: CapacitySearch, rate: float) -> StepVerdict:

@@ -61,7 +61,7 @@ class SweepProgress:
                 finished_because=f"provisional: {len(steps)} step(s) so far, the sweep is still running",
                 confidence=spec.confidence,
                 max_trials=spec.trials,
-                unit=unit_of(spec),
+                unit=unit_of(spec, scenario),
             )
             reports.append(SweepReport(variant=variant, policy_description=describe_variant(scenario, variant),
                                        result=result))  # fmt: skip

@@ -17,6 +17,7 @@ from enum import StrEnum
 
 from cliffwatch.domain.errors import CliffwatchError
 from cliffwatch.domain.target_model import Admission, Scheduling, TargetModel
+from cliffwatch.target.prefix_cache import PrefixCache
 from cliffwatch.target.waiting import WaitingQueue
 
 _WORDS = (
@@ -78,6 +79,8 @@ class EngineRequest:
     rng: random.Random = field(repr=False)
     streaming: bool = True
     priority: int = 0  # the body's "priority": lower is admitted sooner under priority scheduling (as vLLM's)
+    blocks: tuple[int, ...] = ()  # the prompt's chained block hashes (target/prefix_cache.py)
+    cached_tokens: int = 0  # of its prompt, found in the prefix cache when it was admitted
     tenant: str = ""  # the body's "user": fair scheduling takes the tenants in turn
     preemptions: int = 0  # times it gave its slot back under fair scheduling (and was recomputed)
     state: SeqState = SeqState.WAITING
@@ -118,6 +121,9 @@ class EngineStats:
     queue_time_seconds_sum: float = 0.0  # waited in the queue by the requests admitted so far
     queue_time_count: int = 0  # requests admitted into the batch
     preemptions_total: int = 0  # sequences preempted to give a tenant its fair share
+    prefix_cache_queries_total: int = 0  # prompt tokens looked up in the prefix cache
+    prefix_cache_hits_total: int = 0  # of those, found cached (their prefill skipped)
+    kv_cache_usage: float = 0.0  # the running sequences' tokens over the KV cache's, 0–1
 
 
 class BatchCore:
@@ -147,6 +153,8 @@ class BatchCore:
         self._admitted = 0
         self._holding: Counter[str] = Counter()  # running sequences by tenant (fair scheduling)
         self._preemptions = 0
+        self._cache = PrefixCache(capacity_blocks=model.kv_cache_tokens // model.block_tokens if model.prefix_caching
+                                  else 0, block_tokens=model.block_tokens)  # fmt: skip
 
     @property
     def waiting(self) -> int:
@@ -172,7 +180,11 @@ class BatchCore:
             queue_time_seconds_sum=self._queue_time_s,
             queue_time_count=self._admitted,
             preemptions_total=self._preemptions,
-        )
+            prefix_cache_queries_total=self._cache.queries_total,
+            prefix_cache_hits_total=self._cache.hits_total,
+            kv_cache_usage=min(1.0, sum(r.prompt_tokens + len(r.tokens) for r in self._running.values())
+                               / self.model.kv_cache_tokens),
+        )  # fmt: skip
 
     def record_bad_request(self) -> None:
         """Counts a request the server refused before it reached the engine (400, 404, 413)."""
@@ -187,6 +199,7 @@ class BatchCore:
         streaming: bool = True,
         priority: int = 0,
         tenant: str = "",
+        blocks: tuple[int, ...] = (),
     ) -> EngineRequest:
         """Queues a new sequence and returns it; raises ``QueueFull`` when admission refuses it."""
         if self.model.admission is Admission.QUEUE_LIMIT:
@@ -213,6 +226,7 @@ class BatchCore:
             streaming=streaming,
             priority=priority,
             tenant=tenant,
+            blocks=blocks if self.model.prefix_caching else (),
         )
         self._waiting.push(request)
         return request
@@ -280,6 +294,8 @@ class BatchCore:
             request.admitted_at = now
             self._running[request.id] = request
             self._prompt_tokens += request.prompt_tokens
+            if self.model.prefix_caching:
+                request.cached_tokens = self._cache.admit(request.blocks, request.prompt_tokens)
             self._queue_time_s += now - request.arrived_at
             self._admitted += 1
             admitted.append(request)
@@ -287,9 +303,11 @@ class BatchCore:
         if batch == 0:
             return Step(started_at=now, duration_s=0.0, batch=0, admitted=(), dropped=tuple(dropped),
                         interrupted=tuple(interrupted))  # fmt: skip
-        # A preempted sequence is recomputed: its prompt and the tokens it had are prefilled again.
+        # A preempted sequence is recomputed: its prompt and the tokens it had are prefilled again; the part of
+        # its prompt found in the prefix cache is not.
         duration_ms = self.model.step_ms(batch) + sum(
-            self.model.prefill_ms(r.prompt_tokens + (len(r.tokens) if r.preemptions else 0)) for r in admitted
+            self.model.prefill_ms(r.prompt_tokens - r.cached_tokens + (len(r.tokens) if r.preemptions else 0))
+            for r in admitted
         )
         if self.model.step_jitter > 0:
             duration_ms *= 1.0 + self._jitter.uniform(-self.model.step_jitter, self.model.step_jitter)

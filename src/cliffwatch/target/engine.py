@@ -213,7 +213,14 @@ class Engine:
         self._core.record_bad_request()
 
     def submit(
-        self, *, prompt_tokens: int, max_tokens: int, streaming: bool = True, priority: int = 0, tenant: str = ""
+        self,
+        *,
+        prompt_tokens: int,
+        max_tokens: int,
+        streaming: bool = True,
+        priority: int = 0,
+        tenant: str = "",
+        blocks: tuple[int, ...] = (),
     ) -> Generation:
         """Queues a sequence; raises ``QueueFull`` (429) or ``EngineClosed`` instead when it cannot.
 
@@ -228,6 +235,7 @@ class Engine:
             streaming=streaming,
             priority=priority,
             tenant=tenant,
+            blocks=blocks,
         )
         generation = Generation(request, streaming=streaming, max_queue_wait_s=self.model.max_queue_wait_ms / 1000.0)
         self._live[request.id] = generation

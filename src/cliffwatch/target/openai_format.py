@@ -17,6 +17,7 @@ from typing import Any
 
 from cliffwatch.domain.errors import CliffwatchError
 from cliffwatch.domain.target_model import Scheduling, TargetModel
+from cliffwatch.target.prefix_cache import block_hashes
 
 DONE_EVENT = b"data: [DONE]\n\n"
 FINISH_REASON = "length"  # every sequence generates exactly max_tokens, as with ignore_eos
@@ -63,6 +64,7 @@ class GenerationRequest:
     include_usage: bool
     priority: int = 0  # vLLM's field: lower is sooner under priority scheduling
     tenant: str = ""  # the OpenAI "user": whose turn it is under fair scheduling
+    blocks: tuple[int, ...] = ()  # the prompt's chained block hashes, for the prefix cache (prefix_cache.py)
 
 
 def parse_json_body(raw: bytes) -> dict[str, Any]:
@@ -90,13 +92,14 @@ def parse_generation(body: Mapping[str, Any], kind: Kind, model: TargetModel) ->
             code="model_not_found",
         )
     if kind is Kind.CHAT:
-        prompt_tokens = _chat_prompt_tokens(body.get("messages"))
+        words = _chat_prompt_words(body.get("messages"))
         max_tokens = _optional_positive_int(body, "max_completion_tokens")
         if max_tokens is None:
             max_tokens = _optional_positive_int(body, "max_tokens")
     else:
-        prompt_tokens = _completion_prompt_tokens(body.get("prompt"))
+        words = _completion_prompt_words(body.get("prompt"))
         max_tokens = _optional_positive_int(body, "max_tokens")
+    prompt_tokens = len(words)
     if prompt_tokens > model.max_prompt_tokens:
         raise _invalid(
             f"This model's maximum prompt length is {model.max_prompt_tokens} tokens, "
@@ -130,17 +133,15 @@ def parse_generation(body: Mapping[str, Any], kind: Kind, model: TargetModel) ->
         include_usage=_include_usage(body.get("stream_options"), stream),
         priority=priority,
         tenant=user[:256],
+        blocks=block_hashes(words, model.block_tokens) if model.prefix_caching else (),
     )
 
 
-def _words(text: str) -> int:
-    return len(text.split())
-
-
-def _chat_prompt_tokens(messages: object) -> int:
+def _chat_prompt_words(messages: object) -> list[str]:
+    """The prompt's tokens as the simulator counts them: every message's words, in order."""
     if not isinstance(messages, list) or not messages:
         raise _invalid("'messages' must be a non-empty array.", "messages")
-    total = 0
+    total: list[str] = []
     for i, message in enumerate(messages):
         where = f"messages[{i}]"
         if not isinstance(message, dict):
@@ -149,16 +150,16 @@ def _chat_prompt_tokens(messages: object) -> int:
             raise _invalid(f"'{where}.role' must be a string.", f"{where}.role")
         content = message.get("content")
         if content is None or isinstance(content, str):
-            total += _words(content or "")
+            total += (content or "").split()
         elif isinstance(content, list):
-            total += _content_parts_tokens(content, f"{where}.content")
+            total += _content_parts_words(content, f"{where}.content")
         else:
             raise _invalid(f"'{where}.content' must be a string or an array of parts.", f"{where}.content")
     return total
 
 
-def _content_parts_tokens(parts: list[Any], where: str) -> int:
-    total = 0
+def _content_parts_words(parts: list[Any], where: str) -> list[str]:
+    total: list[str] = []
     for j, part in enumerate(parts):
         if not isinstance(part, dict) or not isinstance(part.get("type"), str):
             raise _invalid(f"'{where}[{j}]' must be an object with a string 'type'.", f"{where}[{j}]")
@@ -167,16 +168,16 @@ def _content_parts_tokens(parts: list[Any], where: str) -> int:
         text = part.get("text")
         if not isinstance(text, str):
             raise _invalid(f"'{where}[{j}].text' must be a string.", f"{where}[{j}].text")
-        total += _words(text)
+        total += text.split()
     return total
 
 
-def _completion_prompt_tokens(prompt: object) -> int:
+def _completion_prompt_words(prompt: object) -> list[str]:
     if isinstance(prompt, str):
-        return _words(prompt)
+        return prompt.split()
     # A list of strings is taken as one prompt: the simulator always answers with a single choice.
     if isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
-        return sum(_words(p) for p in prompt)
+        return [word for p in prompt for word in p.split()]
     raise _invalid("'prompt' must be a string or a non-empty array of strings.", "prompt")
 
 

@@ -82,6 +82,24 @@ def _families(stats: EngineStats) -> list[_Family]:
             samples=one(stats.preemptions_total),
         ),
         _Family(
+            name="prefix_cache_queries_total",
+            kind="counter",
+            help="Prompt tokens looked up in the prefix cache (as vLLM's prefix_cache_queries).",
+            samples=one(stats.prefix_cache_queries_total),
+        ),
+        _Family(
+            name="prefix_cache_hits_total",
+            kind="counter",
+            help="Prompt tokens found in the prefix cache, whose prefill was skipped (as vLLM's prefix_cache_hits).",
+            samples=one(stats.prefix_cache_hits_total),
+        ),
+        _Family(
+            name="kv_cache_usage_ratio",
+            kind="gauge",
+            help="The running sequences' tokens (prompt and output) over the KV cache's capacity, 0-1.",
+            samples=one(round(stats.kv_cache_usage, 6)),
+        ),
+        _Family(
             name="steps_total",
             kind="counter",
             help="Engine steps run (each gives every running sequence one token).",

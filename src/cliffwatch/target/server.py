@@ -158,6 +158,7 @@ async def _generate(request: web.Request, kind: Kind) -> web.StreamResponse:
             streaming=parsed.stream,
             priority=parsed.priority,
             tenant=parsed.tenant,
+            blocks=parsed.blocks,
         )
     except QueueFull as exc:
         return _error(

@@ -26,6 +26,7 @@ class AttemptState:
         "first_token",
         "prompt_tokens",
         "reasoning_tokens",
+        "reply",
         "retry_after_s",
         "state",
         "status",
@@ -53,6 +54,7 @@ class AttemptState:
         self.answered = False  # an OpenAI answer was read to its end: judge it against target.expect
         self.finish_reason: str | None = None
         self.empty = False
+        self.reply: str | None = None  # the answer's text, when a conversation asked to keep it
 
     def fail(self, failure: FailureKind, error: str) -> None:
         self.failure = failure
@@ -70,6 +72,8 @@ class AttemptState:
         self.tokens = summary.output_tokens
         self.token_source = summary.token_source
         self.finish_reason = summary.finish_reason
+        if parser.text is not None:
+            self.reply = "".join(parser.text)
         if self.failure is None and summary.failure is not None:
             self.fail(summary.failure, summary.error or "stream failed")
         self.answered = True

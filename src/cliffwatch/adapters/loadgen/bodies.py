@@ -17,11 +17,13 @@ from __future__ import annotations
 import json
 import re
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from cliffwatch.adapters.dataset_files import LoadedDataset
 from cliffwatch.adapters.loadgen import prompts
 from cliffwatch.adapters.loadgen.token_prompts import PromptSource, WordCount
+from cliffwatch.domain.conversations import PREFIX_ID_BASE, PrefixSpec
 from cliffwatch.domain.plan import PlannedRequest
 from cliffwatch.domain.scenario import Scenario
 from cliffwatch.domain.target_spec import Api, RequestTemplate
@@ -42,22 +44,27 @@ class RequestBodies:
         dataset: LoadedDataset | None = None,
         *,
         template: RequestTemplate | None = None,
+        prefix: PrefixSpec | None = None,
     ) -> None:
         template = template or scenario.target.request  # a traffic class's own, or the target's
         self._source: PromptSource = source or WordCount(prompts.WORDS)
         self._dataset = dataset
+        self._prefix = prefix
+        self._prefixes: dict[int, bytes] = {}  # each shared prefix's text, made when first sent
+        self._chat = scenario.target.api is Api.OPENAI_CHAT
         self._bust = template.dataset is None or template.dataset.cache_bust
         self._constant: bytes | None = None
         self._parts: list[bytes | str] = []  # literal bytes, or which placeholder goes there
         if scenario.target.api is Api.HTTP:
             self._constant = None if template.body is None else json.dumps(template.body).encode()
             return
-        if template.prompt_tokens is not None:
-            self._source.prepare(template.prompt_tokens.largest)
+        longest = max(template.prompt_tokens.largest if template.prompt_tokens else 0, prefix.tokens if prefix else 0)
+        if longest:
+            self._source.prepare(longest)
         stream = template.stream
         document: dict[str, Any] = {"model": template.model, "max_tokens": _MAX_TOKENS, "stream": stream}
-        if scenario.target.api is Api.OPENAI_CHAT:
-            document["messages"] = _MESSAGES if dataset else [{"role": "user", "content": _PROMPT}]
+        if self._chat:
+            document["messages"] = _MESSAGES
         else:
             document["prompt"] = _PROMPT
         if stream and template.include_usage:
@@ -69,23 +76,65 @@ class RequestBodies:
         pieces = re.split("(" + "|".join(map(re.escape, slots)) + ")", json.dumps(document))
         self._parts = [slots[piece] if index % 2 else piece.encode() for index, piece in enumerate(pieces)]
 
-    def render(self, request: PlannedRequest) -> bytes | None:
+    def render(self, request: PlannedRequest, history: Sequence[bytes] = ()) -> bytes | None:
+        """The request's body; ``history``: its conversation's earlier turns (``turn``), sent before it."""
         if self._constant is not None or not self._parts:
             return self._constant
         pieces: list[bytes | memoryview] = []
         for part in self._parts:
             if part is _MESSAGES:
-                pieces += self._messages(request)
-            elif part is _PROMPT and self._dataset is not None and request.entry >= 0:
-                pieces += (b'"', *self._tag(request), self._entry_text(request), b'"')
+                pieces += self._chat_messages(request, history)
             elif part is _PROMPT:
-                pieces += (b'"', *self._source.fragments(request.id, request.prompt_tokens), b'"')
+                pieces += (b'"', *self._prefix_text(request, b" "), *history, *self._own(request), b'"')
             elif part is _MAX_TOKENS:
                 pieces.append(b"%d" % request.max_tokens)
             else:
                 assert isinstance(part, bytes)
                 pieces.append(part)
         return b"".join(pieces)
+
+    def turn(self, request: PlannedRequest, reply: str) -> list[bytes]:
+        """What a conversation's answered turn adds to its history: the user's prompt and the server's reply,
+        as chat messages (or, for completions, as text) ready to go into the next turn's body."""
+        own = b"".join(self._own(request))
+        answer = json.dumps(reply).encode()  # ASCII, escaped: safe inside a JSON document as it is
+        if self._chat:
+            user = b'{"role": "user", "content": "' + own + b'"}'
+            return [user, b'{"role": "assistant", "content": ' + answer + b"}"]
+        return [own + b" ", answer[1:-1] + b" "]
+
+    def _own(self, request: PlannedRequest) -> tuple[bytes | memoryview, ...]:
+        """The request's own prompt text (JSON-safe pieces): a dataset entry's, or one made to its length."""
+        if self._dataset is not None and request.entry >= 0:
+            return (*self._tag(request), self._entry_text(request))
+        return self._source.fragments(request.id, request.prompt_tokens)
+
+    def _prefix_text(self, request: PlannedRequest, after: bytes) -> tuple[bytes, ...]:
+        """The shared prefix the request opens with (its group's: the same bytes for every request of the
+        group, so a prefix cache can reuse them), followed by ``after``; () without one."""
+        if self._prefix is None or request.prefix < 0:
+            return ()
+        text = self._prefixes.get(request.prefix)
+        if text is None:
+            pieces = self._source.fragments(PREFIX_ID_BASE + request.prefix, self._prefix.tokens)
+            text = self._prefixes[request.prefix] = b"".join(pieces)
+        return (text, after)
+
+    def _chat_messages(self, request: PlannedRequest, history: Sequence[bytes]) -> list[bytes | memoryview]:
+        """The chat ``messages``: the shared prefix as a system message, the conversation so far, the turn."""
+        system = self._prefix_text(request, b"")
+        items: list[bytes | memoryview] = []
+        if system:
+            items += (b'{"role": "system", "content": "', system[0], b'"}, ')
+        for piece in history:
+            items += (piece, b", ")
+        if self._dataset is not None:
+            own = self._messages(request)
+            if items:  # a dataset's messages come as a whole array: the prefix and history go inside it
+                joined = b"".join(own)
+                return [b"[", *items, joined[1:]]
+            return list(own)
+        return [b"[", *items, b'{"role": "user", "content": "', *self._own(request), b'"}]']
 
     def _tag(self, request: PlannedRequest) -> tuple[bytes, ...]:
         return (b"req-%d " % request.id,) if self._bust else ()

@@ -22,9 +22,10 @@ from collections.abc import Iterable
 
 from cliffwatch.adapters.loadgen.engine import AttemptExecutor, OpenLoopGenerator
 from cliffwatch.domain.arrivals import Mix
+from cliffwatch.domain.conversations import PrefixChooser
 from cliffwatch.domain.generator_health import GeneratorLimits
 from cliffwatch.domain.outcomes import NS_PER_S
-from cliffwatch.domain.plan import PlannedRequest, phase_windows
+from cliffwatch.domain.plan import PlannedRequest, later_turns_of, phase_windows
 from cliffwatch.domain.ports import Clock, GeneratorListener
 from cliffwatch.domain.rate_limit import TokenBucket
 from cliffwatch.domain.scenario import Scenario
@@ -73,6 +74,8 @@ class ClosedLoopGenerator(OpenLoopGenerator):
         klass = self._client_classes()[index]
         template = self.scenario.request_for(klass)
         shapes = random.Random(f"{self.scenario.seed}:closed-loop:{index}")
+        prefixes = PrefixChooser(self.scenario.prefix_for(klass), random.Random(f"{self.scenario.seed}:prefix:{index}"))
+        sessions = self.scenario.sessions_for(klass) is not None
         while self._stop_reason is None:
             at_ns = self.clock.now_ns() - start_ns
             if at_ns >= end_ns:
@@ -80,19 +83,28 @@ class ClosedLoopGenerator(OpenLoopGenerator):
             if not await self._cap_token(start_ns + end_ns):
                 continue  # stopped, or the step ended while waiting: the loop's own checks end it
             at_ns = self.clock.now_ns() - start_ns
+            request_id, prefix = self._next_id, prefixes.next()
+            # With sessions a client is one user after another: each of its requests starts a conversation,
+            # and the next starts when that conversation has ended.
+            turns = 1 + len(later_turns_of(self.scenario, klass, request_id, prefix)) if sessions else 0
             request = PlannedRequest(
-                id=self._next_id,
+                id=request_id,
                 phase=max(0, bisect.bisect_right(starts, at_ns) - 1),
                 scheduled_ns=at_ns,
                 prompt_tokens=template.prompt_tokens.sample(shapes) if template.prompt_tokens else 0,
                 max_tokens=template.max_tokens.sample(shapes) if template.max_tokens else 0,
                 klass=klass,
+                prefix=prefix,
+                conversation=request_id if sessions else -1,
+                turn=1 if sessions else 0,
+                turns=turns,
             )
             self._next_id += 1
             self._dispatched += 1
             listener.dispatched(request, at_ns)
             self._unstarted.add(request.id)
-            task = asyncio.create_task(self._run_request(request, start_ns, listener, prepaid=True))
+            send = self._run_conversation if sessions else self._run_request
+            task = asyncio.create_task(send(request, start_ns, listener, prepaid=True))
             self._tasks.add(task)
             task.add_done_callback(functools.partial(self._task_done, request, listener))
             await asyncio.wait([task])  # a cancelled request ends this client's turn, not the client

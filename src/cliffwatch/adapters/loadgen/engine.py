@@ -13,6 +13,7 @@ the request ``not_sent`` (reason ``CAP_REASON``), a refused retry ends the reque
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import functools
 import random
@@ -22,10 +23,11 @@ from typing import Protocol
 
 import structlog
 
+from cliffwatch.domain.conversations import turn_id
 from cliffwatch.domain.generator_health import CapReport, GeneratorLimits, GeneratorReport, judge_generator
 from cliffwatch.domain.histogram import Histogram
-from cliffwatch.domain.outcomes import CAP_REASON, NS_PER_MS, NS_PER_S, Attempt
-from cliffwatch.domain.plan import PlannedRequest
+from cliffwatch.domain.outcomes import CAP_REASON, NS_PER_MS, NS_PER_S, Attempt, RequestRecord
+from cliffwatch.domain.plan import PlannedRequest, later_turns_of, phase_windows
 from cliffwatch.domain.ports import Clock, GeneratorListener, LiveCounters
 from cliffwatch.domain.prompt_sizing import PromptSizing
 from cliffwatch.domain.rate_limit import TokenBucket
@@ -51,7 +53,11 @@ class AttemptExecutor(Protocol):
         self, request: PlannedRequest, number: int, timeout_s: float, *, origin_ns: int, deadline_bound: bool
     ) -> Attempt:
         """One attempt with a total timeout of ``timeout_s``, its times in ns from ``origin_ns``;
-        ``deadline_bound`` says the timeout is the request's deadline, not the per-attempt limit."""
+        ``deadline_bound`` says the timeout is the request's deadline, not the per-attempt limit. A turn of a
+        conversation is sent with the conversation's history, and a successful one adds to it."""
+
+    def end_conversation(self, conversation: int) -> None:
+        """Forgets a conversation's history: it has no more turns to send."""
 
 
 class OpenLoopGenerator:
@@ -75,11 +81,13 @@ class OpenLoopGenerator:
         self._capped_first = 0
         self._capped_retries = 0
         self._cap_delays = 0
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[object]] = set()
         self._stop_reason: str | None = None
         self._cancel_reason: str | None = None
         self._unstarted: set[int] = set()  # ids of dispatched requests whose task has not run yet
+        self._active = 0  # requests being sent or retried (a conversation thinking between turns is not)
         self._wakeup: asyncio.Future[None] | None = None
+        self._sleepers: set[asyncio.Future[None]] = set()
         self._dispatched = 0
         self._overflow = 0
         self._lag = Histogram()
@@ -102,6 +110,8 @@ class OpenLoopGenerator:
             self._stop_reason = reason
             if self._wakeup is not None and not self._wakeup.done():
                 self._wakeup.set_result(None)
+            for sleeper in list(self._sleepers):  # conversations waiting for their next turn: there is none
+                _resolve(sleeper)
         # A cancelling stop also counts after a plain one (an abort, then Ctrl-C).
         if cancel_in_flight and self._cancel_reason is None:
             self._cancel_reason = reason
@@ -153,18 +163,72 @@ class OpenLoopGenerator:
             if self._stop_reason is not None:
                 listener.finished(request.not_sent(self._stop_reason))
                 continue
-            if len(self._tasks) >= max_in_flight:
+            if self._active >= max_in_flight:
                 self._overflow += 1
                 listener.finished(request.not_sent(f"generator: {max_in_flight} requests already in flight"))
                 continue
             self._dispatched += 1
             listener.dispatched(request, self.clock.now_ns() - start_ns)
             self._unstarted.add(request.id)
-            task = asyncio.create_task(self._run_request(request, start_ns, listener))
+            send = self._run_conversation if request.turn else self._run_request
+            task = asyncio.create_task(send(request, start_ns, listener))
             self._tasks.add(task)
             task.add_done_callback(functools.partial(self._task_done, request, listener))
 
-    def _task_done(self, request: PlannedRequest, listener: GeneratorListener, task: asyncio.Task[None]) -> None:
+    async def _run_conversation(
+        self, first: PlannedRequest, start_ns: int, listener: GeneratorListener, *, prepaid: bool = False
+    ) -> None:
+        """A conversation: its first turn now, each next one when the previous answer came back plus the
+        user's think time, for as long as its turns succeed, the run goes on and a turn's time falls within
+        the run's phases (beyond them, the conversation is cut, and sends nothing more)."""
+        scenario = self.scenario
+        later = iter(later_turns_of(scenario, first.klass, first.conversation, first.prefix))
+        windows = phase_windows(scenario)
+        starts, end_ns = [w.start_ns for w in windows], windows[-1].end_ns
+        request = first
+        try:
+            while True:
+                record = await self._run_request(request, start_ns, listener, prepaid=prepaid and request is first)
+                final = record.final
+                turn = next(later, None)
+                if turn is None or final is None or not final.succeeded or self._stop_reason is not None:
+                    return
+                scheduled_ns = final.end_ns + turn.think_ms * NS_PER_MS
+                if scheduled_ns >= end_ns:
+                    return  # the run is over before the user would ask again: the conversation is cut
+                if not await self._sleep_until(start_ns + scheduled_ns):
+                    return
+                phase = bisect.bisect_right(starts, scheduled_ns) - 1
+                request = PlannedRequest(
+                    id=turn_id(first.conversation, request.turn + 1), phase=phase, scheduled_ns=scheduled_ns,
+                    prompt_tokens=turn.prompt_tokens, max_tokens=turn.max_tokens, klass=first.klass,
+                    prefix=turn.prefix, conversation=first.conversation, turn=request.turn + 1, turns=first.turns,
+                )  # fmt: skip
+                if self._active >= scenario.client.max_in_flight:
+                    self._overflow += 1
+                    listener.finished(request.not_sent(f"generator: {scenario.client.max_in_flight} requests "
+                                                       "already in flight"))  # fmt: skip
+                    return
+                self._dispatched += 1
+                listener.dispatched(request, self.clock.now_ns() - start_ns)
+        finally:
+            self.executor.end_conversation(first.conversation)
+
+    async def _sleep_until(self, due_ns: int) -> bool:
+        """Sleeps until ``due_ns`` on the generator's clock; False when the run was stopped meanwhile."""
+        loop = asyncio.get_running_loop()
+        while self._stop_reason is None and (delay_ns := due_ns - self.clock.now_ns()) > 0:
+            wakeup = loop.create_future()
+            self._sleepers.add(wakeup)
+            handle = loop.call_later(delay_ns / NS_PER_S, _resolve, wakeup)
+            try:
+                await wakeup
+            finally:
+                handle.cancel()
+                self._sleepers.discard(wakeup)
+        return self._stop_reason is None
+
+    def _task_done(self, request: PlannedRequest, listener: GeneratorListener, task: asyncio.Task[object]) -> None:
         self._tasks.discard(task)
         if request.id in self._unstarted:
             # Cancelled before its first step: the coroutine never ran, so it could not report itself.
@@ -184,7 +248,7 @@ class OpenLoopGenerator:
 
     async def _run_request(
         self, request: PlannedRequest, start_ns: int, listener: GeneratorListener, *, prepaid: bool = False
-    ) -> None:
+    ) -> RequestRecord:
         scenario = self.scenario
         policy = scenario.retry_for(request.phase, request.klass)
         budget = self._budgets[request.phase, request.klass]
@@ -196,6 +260,7 @@ class OpenLoopGenerator:
         began_ns: int | None = None
         capped = False
         self._unstarted.discard(request.id)
+        self._active += 1
         try:
             while True:
                 remaining_s = (deadline_ns - self.clock.now_ns()) / NS_PER_S
@@ -251,6 +316,7 @@ class OpenLoopGenerator:
                         error=self._cancel_reason or self._stop_reason or "cancelled",
                     )
                 )
+            self._active -= 1
             self._finish(request, attempts, listener, capped=capped)
             raise
         except Exception as exc:
@@ -266,17 +332,20 @@ class OpenLoopGenerator:
                     error=f"cliffwatch internal error: {type(exc).__name__}: {exc}",
                 )
             )
-        self._finish(request, attempts, listener, capped=capped)
+        self._active -= 1
+        return self._finish(request, attempts, listener, capped=capped)
 
     def _finish(
         self, request: PlannedRequest, attempts: list[Attempt], listener: GeneratorListener, *, capped: bool = False
-    ) -> None:
+    ) -> RequestRecord:
         record_attempts = tuple(attempts)
         if record_attempts:
             self._lag.add(max(0.0, (record_attempts[0].sent_ns - request.scheduled_ns) / NS_PER_MS))
         reason = CAP_REASON if capped else "deadline passed before the first attempt"
         slo = self.scenario.slo_for(request.klass)
-        listener.finished(request.record(record_attempts, slo=slo, not_sent_reason=reason, capped=capped))
+        record = request.record(record_attempts, slo=slo, not_sent_reason=reason, capped=capped)
+        listener.finished(record)
+        return record
 
     async def _watch_loop(self) -> None:
         """Measures event-loop stalls: how much later than asked a short sleep wakes up."""

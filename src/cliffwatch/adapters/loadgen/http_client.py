@@ -111,12 +111,20 @@ class HttpExecutor:
         self.tokens = 0.0
         self._dataset = dataset
         self._bodies = self._class_bodies(prompts)
+        sessions = [scenario.sessions_for(k) for k in range(len(scenario.traffic_classes))]
+        self._keeps_history = [s is not None and s.history for s in sessions]
         # How prompts are sized: given (a tokenizer's, the built-in target's words), or found by the preflight's
         # calibration probes when ``calibrate`` (a real OpenAI target without a tokenizer).
         self.sizing = sizing
         self._calibrate = calibrate and self.openai
         self._server_lengths = server_lengths  # request.tokenizer: server: fit these with the target's /tokenize
         self._session: aiohttp.ClientSession | None = None
+        # Each conversation's turns so far (the user's prompts and the server's real replies, as JSON-ready
+        # pieces), for the next turn to resend; forgotten when the conversation ends.
+        self._histories: dict[int, list[bytes]] = {}
+
+    def end_conversation(self, conversation: int) -> None:
+        self._histories.pop(conversation, None)
 
     async def __aenter__(self) -> HttpExecutor:
         client = self.scenario.client
@@ -184,11 +192,12 @@ class HttpExecutor:
         return headers
 
     def _class_bodies(self, source: PromptSource | None) -> list[RequestBodies]:
-        return [RequestBodies(self.scenario, source, self._dataset, template=c.request)
+        return [RequestBodies(self.scenario, source, self._dataset, template=c.request, prefix=c.prefix)
                 for c in self.scenario.traffic_classes]  # fmt: skip
 
     def body(self, request: PlannedRequest) -> bytes | None:
-        return self._bodies[request.klass].render(request)  # prepared ahead: one copy per request (bodies.py)
+        # prepared ahead: one copy per request (bodies.py); a conversation's turn comes after its history
+        return self._bodies[request.klass].render(request, self._histories.get(request.conversation, ()))
 
     async def attempt(
         self, request: PlannedRequest, number: int, timeout_s: float, *, origin_ns: int, deadline_bound: bool
@@ -198,6 +207,8 @@ class HttpExecutor:
         body = self.body(request)
         sent = time.perf_counter_ns()
         state = AttemptState()
+        keeps = request.turn > 0 and request.turn < request.turns and self._keeps_history[request.klass]
+        state.reply = "" if keeps else None  # a conversation that resends its history keeps the answer
         self.in_flight += 1
         try:
             async with asyncio.timeout(timeout_s):
@@ -236,6 +247,10 @@ class HttpExecutor:
             state.harvest(state.stream)
         if state.answered and state.failure is None:
             state.judge(self.scenario.target.expect, max_tokens=request.max_tokens)
+        if keeps and state.failure is None and state.reply is not None:
+            self._histories.setdefault(request.conversation, []).extend(
+                self._bodies[request.klass].turn(request, state.reply)
+            )
         end = state.end or time.perf_counter_ns()
         return state.attempt(number, sent_ns=sent, end_ns=end, origin_ns=origin_ns, pool_wait_ns=timing.pool_wait_ns)
 
@@ -321,7 +336,7 @@ class HttpExecutor:
         state.fail(FailureKind.STATUS, f"HTTP {response.status}: {message}".rstrip(": "))
 
     async def _read_stream(self, response: aiohttp.ClientResponse, state: AttemptState) -> None:
-        parser = state.stream = OpenAIStream()
+        parser = state.stream = OpenAIStream(keep_text=state.reply is not None)
         counted = 0
         async for data in response.content.iter_any():
             now = time.perf_counter_ns()
@@ -356,6 +371,8 @@ class HttpExecutor:
         state.empty = completion.empty
         state.reasoning_tokens = completion.reasoning_tokens
         state.prompt_tokens = completion.prompt_tokens
+        if state.reply is not None:
+            state.reply = completion.text
         state.answered = True
 
     def _require_session(self) -> aiohttp.ClientSession:

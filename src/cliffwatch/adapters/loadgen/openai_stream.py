@@ -132,14 +132,17 @@ class OpenAIStream:
         "first_answer_ns",
         "first_token_ns",
         "reasoning_chunks",
+        "text",
         "token_chunks",
         "usage_prompt",
         "usage_reasoning",
         "usage_tokens",
     )
 
-    def __init__(self, *, max_pending: int = DEFAULT_MAX_PENDING) -> None:
+    def __init__(self, *, max_pending: int = DEFAULT_MAX_PENDING, keep_text: bool = False) -> None:
         self._decoder = SseDecoder(max_pending=max_pending)
+        # The answer's text, kept only when asked (a conversation resends it as the assistant's turn).
+        self.text: list[str] | None = [] if keep_text else None
         self._summary: StreamSummary | None = None
         self.chunk_times_ns: list[int] = []
         self.first_token_ns: int | None = None
@@ -271,12 +274,16 @@ class OpenAIStream:
                 return EventKind.OTHER
             # reasoning, and no content beside it (an empty content with empty reasoning is the answer's byte token)
             thinking = type(reasoning) is str and not answer and (bool(reasoning) or type(content) is not str)
+            if self.text is not None and answer and type(content) is str:
+                self.text.append(content)
         else:
             text = choice.get("text")
             if type(text) is not str:
                 return EventKind.OTHER
             visible = answer = bool(text)
             thinking = False
+            if self.text is not None and text:
+                self.text.append(text)
         if not visible and finish_reason is not None:
             return EventKind.OTHER
         self.token_chunks += 1

@@ -36,7 +36,7 @@ _QUEUE_SIGNALS = (
     ("running", "running (batch)", BLUE, DASHED),
 )
 _SIGNALS = frozenset({"waiting", "running", "kv_cache_usage", "preemptions", "generation_tokens", "prompt_tokens",
-                      "queue_time"})  # fmt: skip
+                      "queue_time", "prefix_cache_hits", "prefix_cache_queries"})  # fmt: skip
 
 
 def _server_column(rows: Sequence[Mapping[str, Any]], name: str, scale: float = 1.0) -> list[float | None]:
@@ -142,11 +142,24 @@ def server_charts(rows: Sequence[Mapping[str, Any]]) -> list[Chart]:
                 values=_server_column(rows, "preemptions"),
             )
         )
+    if "prefix_cache_hits" in names and "prefix_cache_queries" in names:
+        work.append(
+            Series(
+                label="prefix cache hits",
+                unit="%",
+                scale="pct",
+                color=GREEN,
+                dash=LONG_DASH,
+                points=True,
+                values=_hit_rate(rows),
+            )
+        )
     if work:
         charts.append(Chart(
             id="server-work", title="The server's token rate, KV cache and preemptions",
             caption="Output tokens per second as the server counted them against what the client received, "
-            "and (right axis) the share of its KV cache in use and the requests it preempted per second. Some "
+            "and (right axis) the share of its KV cache in use, the requests it preempted per second and the "
+            "share of prompt tokens its prefix cache served. Some "
             "engines count a request's tokens when it finishes (SGLang, TGI, llama.cpp), so their rate is lumpy.",
             axes=_axes(work, Axis(scale="tps", label="output tokens/s"),
                        Axis(scale="pct", label="% KV cache, preemptions/s", side="right")),
@@ -165,6 +178,12 @@ def server_charts(rows: Sequence[Mapping[str, Any]]) -> list[Chart]:
                                 values=_server_column(rows, name)) for i, name in enumerate(own)),
         ))  # fmt: skip
     return charts
+
+
+def _hit_rate(rows: Sequence[Mapping[str, Any]]) -> list[float | None]:
+    """The percent of the prompt tokens looked up in a second that the prefix cache had (a gap: none looked up)."""
+    hits, queries = _server_column(rows, "prefix_cache_hits"), _server_column(rows, "prefix_cache_queries")
+    return [None if h is None or not q else 100.0 * h / q for h, q in zip(hits, queries, strict=True)]
 
 
 def _axes(series: list[Series], *axes: Axis) -> tuple[Axis, ...]:
