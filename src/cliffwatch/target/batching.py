@@ -295,10 +295,12 @@ class BatchCore:
             self._running[request.id] = request
             self._prompt_tokens += request.prompt_tokens
             if self.model.prefix_caching:
-                request.cached_tokens = self._cache.admit(request.blocks, request.prompt_tokens)
+                request.cached_tokens = self._cache.lookup(request.blocks, request.prompt_tokens)
             self._queue_time_s += now - request.arrived_at
             self._admitted += 1
             admitted.append(request)
+        for request in admitted:  # computed in this step: the next steps' prompts may reuse them, not this one's
+            self._cache.insert(request.blocks)
         batch = len(self._running)
         if batch == 0:
             return Step(started_at=now, duration_s=0.0, batch=0, admitted=(), dropped=tuple(dropped),

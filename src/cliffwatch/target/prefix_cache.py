@@ -42,9 +42,9 @@ class PrefixCache:
         self.queries_total = 0  # prompt tokens looked up (vLLM's prefix_cache_queries)
         self.hits_total = 0  # of those, tokens found cached (vLLM's prefix_cache_hits)
 
-    def admit(self, hashes: Sequence[int], prompt_tokens: int) -> int:
+    def lookup(self, hashes: Sequence[int], prompt_tokens: int) -> int:
         """A prompt entering the batch: the tokens of its leading blocks already cached (its prefill skips
-        them; never the whole prompt), counted; then every one of its blocks is held as most recently used."""
+        them; never the whole prompt), counted as a query and its hits."""
         cached_blocks = 0
         for block in hashes:
             if block not in self._blocks:
@@ -53,12 +53,15 @@ class PrefixCache:
         cached = min(cached_blocks * self.block_tokens, max(0, prompt_tokens - 1))
         self.queries_total += prompt_tokens
         self.hits_total += cached
+        return cached
+
+    def insert(self, hashes: Sequence[int]) -> None:
+        """A prompt's blocks, computed: held as the most recently used (the oldest beyond capacity go)."""
         for block in hashes:
             self._blocks[block] = None
             self._blocks.move_to_end(block)
         while len(self._blocks) > self.capacity_blocks:
             self._blocks.popitem(last=False)
-        return cached
 
     @property
     def blocks(self) -> int:

@@ -90,3 +90,60 @@ def test_a_body_at_the_hard_limit_is_joined_from_prepared_pieces_without_encodin
     monkeypatch.undo()
     assert body is not None
     assert len(json.loads(body)["messages"][0]["content"].split(" ")) == MAX_PROMPT_TOKENS
+
+
+def prefixed(api: str = "openai-chat", **extra: Any) -> Scenario:
+    return parse_scenario({
+        "name": "bodies",
+        "slo": {"e2e_ms": 1000, "timeout_ms": 2000},
+        "target": {"url": URL, "api": api, "request": {"model": "m", "prompt_tokens": 6, "max_tokens": 8}},
+        "prefix": {"groups": 3, "tokens": 20},
+        **extra,
+        "phases": [{"name": "p", "role": "stress", "duration_s": 1, "arrival": {"process": "constant", "rate": 1}}],
+    })  # fmt: skip
+
+
+def test_a_shared_prefix_is_a_system_message_the_same_for_its_group_with_the_buster_after_it() -> None:
+    executor = HttpExecutor(prefixed(), URL)
+    first, second, other = (json.loads(executor.body(PlannedRequest(
+        id=rid, phase=0, scheduled_ns=0, prompt_tokens=6, max_tokens=8, prefix=group)) or b"")
+        for rid, group in ((1, 2), (2, 2), (3, 0)))  # fmt: skip
+    system, user = first["messages"]
+    assert system["role"] == "system"
+    assert len(system["content"].split()) == 20
+    assert second["messages"][0] == system  # byte for byte the same prefix: a cache can reuse it
+    assert other["messages"][0] != system
+    assert user == {"role": "user", "content": prompt_text(1, 6)}  # the request's own tag after the prefix
+    unprefixed = json.loads(executor.body(PlannedRequest(id=4, phase=0, scheduled_ns=0, prompt_tokens=6,
+                                                         max_tokens=8)) or b"")  # fmt: skip
+    assert unprefixed["messages"] == [{"role": "user", "content": prompt_text(4, 6)}]
+
+
+def test_a_completions_prompt_opens_with_the_prefix_text() -> None:
+    executor = HttpExecutor(prefixed("openai-completions"), URL)
+    body = json.loads(executor.body(PlannedRequest(id=5, phase=0, scheduled_ns=0, prompt_tokens=6, max_tokens=8,
+                                                   prefix=1)) or b"")  # fmt: skip
+    words = body["prompt"].split()
+    assert len(words) == 26
+    assert " ".join(words[20:]) == prompt_text(5, 6)
+
+
+@pytest.mark.parametrize("api", ["openai-chat", "openai-completions"])
+def test_a_conversations_next_turn_carries_its_history_with_the_real_reply(api: str) -> None:
+    plan = prefixed(api, sessions={"turns": 3})
+    bodies = bodies_module.RequestBodies(plan, prefix=plan.prefix_for(0))
+    first = PlannedRequest(id=9, phase=0, scheduled_ns=0, prompt_tokens=6, max_tokens=8, prefix=1, conversation=9,
+                           turn=1, turns=3)  # fmt: skip
+    reply = 'Sure: "quoted", ünïcode\nand a newline'
+    history = bodies.turn(first, reply)
+    second = PlannedRequest(id=77, phase=0, scheduled_ns=0, prompt_tokens=6, max_tokens=8, prefix=1, conversation=9,
+                            turn=2, turns=3)  # fmt: skip
+    body = json.loads(bodies.render(second, history) or b"")
+    if api == "openai-chat":
+        assert [m["role"] for m in body["messages"]] == ["system", "user", "assistant", "user"]
+        assert body["messages"][1]["content"] == prompt_text(9, 6)
+        assert body["messages"][2]["content"] == reply
+        assert body["messages"][3]["content"] == prompt_text(77, 6)
+    else:
+        prompt = body["prompt"]
+        assert prompt.index(prompt_text(9, 6)) < prompt.index(reply) < prompt.index(prompt_text(77, 6))
