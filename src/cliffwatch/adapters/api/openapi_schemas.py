@@ -196,6 +196,9 @@ RESULT = obj(
                     "request, SLO, retry and priority as run, and phases (each phase's metrics counting only "
                     "this class's requests, as in phases)"},
                     "description": "each traffic class's own figures; empty for a scenario without classes"},
+        "conversations": nullable({**ANY_OBJECT, "description": "with sessions: per phase (by the phase they "
+                                   "started in) and in total, the conversations started, completed, completed with "
+                                   "every turn on time, failed, cut by the run's end, and turns; null without"}),
     }
 )  # fmt: skip
 SERVER_SERIES = obj(

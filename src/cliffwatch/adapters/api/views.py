@@ -112,6 +112,7 @@ def _result_view(result: Mapping[str, Any]) -> dict[str, Any]:
     view["prompt_tokens"] = result.get("prompt_tokens")  # results stored before it have none
     view["server_metrics"] = server_summary(result)
     view["classes"] = list(result.get("classes") or ())  # results stored before traffic classes have none
+    view["conversations"] = result.get("conversations")  # None without sessions (or before them)
     return view
 
 

@@ -122,6 +122,7 @@ def _result_sections(run: Run) -> Markup:
         + sections.components(document)
         + sections.phase_results(document)
         + sections.classes(document)
+        + sections.conversations(document)
         + sections.server(document)
     )
 

@@ -198,7 +198,8 @@ def render_run_report(document: Mapping[str, Any], timeseries: Sequence[Mapping[
     body = "".join((
         sections.header(document), sections.verdict(document), sections.components(document),
         f'<section id="charts"><h2>Over time</h2>{_legend_note()}{empty}{figures}</section>',
-        sections.phase_results(document), sections.classes(document), sections.server(document),
+        sections.phase_results(document), sections.classes(document), sections.conversations(document),
+        sections.server(document),
         sections.state_headers(document),
         sections.faults(document),
         sections.scenario(document),

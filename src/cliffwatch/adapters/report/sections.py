@@ -264,3 +264,25 @@ def classes(doc: Mapping[str, Any]) -> str:
         "lost when the pool was shared. Each class is scored on its own requests against its own SLO.</p>"
         f"{said}{_table(head, rows, cls='numbers')}<ul class='class-scores'>{views}</ul></section>"
     )
+
+
+def conversations(doc: Mapping[str, Any]) -> str:
+    """The conversations each phase started and how they ended (a run with ``sessions``)."""
+    found = _map(doc.get("conversations"))
+    if not found:
+        return ""
+    rows = []
+    for phase in [*map(_map, _list(found.get("phases"))), {"name": "all", **_map(found.get("total"))}]:
+        rows.append((
+            _e(phase.get("name")), _num(phase.get("started")), _num(phase.get("completed")),
+            _pct(phase.get("on_time_ratio")), _num(phase.get("failed")), _num(phase.get("cut")),
+            _num(phase.get("turns_per_conversation"), 2),
+        ))  # fmt: skip
+    head = ("started in", "conversations", "completed", "every turn on time", "failed", "cut by the run's end",
+            "turns each")  # fmt: skip
+    return (
+        '<section id="conversations"><h2>Conversations</h2><p>Each arrival started a conversation; its turns '
+        "followed the answers after a think time. Goodput above counts turns; here a conversation counts as on "
+        "time only when every one of its turns was, out of those that ended on their own (one cut by the run's "
+        f"end is left out, and counted apart).</p>{_table(head, rows, cls='numbers')}</section>"
+    )

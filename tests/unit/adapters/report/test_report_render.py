@@ -304,3 +304,16 @@ def test_a_run_without_classes_has_no_class_section_or_charts(document: dict[str
     page = render_run_report(document)
     assert '<section id="classes">' not in page
     assert not any(c["id"].startswith("classes") for c in report_data(page)["charts"])
+
+
+def test_the_conversations_section_tables_how_each_phases_conversations_ended(document: dict[str, Any]) -> None:
+    assert '<section id="conversations">' not in render_run_report(document)
+    counts = {"started": 40, "completed": 30, "completed_on_time": 9, "failed": 2, "cut": 8, "turns": 120,
+              "turns_on_time": 100, "on_time_ratio": 0.28125, "turns_per_conversation": 3.0}  # fmt: skip
+    document["conversations"] = {"phases": [{"name": "burst<b>", **counts}], "total": counts}
+    page = render_run_report(document)
+    section = page[page.index('<section id="conversations">') :]
+    section = section[: section.index("</section>")]
+    assert "burst&lt;b&gt;" in section
+    assert section.count("<tr>") == 3  # the head, the phase and all
+    assert "<td>28 %</td>" in section
