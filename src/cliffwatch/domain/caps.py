@@ -132,11 +132,39 @@ def _retry_path(scenario: Scenario, phase: int, klass: int, field: str) -> str:
     return f"phases[{phase}].retry.{field}" if scenario.phases[phase].retry is not None else f"client.retry.{field}"
 
 
+def _grown_prompt(scenario: Scenario, klass: int) -> tuple[int, str, str] | None:
+    """The largest prompt a class's conversation or shared prefix may make, the field that sets it and how;
+    None when it sends plain prompts. A conversation that resends its history grows by a turn's prompt and
+    answer every turn: its last turn carries every one before it."""
+    sessions, prefix = scenario.sessions_for(klass), scenario.prefix_for(klass)
+    if sessions is None and prefix is None:
+        return None
+    template = scenario.request_for(klass)
+    prompt = template.prompt_tokens.largest if template.prompt_tokens else 0
+    answer = template.max_tokens.largest if template.max_tokens else 0
+    where = f"classes.{scenario.traffic_classes[klass].name}." if scenario.classes else ""
+    turns = sessions.turns.largest if sessions is not None and sessions.history else 1
+    total = (prefix.tokens if prefix else 0) + turns * prompt + (turns - 1) * answer
+    parts = [f"a {prefix.tokens:,}-token prefix"] if prefix else []
+    if turns > 1:
+        parts.append(f"{turns} turns of up to {prompt:,} prompt and {answer:,} answer tokens")
+        return total, f"{where}sessions.turns", " and ".join(parts)
+    parts.append(f"a prompt of up to {prompt:,}")
+    return total, f"{where}prefix.tokens", " and ".join(parts)
+
+
 def request_size_violations(scenario: Scenario, caps: Caps) -> list[Problem]:
     """The largest prompt and the largest answer the scenario (each traffic class) may ask for, against the caps."""
     problems: list[Problem] = []
     for klass, traffic_class in enumerate(scenario.traffic_classes):
         template, base = scenario.request_for(klass), scenario.target.request
+        grown = _grown_prompt(scenario, klass)
+        too_long = grown is not None and grown[0] > caps.max_prompt_tokens
+        if grown is not None and too_long:
+            total, path, how = grown
+            message = (f"may send a prompt of up to {total:,} tokens ({how}); this service sends at most "
+                       f"{caps.max_prompt_tokens:,}")  # fmt: skip
+            problems.append(Problem(path=path, message=message))
         for key, distribution, inherited, cap, what in (
             ("prompt_tokens", template.prompt_tokens, base.prompt_tokens, caps.max_prompt_tokens, "prompt"),
             ("max_tokens", template.max_tokens, base.max_tokens, caps.max_output_tokens, "answer"),
@@ -144,6 +172,8 @@ def request_size_violations(scenario: Scenario, caps: Caps) -> list[Problem]:
             # a class that inherits the size from target.request is reported there, once
             own = scenario.classes and distribution != inherited
             path = f"classes.{traffic_class.name}.request.{key}" if own else f"target.request.{key}"
+            if key == "prompt_tokens" and too_long:
+                continue  # said above, with what makes it grow
             if distribution is not None and distribution.largest > cap and path not in {p.path for p in problems}:
                 message = (
                     f"may ask for a {what} of up to {distribution.largest:,} tokens ({distribution.describe()}); "

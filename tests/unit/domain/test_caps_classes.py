@@ -72,3 +72,22 @@ def test_a_sweep_variant_replaces_a_classs_own_retry_policy() -> None:
     assert all(step.retry_for(0, klass).kind is RetryKind.NONE for klass in range(2))
     as_written = step_scenario(scenario, 10.0, spec, None)
     assert as_written.retry_for(0, 1).max_retries == 4
+
+
+def test_a_conversation_that_resends_its_history_is_capped_by_its_last_turns_prompt() -> None:
+    """6 turns of up to 1,000-token prompts and 500-token answers, after a 2,000-token prefix: the last turn
+    carries 2,000 + 6 × 1,000 + 5 × 500 = 10,500 tokens, over a 8,192 cap."""
+    scenario = parse_scenario({
+        "name": "chats",
+        "target": {"url": "http://127.0.0.1:8000", "request": {"model": "m", "prompt_tokens": 1000,
+                                                               "max_tokens": 500}},
+        "slo": {"e2e_ms": 2000, "timeout_ms": 4000},
+        "sessions": {"turns": 6},
+        "prefix": {"groups": 2, "tokens": 2000},
+        "phases": [{"name": "p", "role": "stress", "duration_s": 10, "arrival": {"process": "constant", "rate": 1}}],
+    })  # fmt: skip
+    [problem] = cap_violations(scenario, Caps(max_prompt_tokens=8192))
+    assert problem.path == "sessions.turns"
+    assert "up to 10,500 tokens" in problem.message
+    assert "a 2,000-token prefix and 6 turns" in problem.message
+    assert cap_violations(scenario, Caps(max_prompt_tokens=10_500)) == []
