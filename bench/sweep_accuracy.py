@@ -16,6 +16,7 @@ recursion, no HTTP), many times over, in seconds: the spread a few real sweeps c
     .venv/bin/python bench/sweep_accuracy.py --out /tmp/accuracy.jsonl --reps 3      # about 75 min
     .venv/bin/python bench/sweep_accuracy.py --analyse /tmp/accuracy.jsonl
     .venv/bin/python bench/sweep_accuracy.py --simulate --reps 200
+    .venv/bin/python bench/sweep_accuracy.py --simulate --reps 100 --step-seconds 60 --trials 5   # what it takes
 """
 
 from __future__ import annotations
@@ -188,10 +189,19 @@ def simulated_step(rate: float, trial: int, *, service_s: float, slo_s: float, w
                      e2e_ms=none, generator_limited=False, growth=Growth(latency=trend, queue=None))  # fmt: skip
 
 
-def simulate(reps: int, service_s: float) -> None:
+def simulate(reps: int, service_s: float, *, step_s: float | None = None, trials: int | None = None,
+             warmup_s: float | None = None) -> None:
+    """The default sweep (or one with ``step_s`` windows and up to ``trials`` trials a rate) on simulated queues."""
     spec = SweepSpec(auto=True)
+    if step_s is not None:
+        spec = replace(spec, step_s=step_s)
+    if trials is not None:
+        spec = replace(spec, trials=trials)
+    if warmup_s is not None:
+        spec = replace(spec, warmup_s=warmup_s)
     print(f"| SLO | arrivals | growth check | truth (req/s) | within ±10 % | median error | error range | "
-          f"growth alarms at ≤ 90 % |  (service {service_s * 1000:g} ms, {reps} sweeps each)")  # fmt: skip
+          f"growth alarms at ≤ 90 % |  (service {service_s * 1000:g} ms, {spec.warmup_s:g} + {spec.step_s:g} s "
+          f"steps, up to {spec.trials} trials, {reps} sweeps each)")  # fmt: skip
     print("|---|---|---|---:|---:|---:|---|---:|")
     for factor in (5.0, 10.0):
         for arrival in ("constant", "poisson"):
@@ -227,6 +237,9 @@ def main() -> None:
     parser.add_argument("--simulate", action="store_true")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--service-ms", type=float, default=SERVICE_S * 1000, help="--simulate only")
+    parser.add_argument("--step-seconds", type=float, help="--simulate only: the measured window (default 10)")
+    parser.add_argument("--trials", type=int, help="--simulate only: most trials a rate (default 3)")
+    parser.add_argument("--warmup-seconds", type=float, help="--simulate only: the warm-up (default 4)")
     parser.add_argument("--targets", default="builtin,slot")
     parser.add_argument("--slo-factors", default="5,10")
     parser.add_argument("--arrivals", default="constant,poisson")
@@ -234,7 +247,8 @@ def main() -> None:
     if args.analyse:
         analyse(args.analyse)
     elif args.simulate:
-        simulate(args.reps, args.service_ms / 1000)
+        simulate(args.reps, args.service_ms / 1000, step_s=args.step_seconds, trials=args.trials,
+                 warmup_s=args.warmup_seconds)
     elif args.out:
         asyncio.run(measure(args.out, args.reps, args.targets.split(","),
                             [float(f) for f in args.slo_factors.split(",")], args.arrivals.split(",")))  # fmt: skip

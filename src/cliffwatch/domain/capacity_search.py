@@ -177,6 +177,10 @@ class CapacitySearch:
                 extend = step.growing and not step.extended
                 self._pending = self._ask(last, self._trials_at(last) + 1, extended=extend)
                 return self._pending
+        confirm = self._unconfirmed_usable()
+        if confirm is not None:  # over the longer window: more requests a step, and further from the drained start
+            self._pending = self._ask(confirm, self._trials_at(confirm) + 1, extended=True)
+            return self._pending
         rate = self._next_new_rate()
         if rate is not None:
             self._pending = self._ask(rate, 1)
@@ -190,19 +194,37 @@ class CapacitySearch:
             raise ValueError(f"expected the step at {rate:g}, trial {trial}; got {step.rate:g}, trial {step.trial}")
         self._pending = None
         self._steps.append(step)
-        settled = self._settle(rate)
-        if settled is None:
-            return
-        if settled.verdict is StepVerdict.GOOD:
-            self._good = max(rate, self._good or rate)
-        elif self._ceiling is None or rate < self._ceiling.rate:
-            self._ceiling = settled
+        # From every settled rate, not just this one: a rate confirmed again may have turned bad.
+        settled = [s for s in self.settled() if s.verdict is not StepVerdict.UNSURE]
+        failing = [s for s in settled if s.verdict is not StepVerdict.GOOD]
+        self._ceiling = min(failing, key=lambda s: s.rate, default=None)
+        good = [s.rate for s in settled if s.verdict is StepVerdict.GOOD
+                and (self._ceiling is None or s.rate < self._ceiling.rate)]  # fmt: skip
+        self._good = max(good, default=None)
 
     def settled(self) -> tuple[SettledRate, ...]:
         """Every rate whose verdict is settled, lowest first. While the search runs, a rate awaiting another
         trial is left out; once it has finished (max_steps can stop it mid-repeat), every rate is settled."""
         found = (self._settle(rate, final=self.finished) for rate in sorted({s.rate for s in self._steps}))
         return tuple(s for s in found if s is not None)
+
+    def _unconfirmed_usable(self) -> float | None:
+        """The rate the search is about to call usable, when it was only settled on the point estimate of fewer
+        than ``max_trials`` trials: it is measured again first. One lucky window (a Poisson draw that brought
+        far fewer requests than its rate, or none of its few requests late) must not become the answer; the
+        trials it could not clear the interval with are spent on the one rate that matters."""
+        config = self._config
+        low, high = self._good, None if self._ceiling is None else self._ceiling.rate
+        if low is None or high is None:
+            return None
+        if not ((high - low <= 1) if config.integer else ((high - low) / high <= config.resolution)):
+            return None  # not bracketed yet: bisection goes on
+        settled = self._settle(low)
+        if settled is None or not settled.on_point_estimate:
+            return None
+        if self._trials_at(low) < config.max_trials or settled.pooled.offered < confirming_requests(config.target):
+            return low
+        return None
 
     def _trials_at(self, rate: float) -> int:
         return sum(1 for s in self._steps if s.rate == rate)
@@ -261,6 +283,13 @@ class CapacitySearch:
         if config.integer:
             return "bracketed within 1 client"
         return f"bracketed within {config.resolution * 100:g} %"
+
+
+def confirming_requests(target: float) -> int:
+    """How many requests the usable rate must have been measured on before the search may end on it: with none
+    of ``3 / (1 − target)`` requests failing, the failing share is below ``1 − target`` at 95 % confidence (the
+    rule of three): 300 at the default 0.99."""
+    return math.ceil(3 / (1 - target) - 1e-9)
 
 
 def _midpoint(low: float, high: float, *, integer: bool) -> float:

@@ -233,12 +233,11 @@ def sweep_cap_violations(scenario: Scenario, spec: SweepSpec, caps: Caps) -> lis
         problems += _variant_violations(scenario, spec, caps)
     longest = spec.max_duration_s()
     if longest > caps.max_duration_s:
-        extended = (f", {spec.max_steps // 2} of them measured again over {spec.extended_s:g}s"
-                    if spec.growth_check and spec.mode is SweepMode.RATE else "")  # fmt: skip
         message = (
-            f"the sweep may last up to {longest:g}s ({len(spec.variants)} variant(s) × {spec.max_steps} steps × "
-            f"{spec.warmup_s + spec.step_s + spec.cooldown_s:g}s of warm-up, step and cool-down{extended}); this "
-            f"service runs at most {caps.max_duration_s:g}s: lower max_steps, step_s, warmup_s or the variants"
+            f"the sweep may last up to {longest:g}s ({len(spec.variants)} variant(s) × {spec.max_steps} steps × up "
+            f"to {spec.longest_step_s:g}s of warm-up, step (extended: {spec.extended_s:g}s) and cool-down); this "
+            f"service runs at most {caps.max_duration_s:g}s: lower max_steps, step_s, extend_s, warmup_s or the "
+            "variants"
         )
         problems.append(Problem(path="sweep.max_steps", message=message))
     return problems

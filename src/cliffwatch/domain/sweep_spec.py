@@ -77,11 +77,14 @@ class SweepSpec:
         return self.stop if self.stop is not None else self.max_rate
 
     def max_duration_s(self) -> float:
-        """An upper bound on the sweep's length: every step of every variant at its full length, and every
-        other one extended (an extended step always follows a normal one at its rate)."""
-        per_step = self.warmup_s + self.step_s + self.cooldown_s
-        extensions = self.max_steps // 2 if self.growth_check and self.mode is SweepMode.RATE else 0
-        return len(self.variants) * (self.max_steps * per_step + extensions * (self.extended_s - self.step_s))
+        """An upper bound on the sweep's length: every step of every variant at its full length, each over the
+        extended window (a growing queue, or the usable rate confirmed, asks for it)."""
+        return len(self.variants) * self.max_steps * self.longest_step_s
+
+    @property
+    def longest_step_s(self) -> float:
+        """Warm-up, the longer of the two windows, and cool-down: the most one step takes before its tail."""
+        return self.warmup_s + max(self.step_s, self.extended_s) + self.cooldown_s
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form ``parse_sweep_spec`` reads back."""

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cliffwatch.domain.capacity import CapacitySearch, SearchConfig, StepVerdict, round_sig, summarize
+from cliffwatch.domain.capacity_search import confirming_requests
 from cliffwatch.domain.sweep_spec import SweepMode, SweepSpec
 
 
@@ -102,10 +103,47 @@ def test_a_rate_no_further_trial_could_settle_is_settled_at_once_on_the_point_es
     # 40 requests, all on time: even 120 of 120 would not put the interval's low end above 99 %.
     s = search()
 
-    drive(s, FakeTarget(capacity=10, per_step=40))
+    asked = drive(s, FakeTarget(capacity=10, per_step=40))
 
-    assert all(trial == 1 for _, trial in ((r.rate, len(r.pooled.trials)) for r in s.settled()))
+    usable, _ = bracket(s)
+    assert all(len(r.pooled.trials) == 1 for r in s.settled() if r.rate != usable)
     assert all(r.on_point_estimate for r in s.settled() if r.verdict is StepVerdict.GOOD)
+    assert asked[-1][0] == usable  # the search ends by confirming the rate it will call usable
+
+
+def test_the_usable_rate_is_confirmed_over_extended_windows_until_it_has_the_rule_of_threes_requests() -> None:
+    """A rate settled on one lucky window must not become the answer: the one the search is about to call
+    usable is measured again, over the extended window, until it has had ``max_trials`` trials and the
+    3 / (1 − 0.99) = 300 requests with which no failure means fewer than 1 % at 95 % confidence."""
+    s = search()
+    target = FakeTarget(capacity=10, per_step=40)
+    asked = []
+    while (nxt := s.next_rate()) is not None:
+        asked.append(nxt)
+        s.record(target.measure(nxt.rate, nxt.trial))
+
+    usable, _ = bracket(s)
+    assert confirming_requests(0.99) == 300
+    (settled,) = [r for r in s.settled() if r.rate == usable]
+    assert len(settled.pooled.trials) == 8  # 8 × 40 = 320 ≥ 300 (the fake's windows do not grow)
+    assert [(a.trial, a.extended) for a in asked if a.rate == usable] == [(1, False)] + [(t, True) for t in range(2, 9)]
+    assert settled.verdict is StepVerdict.GOOD
+
+
+def test_a_confirmation_that_fails_moves_the_bracket_down() -> None:
+    """9.65 req/s passed its first window by luck; its confirmation fails, and the search bisects below it."""
+    lucky = FakeTarget(capacity=9.2, per_step=40, attainment=lambda rate, trial: (1.0 if rate <= 9.2 or
+                       (rate == 9.65 and trial == 1) else 0.5))  # fmt: skip
+    s = search()
+
+    drive(s, lucky)
+
+    good, bad = bracket(s)
+    assert good is not None
+    assert bad is not None
+    assert good <= 9.2 < bad <= 9.65
+    (at_965,) = [r for r in s.settled() if r.rate == 9.65]
+    assert at_965.verdict is StepVerdict.BAD
 
 
 def test_a_rate_leaning_bad_is_repeated_while_failures_could_clear_it() -> None:
@@ -314,7 +352,8 @@ def test_a_target_near_the_attainment_target_still_ends_the_search_within_its_li
     asked = drive(s, target)
 
     assert len(asked) <= 40
-    assert all(1 <= trial <= max_trials for _, trial in asked)
+    usable, _ = bracket(s)
+    assert all(1 <= trial <= max_trials for rate, trial in asked if rate != usable)  # the usable one is confirmed
     for rate, trial in asked:  # trials at a rate are asked in order, one after the other
         assert trial == 1 or (rate, trial - 1) in asked
     assert s.finished

@@ -117,8 +117,8 @@ async def test_a_sweep_over_the_caps_is_refused_naming_the_fields_and_why(api: A
     }
     assert problems[1]["path"] == "sweep.max_steps"
     assert problems[1]["message"].startswith(
-        "the sweep may last up to 36045s (1 variant(s) × 30 steps × 601.5s of "
-        "warm-up, step and cool-down, 15 of them measured again over 1800s)"
+        "the sweep may last up to 54045s (1 variant(s) × 30 steps × up to 1801.5s of "
+        "warm-up, step (extended: 1800s) and cool-down)"
     )
     auto_body = {"scenario": "burst-storm", "sweep": {"auto": True, "max_rate": 2_000}}
     auto = await api.call("POST", "/api/v1/sweeps", json=auto_body)
