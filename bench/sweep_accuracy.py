@@ -189,8 +189,14 @@ def simulated_step(rate: float, trial: int, *, service_s: float, slo_s: float, w
                      e2e_ms=none, generator_limited=False, growth=Growth(latency=trend, queue=None))  # fmt: skip
 
 
-def simulate(reps: int, service_s: float, *, step_s: float | None = None, trials: int | None = None,
-             warmup_s: float | None = None) -> None:
+def simulate(
+    reps: int,
+    service_s: float,
+    *,
+    step_s: float | None = None,
+    trials: int | None = None,
+    warmup_s: float | None = None,
+) -> None:
     """The default sweep (or one with ``step_s`` windows and up to ``trials`` trials a rate) on simulated queues."""
     spec = SweepSpec(auto=True)
     if step_s is not None:
@@ -247,8 +253,13 @@ def main() -> None:
     if args.analyse:
         analyse(args.analyse)
     elif args.simulate:
-        simulate(args.reps, args.service_ms / 1000, step_s=args.step_seconds, trials=args.trials,
-                 warmup_s=args.warmup_seconds)
+        simulate(
+            args.reps,
+            args.service_ms / 1000,
+            step_s=args.step_seconds,
+            trials=args.trials,
+            warmup_s=args.warmup_seconds,
+        )
     elif args.out:
         asyncio.run(measure(args.out, args.reps, args.targets.split(","),
                             [float(f) for f in args.slo_factors.split(",")], args.arrivals.split(",")))  # fmt: skip
