@@ -89,6 +89,7 @@ class HttpStepRunner:
             raise StepStopped(f"step at {rate:g} not run: the sweep was stopped")
         step = step_scenario(self.scenario, rate, self.spec, self.retry, variant=self.variant, trial=trial,
                              extended=extended)  # fmt: skip
+        self.executor.next_prompts()  # the step's plan numbers its requests from 0 again: fresh prompt text
         generator: LoadGenerator
         if self.spec.mode is SweepMode.CONCURRENCY:
             generator = ClosedLoopGenerator(step, self.executor, self.clock, clients=max(1, round(rate)), cap=self.cap)

@@ -18,7 +18,10 @@ from cliffwatch.domain.capacity_steps import SettledRate, StepStats, StepVerdict
 if TYPE_CHECKING:
     from cliffwatch.domain.sweep_spec import SweepSpec
 
-FLOOR_DIVISOR = 64  # when the first rate already fails, bisection goes down to start / 64 and no further
+FLOOR_DIVISOR = 64
+# The usable rate's confirmation stops at this many times --trials, whatever its request count: a slow server's
+# windows may never add up to the rule of three's requests, and the search must still end on its bracket.
+CONFIRMING_TRIALS = 3  # when the first rate already fails, bisection goes down to start / 64 and no further
 
 
 class NextStep(NamedTuple):
@@ -174,7 +177,8 @@ class CapacitySearch:
             last = step.rate
             due = self._settle(last)
             if due is None:
-                extend = step.growing and not step.extended
+                # a growing queue asks for the extended window; a rate measured over it stays there (confirming)
+                extend = (step.growing and not step.extended) or (step.extended and not step.growing)
                 self._pending = self._ask(last, self._trials_at(last) + 1, extended=extend)
                 return self._pending
         confirm = self._unconfirmed_usable()
@@ -222,7 +226,13 @@ class CapacitySearch:
         settled = self._settle(low)
         if settled is None or not settled.on_point_estimate:
             return None
-        if self._trials_at(low) < config.max_trials or settled.pooled.offered < confirming_requests(config.target):
+        trials = self._trials_at(low)
+        if trials < config.max_trials:
+            return low
+        if (
+            settled.pooled.offered < confirming_requests(config.target)
+            and trials < CONFIRMING_TRIALS * config.max_trials
+        ):
             return low
         return None
 

@@ -214,8 +214,11 @@ class ConversationBook:
         self._phases = phases
         self._open: dict[int, _Open] = {}
 
-    def add(self, *, conversation: int, turn: int, turns: int, phase: int, on_time: bool, succeeded: bool) -> None:
-        if conversation < 0:
+    def add(self, *, conversation: int, turn: int, turns: int, phase: int, on_time: bool, succeeded: bool,
+            attempted: bool = True) -> None:  # fmt: skip
+        """One turn's record. A first turn never attempted (the run stopped, or the generator had no room) did
+        not start a conversation: its request is counted as not sent, and nothing here."""
+        if conversation < 0 or (turn == 1 and not attempted):
             return
         entry = self._open.get(conversation)
         if entry is None:

@@ -235,7 +235,8 @@ class RunAggregator:
             final = record.final
             self._conversations.add(conversation=record.conversation, turn=record.turn, turns=record.turns,
                                     phase=record.phase, on_time=record.outcome is Outcome.ON_TIME,
-                                    succeeded=final is not None and final.succeeded)  # fmt: skip
+                                    succeeded=final is not None and final.succeeded,
+                                    attempted=bool(record.attempts))  # fmt: skip
         phase = self._phases[record.phase]
         scheduled = self._second(record.scheduled_ns)
         phase.offered += 1

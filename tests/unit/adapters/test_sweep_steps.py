@@ -48,6 +48,12 @@ class Executor:
             await asyncio.Event().wait()
         return WORDS_SIZING
 
+    def end_conversation(self, conversation: int) -> None:
+        return None
+
+    def next_prompts(self) -> None:
+        self.prompt_rounds = getattr(self, "prompt_rounds", 0) + 1
+
     async def attempt(
         self, request: PlannedRequest, number: int, timeout_s: float, *, origin_ns: int, deadline_bound: bool
     ) -> Attempt:
@@ -88,6 +94,7 @@ async def test_a_step_reports_its_window_with_late_requests_by_the_bound_they_br
     p99_ttft = step.ttft_ms["p99"]
     assert p99_ttft is not None
     assert p99_ttft > 40
+    assert executor.prompt_rounds == 1  # each step asks for prompts no earlier step sent
 
 
 async def test_a_stop_during_a_steps_preflight_cuts_the_step_at_once_and_it_is_not_counted() -> None:

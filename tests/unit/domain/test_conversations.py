@@ -152,3 +152,13 @@ def test_a_class_may_send_single_requests_while_the_scenario_holds_conversations
     inherits = copy.deepcopy(doc)
     inherits["prefix"] = {"groups": 2, "tokens": 10}
     assert "classes.batch" in problems(inherits)  # a per-conversation prefix on single requests
+
+
+def test_a_first_turn_never_sent_starts_no_conversation() -> None:
+    """A stop (or a full generator) leaves the rest of the plan unsent: those are not conversations that
+    failed, they never began."""
+    book = ConversationBook(1)
+    book.add(conversation=5, turn=1, turns=3, phase=0, on_time=False, succeeded=False, attempted=False)
+    book.add(conversation=6, turn=1, turns=3, phase=0, on_time=False, succeeded=False, attempted=True)
+    (stats,) = book.result()
+    assert (stats.started, stats.failed) == (1, 1)

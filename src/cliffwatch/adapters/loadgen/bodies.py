@@ -51,6 +51,9 @@ class RequestBodies:
         self._dataset = dataset
         self._prefix = prefix
         self._prefixes: dict[int, bytes] = {}  # each shared prefix's text, made when first sent
+        # Added to request ids in the prompts' text (tag and filler): a sweep's steps each number their requests
+        # from 0, and must not send one another's prompts (HttpExecutor.next_prompts).
+        self.salt = 0
         self._chat = scenario.target.api is Api.OPENAI_CHAT
         self._bust = template.dataset is None or template.dataset.cache_bust
         self._constant: bytes | None = None
@@ -107,7 +110,7 @@ class RequestBodies:
         """The request's own prompt text (JSON-safe pieces): a dataset entry's, or one made to its length."""
         if self._dataset is not None and request.entry >= 0:
             return (*self._tag(request), self._entry_text(request))
-        return self._source.fragments(request.id, request.prompt_tokens)
+        return self._source.fragments(request.id + self.salt, request.prompt_tokens)
 
     def _prefix_text(self, request: PlannedRequest, after: bytes) -> tuple[bytes, ...]:
         """The shared prefix the request opens with (its group's: the same bytes for every request of the
@@ -137,7 +140,7 @@ class RequestBodies:
         return [b"[", *items, b'{"role": "user", "content": "', *self._own(request), b'"}]']
 
     def _tag(self, request: PlannedRequest) -> tuple[bytes, ...]:
-        return (b"req-%d " % request.id,) if self._bust else ()
+        return (b"req-%d " % (request.id + self.salt),) if self._bust else ()
 
     def _entry_text(self, request: PlannedRequest) -> bytes:
         assert self._dataset is not None

@@ -59,6 +59,10 @@ class AttemptExecutor(Protocol):
     def end_conversation(self, conversation: int) -> None:
         """Forgets a conversation's history: it has no more turns to send."""
 
+    def next_prompts(self) -> None:
+        """From now on, prompts no earlier plan sent (a sweep's next step: its plan numbers requests from 0
+        again, and a server's prefix cache must not serve one step's prompts from another's)."""
+
 
 class OpenLoopGenerator:
     """Implements the ``LoadGenerator`` port on an ``AttemptExecutor``; ``cap``: the run's attempt cap (a
@@ -163,7 +167,7 @@ class OpenLoopGenerator:
             if self._stop_reason is not None:
                 listener.finished(request.not_sent(self._stop_reason))
                 continue
-            if self._active >= max_in_flight:
+            if self._active + len(self._unstarted) >= max_in_flight:  # tasks made but not yet running count too
                 self._overflow += 1
                 listener.finished(request.not_sent(f"generator: {max_in_flight} requests already in flight"))
                 continue

@@ -74,6 +74,12 @@ async def _on_queued_end(session: aiohttp.ClientSession, ctx: SimpleNamespace, p
         timing.queued_start = 0
 
 
+# A sweep step's prompts are numbered from this many times its round up (``next_prompts``): above every id one
+# plan hands out (fewer than 2,000,000 requests, and their conversations' later turns 128 apart), so no two
+# steps send the same prompt text.
+PROMPT_ROUND = 1 << 28
+
+
 class HttpExecutor:
     """Implements ``AttemptExecutor`` over HTTP for the scenario's API (OpenAI chat/completions or plain)."""
 
@@ -122,9 +128,15 @@ class HttpExecutor:
         # Each conversation's turns so far (the user's prompts and the server's real replies, as JSON-ready
         # pieces), for the next turn to resend; forgotten when the conversation ends.
         self._histories: dict[int, list[bytes]] = {}
+        self._prompt_round = 0
 
     def end_conversation(self, conversation: int) -> None:
         self._histories.pop(conversation, None)
+
+    def next_prompts(self) -> None:
+        self._prompt_round += 1
+        for bodies in self._bodies:
+            bodies.salt = self._prompt_round * PROMPT_ROUND
 
     async def __aenter__(self) -> HttpExecutor:
         client = self.scenario.client
@@ -192,8 +204,11 @@ class HttpExecutor:
         return headers
 
     def _class_bodies(self, source: PromptSource | None) -> list[RequestBodies]:
-        return [RequestBodies(self.scenario, source, self._dataset, template=c.request, prefix=c.prefix)
-                for c in self.scenario.traffic_classes]  # fmt: skip
+        bodies = [RequestBodies(self.scenario, source, self._dataset, template=c.request, prefix=c.prefix)
+                  for c in self.scenario.traffic_classes]  # fmt: skip
+        for made in bodies:
+            made.salt = getattr(self, "_prompt_round", 0) * PROMPT_ROUND
+        return bodies
 
     def body(self, request: PlannedRequest) -> bytes | None:
         # prepared ahead: one copy per request (bodies.py); a conversation's turn comes after its history

@@ -42,6 +42,12 @@ class Refusing:
     async def preflight(self) -> PromptSizing:
         return WORDS_SIZING
 
+    def end_conversation(self, conversation: int) -> None:
+        return None
+
+    def next_prompts(self) -> None:
+        self.prompt_rounds = getattr(self, "prompt_rounds", 0) + 1
+
     async def attempt(
         self, request: PlannedRequest, number: int, timeout_s: float, *, origin_ns: int, deadline_bound: bool
     ) -> Attempt:

@@ -147,3 +147,19 @@ def test_a_conversations_next_turn_carries_its_history_with_the_real_reply(api: 
     else:
         prompt = body["prompt"]
         assert prompt.index(prompt_text(9, 6)) < prompt.index(reply) < prompt.index(prompt_text(77, 6))
+
+
+def test_the_next_prompts_never_repeat_a_plans_text() -> None:
+    """A sweep's steps all number requests from 0: each step asks for fresh prompts, so a server's prefix cache
+    cannot serve request 7 of one step from request 7 of the last."""
+    plan = scenario()
+    executor = HttpExecutor(plan, URL)
+    request = PlannedRequest(id=7, phase=0, scheduled_ns=0, prompt_tokens=40, max_tokens=8)
+    first = json.loads(executor.body(request) or b"")["messages"][0]["content"]
+    executor.next_prompts()
+    second = json.loads(executor.body(request) or b"")["messages"][0]["content"]
+    assert first == prompt_text(7, 40)
+    assert second == prompt_text(7 + (1 << 28), 40)
+    # The tag opens the prompt, and a prefix cache's block hashes chain from the first block: nothing after it
+    # can be found in the cache once the tag differs.
+    assert first.split()[0] != second.split()[0]
