@@ -67,7 +67,9 @@ def requests_per_attempt(client: ClientSpec) -> int:
 def cap_violations(scenario: Scenario, caps: Caps) -> list[Problem]:
     """Why ``scenario`` is over the caps (empty when it is within them), each naming the field to change."""
     problems = request_size_violations(scenario, caps) + client_violations(scenario.client, caps)
-    peaks = [(p.arrival.peak_rate(), i) for i, p in enumerate(scenario.phases)]
+    # Requests, not arrivals: with sessions each arrival starts a conversation of several turns on average.
+    peaks = [(math.fsum(peak * turns_per_arrival(scenario, k) for k, peak in class_peaks(scenario, i)), i)
+             for i in range(len(scenario.phases))]  # fmt: skip
     peak, hottest = max(peaks, default=(0.0, 0))
     if peak > caps.max_offered_rate:
         message = (
@@ -82,7 +84,7 @@ def cap_violations(scenario: Scenario, caps: Caps) -> list[Problem]:
         attempts, own_factor, own_field = 0.0, 0.0, ""
         for klass, class_peak in class_peaks(scenario, i):
             extra, bound_by = retries_per_request(scenario.retry_for(i, klass))
-            attempts += class_peak * (1 + extra) * hops
+            attempts += class_peak * turns_per_arrival(scenario, klass) * (1 + extra) * hops
             if extra > own_factor:
                 own_factor, own_field = extra, _retry_path(scenario, i, klass, bound_by)
         if attempts > worst:
@@ -109,6 +111,13 @@ def cap_violations(scenario: Scenario, caps: Caps) -> list[Problem]:
     return problems
 
 
+def turns_per_arrival(scenario: Scenario, klass: int) -> float:
+    """The requests one arrival of class ``klass`` makes on average: its conversation's mean number of turns
+    (the run-time attempt cap still holds every second to the cap, whatever the draw), else 1."""
+    sessions = scenario.sessions_for(klass)
+    return 1.0 if sessions is None else max(1.0, sessions.turns.mean)
+
+
 def class_peaks(scenario: Scenario, phase: int) -> list[tuple[int, float]]:
     """Each traffic class's peak rate in a phase (the implicit class's, without classes), by class index."""
     arrival = scenario.phases[phase].arrival
@@ -132,6 +141,9 @@ def _retry_path(scenario: Scenario, phase: int, klass: int, field: str) -> str:
     return f"phases[{phase}].retry.{field}" if scenario.phases[phase].retry is not None else f"client.retry.{field}"
 
 
+MAX_ANSWER_BOUND = 32_768  # Caps().max_output_tokens: an unset max_tokens counts as this in a conversation
+
+
 def _grown_prompt(scenario: Scenario, klass: int) -> tuple[int, str, str] | None:
     """The largest prompt a class's conversation or shared prefix may make, the field that sets it and how;
     None when it sends plain prompts. A conversation that resends its history grows by a turn's prompt and
@@ -141,9 +153,12 @@ def _grown_prompt(scenario: Scenario, klass: int) -> tuple[int, str, str] | None
         return None
     template = scenario.request_for(klass)
     prompt = template.prompt_tokens.largest if template.prompt_tokens else 0
-    answer = template.max_tokens.largest if template.max_tokens else 0
     where = f"classes.{scenario.traffic_classes[klass].name}." if scenario.classes else ""
     turns = sessions.turns.largest if sessions is not None and sessions.history else 1
+    if prefix is None and turns <= 1:
+        return None  # a plain prompt: judged as one
+    # An answer without max_tokens is as long as the server likes: the largest this service asks for bounds it.
+    answer = template.max_tokens.largest if template.max_tokens else MAX_ANSWER_BOUND
     total = (prefix.tokens if prefix else 0) + turns * prompt + (turns - 1) * answer
     parts = [f"a {prefix.tokens:,}-token prefix"] if prefix else []
     if turns > 1:
@@ -250,7 +265,7 @@ def _variant_violations(scenario: Scenario, spec: SweepSpec, caps: Caps) -> list
         policy = variant_policy(variant)
         extra = retries_per_request(policy)[0] if policy is not None else _as_written_retries(scenario)
         hops = requests_per_attempt(scenario.client)
-        worst = spec.highest_rate * (1 + extra) * hops
+        worst = spec.highest_rate * _step_turns(scenario) * (1 + extra) * hops
         if (extra or hops > 1) and worst > caps.max_attempt_rate:
             shown = "the scenario's own policy" if variant == AS_WRITTEN else variant
             message = (
@@ -260,6 +275,14 @@ def _variant_violations(scenario: Scenario, spec: SweepSpec, caps: Caps) -> list
             )
             problems.append(Problem(path=f"sweep.variants[{index}]", message=message))
     return problems
+
+
+def _step_turns(scenario: Scenario) -> float:
+    """The requests one arrival of a sweep step makes on average: turns, at the scenario's traffic mix."""
+    if not scenario.classes:
+        return turns_per_arrival(scenario, 0)
+    shares = dict(traffic_mix(scenario))
+    return math.fsum(shares.get(c.name, 0.0) * turns_per_arrival(scenario, k) for k, c in enumerate(scenario.classes))
 
 
 def _as_written_retries(scenario: Scenario) -> float:

@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any, TypeGuard
@@ -262,7 +262,8 @@ def _parse(document: object, problems: Problems) -> Scenario | None:
     score = _parse_score(reader.mapping("score", None))
     reader.done()
     _check_references(reader)
-    _check_plan_size(reader, phases)
+    declared = [c.sessions for c in classes or ()] + [sessions]
+    _check_plan_size(reader, phases, [s for s in declared if s is not None])
     if target is not None and classes is not None:
         _check_conversations(reader, target, classes, shared, phases)
     if (
@@ -486,10 +487,12 @@ def _is_name(value: object) -> TypeGuard[str]:
     return isinstance(value, str) and bool(value.strip())
 
 
-def _check_plan_size(reader: Reader, phases: list[Phase]) -> None:
+def _check_plan_size(reader: Reader, phases: list[Phase], sessions: Sequence[SessionSpec] = ()) -> None:
     total_s = sum(p.duration_s for p in phases)
     if total_s > MAX_RUN_SECONDS:
         reader.problems.add("phases", f"last {total_s:g}s in all; the limit is {MAX_RUN_SECONDS}s")
-    planned = sum(p.arrival.mean_rate(p.duration_s) * p.duration_s for p in phases)
+    # With sessions each arrival is a conversation: its turns are requests too (their mean number)
+    turns = max((s.turns.mean for s in sessions), default=1.0)
+    planned = sum(p.arrival.mean_rate(p.duration_s) * p.duration_s for p in phases) * max(1.0, turns)
     if planned > MAX_PLANNED_REQUESTS:
         reader.problems.add("phases", f"plan about {planned:,.0f} requests; the limit is {MAX_PLANNED_REQUESTS:,}")

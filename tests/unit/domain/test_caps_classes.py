@@ -91,3 +91,17 @@ def test_a_conversation_that_resends_its_history_is_capped_by_its_last_turns_pro
     assert "up to 10,500 tokens" in problem.message
     assert "a 2,000-token prefix and 6 turns" in problem.message
     assert cap_violations(scenario, Caps(max_prompt_tokens=10_500)) == []
+
+
+def test_a_conversations_turns_count_against_the_request_and_attempt_caps() -> None:
+    """20 conversations/s of 4 turns on average (2–6) is about 80 requests/s: over a 50/s attempt cap."""
+    scenario = parse_scenario({
+        "name": "chats",
+        "target": {"url": "http://127.0.0.1:8000", "request": {"model": "m", "prompt_tokens": 10, "max_tokens": 5}},
+        "slo": {"e2e_ms": 2000, "timeout_ms": 4000},
+        "sessions": {"turns": {"dist": "uniform", "min": 2, "max": 6}},
+        "phases": [{"name": "p", "role": "stress", "duration_s": 10, "arrival": {"process": "constant", "rate": 20}}],
+    })  # fmt: skip
+    [problem] = cap_violations(scenario, Caps(max_offered_rate=1000, max_attempt_rate=50))
+    assert "up to 80 attempts/s" in problem.message
+    assert cap_violations(scenario, Caps(max_offered_rate=1000, max_attempt_rate=80)) == []
