@@ -17,7 +17,7 @@ from enum import StrEnum
 
 from cliffwatch.domain.errors import CliffwatchError
 from cliffwatch.domain.target_model import Admission, Scheduling, TargetModel
-from cliffwatch.target.prefix_cache import PrefixCache
+from cliffwatch.target.prefix_cache import PrefixCache, continued
 from cliffwatch.target.waiting import WaitingQueue
 
 _WORDS = (
@@ -80,6 +80,7 @@ class EngineRequest:
     streaming: bool = True
     priority: int = 0  # the body's "priority": lower is admitted sooner under priority scheduling (as vLLM's)
     blocks: tuple[int, ...] = ()  # the prompt's chained block hashes (target/prefix_cache.py)
+    tail: tuple[str, ...] = ()  # the prompt's words after its last full block
     cached_tokens: int = 0  # of its prompt, found in the prefix cache when it was admitted
     tenant: str = ""  # the body's "user": fair scheduling takes the tenants in turn
     preemptions: int = 0  # times it gave its slot back under fair scheduling (and was recomputed)
@@ -200,6 +201,7 @@ class BatchCore:
         priority: int = 0,
         tenant: str = "",
         blocks: tuple[int, ...] = (),
+        tail: tuple[str, ...] = (),
     ) -> EngineRequest:
         """Queues a new sequence and returns it; raises ``QueueFull`` when admission refuses it."""
         if self.model.admission is Admission.QUEUE_LIMIT:
@@ -227,6 +229,7 @@ class BatchCore:
             priority=priority,
             tenant=tenant,
             blocks=blocks if self.model.prefix_caching else (),
+            tail=tail if self.model.prefix_caching else (),
         )
         self._waiting.push(request)
         return request
@@ -409,4 +412,7 @@ class BatchCore:
         request.state = SeqState.ENDED
         request.result = result
         request.ended_at = now
+        if result is Result.COMPLETED and self.model.prefix_caching:  # its answer's blocks stay cached too
+            self._cache.insert(continued(request.blocks, request.tail, [t.strip() for t in request.tokens],
+                                         self.model.block_tokens))  # fmt: skip
         self._results[result] += 1

@@ -221,6 +221,7 @@ class Engine:
         priority: int = 0,
         tenant: str = "",
         blocks: tuple[int, ...] = (),
+        tail: tuple[str, ...] = (),
     ) -> Generation:
         """Queues a sequence; raises ``QueueFull`` (429) or ``EngineClosed`` instead when it cannot.
 
@@ -236,6 +237,7 @@ class Engine:
             priority=priority,
             tenant=tenant,
             blocks=blocks,
+            tail=tail,
         )
         generation = Generation(request, streaming=streaming, max_queue_wait_s=self.model.max_queue_wait_ms / 1000.0)
         self._live[request.id] = generation

@@ -65,6 +65,7 @@ class GenerationRequest:
     priority: int = 0  # vLLM's field: lower is sooner under priority scheduling
     tenant: str = ""  # the OpenAI "user": whose turn it is under fair scheduling
     blocks: tuple[int, ...] = ()  # the prompt's chained block hashes, for the prefix cache (prefix_cache.py)
+    tail: tuple[str, ...] = ()  # the prompt's words after its last full block (its answer's blocks chain on)
 
 
 def parse_json_body(raw: bytes) -> dict[str, Any]:
@@ -100,6 +101,7 @@ def parse_generation(body: Mapping[str, Any], kind: Kind, model: TargetModel) ->
         words = _completion_prompt_words(body.get("prompt"))
         max_tokens = _optional_positive_int(body, "max_tokens")
     prompt_tokens = len(words)
+    blocks = block_hashes(words, model.block_tokens) if model.prefix_caching else ()
     if prompt_tokens > model.max_prompt_tokens:
         raise _invalid(
             f"This model's maximum prompt length is {model.max_prompt_tokens} tokens, "
@@ -133,7 +135,8 @@ def parse_generation(body: Mapping[str, Any], kind: Kind, model: TargetModel) ->
         include_usage=_include_usage(body.get("stream_options"), stream),
         priority=priority,
         tenant=user[:256],
-        blocks=block_hashes(words, model.block_tokens) if model.prefix_caching else (),
+        blocks=blocks,
+        tail=tuple(words[len(blocks) * model.block_tokens :]) if model.prefix_caching else (),
     )
 
 

@@ -24,6 +24,19 @@ def block_hashes(words: Sequence[str], block_tokens: int) -> tuple[int, ...]:
     return tuple(hashes)
 
 
+def continued(parent: tuple[int, ...], tail: Sequence[str], more: Sequence[str], block_tokens: int) -> tuple[int, ...]:
+    """The hashes of the full blocks that ``tail`` (the prompt's words after its last full block) and ``more``
+    (the words generated after it) make, chained on from the prompt's last block: what a finished sequence
+    leaves cached for a next turn that resends it (vLLM caches the blocks of generated tokens too)."""
+    words = [*tail, *more]
+    hashes: list[int] = []
+    last = parent[-1] if parent else 0
+    for start in range(0, len(words) - block_tokens + 1, block_tokens):
+        last = hash((last, tuple(words[start : start + block_tokens])))
+        hashes.append(last)
+    return tuple(hashes)
+
+
 def prompt_words(texts: Iterable[str]) -> list[str]:
     """The prompt's tokens as the simulator counts them: the words of each message (or prompt) in order."""
     words: list[str] = []

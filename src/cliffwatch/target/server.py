@@ -159,6 +159,7 @@ async def _generate(request: web.Request, kind: Kind) -> web.StreamResponse:
             priority=parsed.priority,
             tenant=parsed.tenant,
             blocks=parsed.blocks,
+            tail=parsed.tail,
         )
     except QueueFull as exc:
         return _error(

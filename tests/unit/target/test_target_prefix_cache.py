@@ -92,3 +92,23 @@ def test_metrics_report_the_cache_and_the_kv_usage_of_the_running_batch() -> Non
     assert "cliffwatch_target_prefix_cache_queries_total 128" in page
     assert "cliffwatch_target_prefix_cache_hits_total 0" in page
     assert "cliffwatch_target_kv_cache_usage_ratio 0.65" in page  # (64 + 1) × 2 tokens of 200
+
+
+def test_a_finished_answer_stays_cached_for_the_next_turn_that_resends_it() -> None:
+    """vLLM caches the blocks of generated tokens too: a conversation's next turn (its prompt, the answer, a
+    new question) finds both the first prompt and the answer in the cache."""
+    core = BatchCore(model(max_batch=1))
+    first = (SYSTEM + " " + " ".join(["q"] * 8)).split()  # 72 words: 4 full blocks and 8 words of tail
+    blocks = block_hashes(first, 16)
+    done = core.submit(prompt_tokens=len(first), max_tokens=40, now=0.0, blocks=blocks,
+                       tail=tuple(first[len(blocks) * 16 :]))  # fmt: skip
+    now = 0.0
+    while core.has_work:
+        step = core.begin_step(now)
+        now += step.duration_s
+        core.end_step(now)
+    answer = "".join(done.tokens).split()
+    assert len(answer) == 40
+    second = [*first, *answer, "and", "then", "what"]  # 115 words: 7 full blocks
+    cache = core._cache  # the core's own cache, as the next turn's admission reads it
+    assert cache.lookup(block_hashes(second, 16), len(second)) == 112  # 72 + 40 words = 7 blocks of 16
