@@ -101,7 +101,8 @@ def iter_plan(scenario: Scenario) -> Iterator[PlannedRequest]:
     index_of = {traffic_class.name: index for index, traffic_class in enumerate(classes)}
     for index, (phase, window) in enumerate(zip(scenario.phases, phase_windows(scenario), strict=True)):
         arrivals = random.Random(f"{scenario.seed}:arrivals:{index}")
-        if isinstance(phase.arrival, TraceArrival):  # the trace's own times and lengths
+        if isinstance(phase.arrival, TraceArrival):  # the trace's own times and lengths (a shared prefix before them)
+            prefixes = PrefixChooser(scenario.prefix_for(0), random.Random(f"{scenario.seed}:prefix:{index}"))
             for offset, traced in phase.arrival.offsets(phase.duration_s):
                 yield PlannedRequest(
                     id=request_id,
@@ -109,6 +110,7 @@ def iter_plan(scenario: Scenario) -> Iterator[PlannedRequest]:
                     scheduled_ns=window.start_ns + round(offset * NS_PER_S),
                     prompt_tokens=max(1, traced.prompt_tokens),
                     max_tokens=max(1, traced.output_tokens),
+                    prefix=prefixes.next(),
                 )
                 request_id += 1
             continue

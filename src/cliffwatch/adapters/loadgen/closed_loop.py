@@ -123,6 +123,10 @@ class ClosedLoopGenerator(OpenLoopGenerator):
             counts[klass] += 1
         return [klass for klass, count in sorted(counts.items()) for _ in range(count)]
 
+    async def _turn_token(self, until_ns: int) -> bool | None:
+        """A client's next turn waits for the attempt cap as its next request would; None when it cannot."""
+        return True if await self._cap_token(until_ns) else None
+
     async def _cap_token(self, until_ns: int) -> bool:
         """Takes a token of the attempt cap for the client's next request, waiting for one while the run goes
         on; False when the run stopped or ``until_ns`` came first."""

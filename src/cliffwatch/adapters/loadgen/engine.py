@@ -189,10 +189,10 @@ class OpenLoopGenerator:
         later = iter(later_turns_of(scenario, first.klass, first.conversation, first.prefix))
         windows = phase_windows(scenario)
         starts, end_ns = [w.start_ns for w in windows], windows[-1].end_ns
-        request = first
+        request, paid = first, prepaid
         try:
             while True:
-                record = await self._run_request(request, start_ns, listener, prepaid=prepaid and request is first)
+                record = await self._run_request(request, start_ns, listener, prepaid=paid)
                 final = record.final
                 turn = next(later, None)
                 if turn is None or final is None or not final.succeeded or self._stop_reason is not None:
@@ -208,6 +208,10 @@ class OpenLoopGenerator:
                     prompt_tokens=turn.prompt_tokens, max_tokens=turn.max_tokens, klass=first.klass,
                     prefix=turn.prefix, conversation=first.conversation, turn=request.turn + 1, turns=first.turns,
                 )  # fmt: skip
+                turn_paid = await self._turn_token(start_ns + end_ns)
+                if turn_paid is None:
+                    return  # stopped, or the run ended while waiting for the attempt cap: cut
+                paid = turn_paid
                 if self._active >= scenario.client.max_in_flight:
                     self._overflow += 1
                     listener.finished(request.not_sent(f"generator: {scenario.client.max_in_flight} requests "
@@ -217,6 +221,11 @@ class OpenLoopGenerator:
                 listener.dispatched(request, self.clock.now_ns() - start_ns)
         finally:
             self.executor.end_conversation(first.conversation)
+
+    async def _turn_token(self, until_ns: int) -> bool | None:
+        """Before a conversation's later turn: open loop, it takes its attempt-cap token when sent, like any
+        request (False: not paid ahead). A closed loop waits for one instead (True), or None when it cannot."""
+        return False
 
     async def _sleep_until(self, due_ns: int) -> bool:
         """Sleeps until ``due_ns`` on the generator's clock; False when the run was stopped meanwhile."""

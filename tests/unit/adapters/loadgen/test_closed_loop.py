@@ -14,17 +14,16 @@ from cliffwatch.domain.prompt_sizing import WORDS_SIZING, PromptSizing
 from cliffwatch.domain.scenario import parse_scenario
 
 SERVICE_S = 0.05
-SCENARIO = parse_scenario(
-    {
-        "name": "closed",
-        "target": {"url": "http://127.0.0.1:9", "request": {"model": "m", "max_tokens": 8}},
-        "slo": {"e2e_ms": 1000, "timeout_ms": 2000},
-        "phases": [
-            {"name": "warm", "role": "baseline", "duration_s": 0.3, "arrival": {"process": "poisson", "rate": 1}},
-            {"name": "measured", "role": "stress", "duration_s": 0.5, "arrival": {"process": "poisson", "rate": 1}},
-        ],
-    }
-)
+SCENARIO_DOCUMENT = {
+    "name": "closed",
+    "target": {"url": "http://127.0.0.1:9", "request": {"model": "m", "max_tokens": 8}},
+    "slo": {"e2e_ms": 1000, "timeout_ms": 2000},
+    "phases": [
+        {"name": "warm", "role": "baseline", "duration_s": 0.3, "arrival": {"process": "poisson", "rate": 1}},
+        {"name": "measured", "role": "stress", "duration_s": 0.5, "arrival": {"process": "poisson", "rate": 1}},
+    ],
+}
+SCENARIO = parse_scenario(SCENARIO_DOCUMENT)
 
 
 class SlowExecutor:
@@ -103,3 +102,21 @@ async def test_a_stop_ends_every_client_after_its_current_request() -> None:
 def test_a_closed_loop_needs_a_client() -> None:
     with pytest.raises(ValueError, match="at least one client"):
         ClosedLoopGenerator(SCENARIO, SlowExecutor(MonotonicClock()), MonotonicClock(), clients=0)
+
+
+async def test_with_sessions_each_client_holds_one_conversation_after_another() -> None:
+    """A client is a user: it talks through its conversation (3 turns, 40 ms apart) before the next begins,
+    so at most one of its requests is ever out and every conversation's turns come in order."""
+    chats = parse_scenario({**SCENARIO_DOCUMENT, "sessions": {"turns": 3, "think_time_ms": 40}})
+    clock = MonotonicClock()
+    executor = SlowExecutor(clock)
+    listener = Listener()
+    await ClosedLoopGenerator(chats, executor, clock, clients=2).run(iter_plan(chats), start_ns=clock.now_ns(),
+                                                                    listener=listener)  # fmt: skip
+    assert executor.most <= 2
+    conversations: dict[int, list[int]] = {}
+    for record in listener.records:
+        conversations.setdefault(record.conversation, []).append(record.turn)
+    assert len(conversations) >= 2
+    assert all(turns == list(range(1, len(turns) + 1)) for turns in conversations.values())
+    assert sum(1 for turns in conversations.values() if len(turns) == 3) >= 2  # whole conversations happened
