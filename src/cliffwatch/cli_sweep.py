@@ -46,7 +46,8 @@ def add_parser(commands: Any) -> None:
     sweep.add_argument("--to", dest="stop", type=float, help="highest rate of a range")
     sweep.add_argument("--auto", action="store_true", default=None, help="double from a low rate until it fails")
     sweep.add_argument("--attainment", dest="target", type=float, help="on-time share a usable rate needs (0.99)")
-    sweep.add_argument("--trials", type=int, help="most measurements of one rate while undecided (3)")
+    sweep.add_argument("--trials", type=int, help="most measurements of one rate while undecided (3); the usable "
+                       "rate is confirmed until it has had these and 3/(1 - attainment) requests")  # fmt: skip
     sweep.add_argument("--step-seconds", dest="step_s", type=float, help="measured window of each step")
     sweep.add_argument("--warmup-seconds", dest="warmup_s", type=float, help="unmeasured lead-in of each step")
     sweep.add_argument("--cooldown-seconds", dest="cooldown_s", type=float, help="idle time after each step")
