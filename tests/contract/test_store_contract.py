@@ -748,3 +748,14 @@ async def test_on_sqlite_every_instance_holds_the_leader_lock(backend: Backend) 
     first, second = backend.leader_lock(), backend.leader_lock()
     assert await first.try_acquire()
     assert await second.try_acquire()
+
+
+async def test_each_stored_request_keeps_its_traffic_class_conversation_and_turn(backend: Backend) -> None:
+    await _claimed(backend, "r1")
+    plain = make_record(1)
+    turn = replace(make_record(2), klass=1, conversation=2, turn=1, turns=3)
+    later = replace(make_record(3), id=(1 << 40) + 2 * 128 + 2, klass=1, conversation=2, turn=2, turns=3)
+    await backend.store.add_outcomes("r1", [plain, turn, later])
+    stored = await backend.store.list_outcomes("r1", after=None, limit=10)
+    assert [(o.request_id, o.traffic_class, o.conversation, o.turn) for o in stored] == [
+        (1, 0, None, None), (2, 1, 2, 1), ((1 << 40) + 258, 1, 2, 2)]  # fmt: skip

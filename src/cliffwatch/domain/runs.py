@@ -185,6 +185,9 @@ class StoredOutcome:
     token_source: str
     schedule_lag_ms: float | None
     attempt_log: tuple[Mapping[str, Any], ...] = ()  # number, sent_ms, end_ms, status, failure, error
+    traffic_class: int = 0  # its class: an index into the scenario's classes (0 for one without)
+    conversation: int | None = None  # the request id of its conversation's first turn (sessions), else None
+    turn: int | None = None  # its turn in that conversation, from 1
 
     def to_dict(self) -> dict[str, Any]:
         """Every field, JSON-ready (the store's row and the API's view are made from it)."""
@@ -210,6 +213,9 @@ class StoredOutcome:
             output_tokens=sum(a.output_tokens for a in record.attempts),
             token_source=TokenSource.NONE.value if final is None else final.token_source.value,
             schedule_lag_ms=record.schedule_lag_ms,
+            traffic_class=record.klass,
+            conversation=None if record.conversation < 0 else record.conversation,
+            turn=record.turn or None,
             attempt_log=tuple(
                 {
                     "number": a.number,

@@ -240,6 +240,18 @@ OUTCOME = obj(
         "token_source": {"type": "string"},
         "schedule_lag_ms": nullable(NUMBER),
         "attempt_log": {"type": "array", "items": ANY_OBJECT},
+        "traffic_class": {
+            "type": "integer",
+            "description": "its class: an index into result.classes (0 for a scenario without classes)",
+        },
+        "conversation": nullable(
+            {
+                "type": "integer",
+                "description": "the request_id of its conversation's first "
+                "turn; null for a request that was not a conversation's turn",
+            }
+        ),
+        "turn": nullable({"type": "integer", "description": "its turn in that conversation, from 1"}),
     }
 )
 SCENARIO_PROPERTIES: dict[str, Schema] = {

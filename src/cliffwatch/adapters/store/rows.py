@@ -203,6 +203,9 @@ def outcome_of(row: RowMapping) -> StoredOutcome:
         token_source=row["token_source"],
         schedule_lag_ms=row["schedule_lag_ms"],
         attempt_log=tuple(row["attempt_log"]),
+        traffic_class=row["traffic_class"],
+        conversation=row["conversation"],
+        turn=row["turn"],
     )
 
 

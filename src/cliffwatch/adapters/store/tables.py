@@ -232,6 +232,9 @@ request_outcomes = sa.Table(
     sa.Column("token_source", sa.Text, nullable=False),
     sa.Column("schedule_lag_ms", sa.Double),
     sa.Column("attempt_log", _json(), nullable=False),
+    sa.Column("traffic_class", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("conversation", sa.BigInteger),
+    sa.Column("turn", sa.Integer),
 )
 
 fault_ledger = sa.Table(
