@@ -73,6 +73,10 @@ class GeneratorReport:
     limited: bool
     reasons: tuple[str, ...]
     cap: CapReport | None = None  # None: the run had no attempt cap
+    # Attempts whose time ran out before they left the client (``FailureKind.UNSENT``): never the target's
+    # timeouts. ``unsent_waiting`` of them had been waiting for a pooled connection (client.pool_size).
+    unsent: int = 0
+    unsent_waiting: int = 0
 
     @property
     def capped(self) -> bool:
@@ -86,6 +90,8 @@ class GeneratorReport:
             "max_event_loop_stall_ms": round(self.max_stall_ms, 3),
             "cpu_busy": round(self.cpu_busy, 4),
             "overflow_not_sent": self.overflow,
+            "attempts_not_sent": self.unsent,
+            "attempts_not_sent_pool_full": self.unsent_waiting,
             "attempt_cap": None if self.cap is None else self.cap.to_dict(),
         }
 
@@ -98,8 +104,14 @@ def judge_generator(
     overflow: int,
     limits: GeneratorLimits,
     cap: CapReport | None = None,
+    unsent: int = 0,
+    unsent_waiting: int = 0,
 ) -> GeneratorReport:
-    """The generator's verdict: limited when any measured figure crossed its limit, with every reason."""
+    """The generator's verdict: limited when any measured figure crossed its limit, with every reason.
+
+    Attempts that ran out of time before leaving with a connection in hand make it limited: the client could
+    not write them. Those that ran out waiting for a pooled connection do not: a target holding every
+    connection fills the pool as it would a real client's (they are still not sent, never its timeouts)."""
     reasons: list[str] = []
     late = _late_beyond_allowance(lag, limits.lag_p99_ms)
     if late is not None:
@@ -112,6 +124,8 @@ def judge_generator(
         reasons.append(f"generator CPU {cpu_busy:.0%} of a core > {limits.cpu_busy:.0%}")
     if overflow:
         reasons.append(f"{overflow} request(s) not sent: max_in_flight reached")
+    if unsent > unsent_waiting:
+        reasons.append(f"{unsent - unsent_waiting} attempt(s) ran out of time before the client could send them")
     return GeneratorReport(
         lag=lag.summary(),
         max_stall_ms=max_stall_ms,
@@ -120,6 +134,8 @@ def judge_generator(
         limited=bool(reasons),
         reasons=tuple(reasons),
         cap=cap,
+        unsent=unsent,
+        unsent_waiting=unsent_waiting,
     )
 
 

@@ -41,12 +41,17 @@ class FailureKind(StrEnum):
     INCOMPLETE = "incomplete"  # a 2xx that ended properly without a whole answer (domain.completeness)
     CANCELLED = "cancelled"  # cut short by the run itself (interrupted); never retried
     INTERNAL = "internal"  # cliffwatch's own fault, not the target's; never retried
+    # The attempt's time ran out before its request left the client (a stalled event loop, a full connection
+    # pool): the target never saw it, so it is the client's, never the target's timeout; never retried.
+    UNSENT = "unsent"
 
 
 RETRY_ON_WORDS = ("timeout", "connection", "truncated", "incomplete", "429", "5xx", "4xx")
 # Never retried, whatever retry_on says: a redirect sent again is redirected again (and following it is the
 # client's own option, not a retry), a refusal is ours, and the run's own cut or bug is not the target's.
-NEVER_RETRIED = frozenset({FailureKind.REDIRECT, FailureKind.REFUSED, FailureKind.CANCELLED, FailureKind.INTERNAL})
+NEVER_RETRIED = frozenset(
+    {FailureKind.REDIRECT, FailureKind.REFUSED, FailureKind.CANCELLED, FailureKind.INTERNAL, FailureKind.UNSENT}
+)
 _STATUS = re.compile(r"^[45]\d\d$")
 DEFAULT_RETRY_ON = frozenset({"timeout", "connection", "429", "5xx"})
 

@@ -118,3 +118,21 @@ def test_a_single_send_later_than_the_max_lag_is_never_allowed() -> None:
     report = _judge(_lag(*[1.0] * 20, 400.0))
     assert report.limited is True
     assert report.reasons == ("max schedule lag 400.0 ms > 250 ms",)
+
+
+def test_attempts_that_could_not_be_written_in_time_make_the_generator_limited() -> None:
+    """Three attempts ran out of time before leaving the client, one of them waiting for a pooled connection:
+    the two that had a connection in hand are the generator's, and the report counts all three."""
+    report = judge_generator(_lag(*[1.0] * 100), max_stall_ms=0.0, cpu_busy=0.1, overflow=0, limits=LIMITS,
+                             unsent=3, unsent_waiting=1)  # fmt: skip
+    assert report.limited
+    assert report.reasons == ("2 attempt(s) ran out of time before the client could send them",)
+    assert (report.to_dict()["attempts_not_sent"], report.to_dict()["attempts_not_sent_pool_full"]) == (3, 1)
+
+
+def test_attempts_that_ran_out_waiting_for_a_pooled_connection_do_not_make_it_limited() -> None:
+    """A target holding every pooled connection fills the pool as it would a real client's: not the generator."""
+    report = judge_generator(_lag(*[1.0] * 100), max_stall_ms=0.0, cpu_busy=0.1, overflow=0, limits=LIMITS,
+                             unsent=4, unsent_waiting=4)  # fmt: skip
+    assert not report.limited
+    assert report.to_dict()["attempts_not_sent"] == 4

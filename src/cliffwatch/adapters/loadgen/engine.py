@@ -94,6 +94,8 @@ class OpenLoopGenerator:
         self._sleepers: set[asyncio.Future[None]] = set()
         self._dispatched = 0
         self._overflow = 0
+        self._unsent = 0  # attempts whose time ran out before they left the client
+        self._unsent_waiting = 0  # of them, those that had been waiting for a pooled connection
         self._lag = Histogram()
         self._max_stall_ns = 0
         # A retry budget is a client's: each traffic class (a tenant's client) has its own, in each phase.
@@ -147,6 +149,8 @@ class OpenLoopGenerator:
             max_stall_ms=self._max_stall_ns / NS_PER_MS,
             cpu_busy=(time.process_time() - cpu_start) / wall_s,
             overflow=self._overflow,
+            unsent=self._unsent,
+            unsent_waiting=self._unsent_waiting,
             limits=self.limits,
             cap=None if self.cap is None else CapReport(
                 limit=self.cap.limit, first_attempts=self._capped_first, retries=self._capped_retries,
@@ -272,6 +276,7 @@ class OpenLoopGenerator:
         number = 1
         began_ns: int | None = None
         capped = False
+        unsent: str | None = None
         self._unstarted.discard(request.id)
         self._active += 1
         try:
@@ -297,6 +302,15 @@ class OpenLoopGenerator:
                     deadline_bound=remaining_s < attempt_timeout_s,
                 )
                 began_ns = None
+                if attempt.failure is FailureKind.UNSENT:
+                    # Never reached the target: not its timeout. A first attempt leaves the request not sent;
+                    # a retry leaves its earlier attempts to decide it, and its budget token goes back.
+                    self._unsent += 1
+                    self._unsent_waiting += attempt.pool_wait_ns > 0
+                    if attempts:
+                        budget.refund()
+                    unsent = attempt.error
+                    break
                 attempts.append(attempt)
                 if attempt.succeeded or policy.kind is RetryKind.NONE or attempt.failure is None:
                     break
@@ -330,7 +344,7 @@ class OpenLoopGenerator:
                     )
                 )
             self._active -= 1
-            self._finish(request, attempts, listener, capped=capped)
+            self._finish(request, attempts, listener, capped=capped, unsent=unsent)
             raise
         except Exception as exc:
             # The executor turns every target failure into an Attempt; reaching here is our own bug. The
@@ -346,15 +360,21 @@ class OpenLoopGenerator:
                 )
             )
         self._active -= 1
-        return self._finish(request, attempts, listener, capped=capped)
+        return self._finish(request, attempts, listener, capped=capped, unsent=unsent)
 
     def _finish(
-        self, request: PlannedRequest, attempts: list[Attempt], listener: GeneratorListener, *, capped: bool = False
+        self,
+        request: PlannedRequest,
+        attempts: list[Attempt],
+        listener: GeneratorListener,
+        *,
+        capped: bool = False,
+        unsent: str | None = None,
     ) -> RequestRecord:
         record_attempts = tuple(attempts)
         if record_attempts:
             self._lag.add(max(0.0, (record_attempts[0].sent_ns - request.scheduled_ns) / NS_PER_MS))
-        reason = CAP_REASON if capped else "deadline passed before the first attempt"
+        reason = CAP_REASON if capped else unsent or "deadline passed before the first attempt"
         slo = self.scenario.slo_for(request.klass)
         record = request.record(record_attempts, slo=slo, not_sent_reason=reason, capped=capped)
         listener.finished(record)

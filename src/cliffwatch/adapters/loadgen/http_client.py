@@ -16,13 +16,13 @@ import contextlib
 import email.utils
 import time
 from collections.abc import Sequence
-from types import SimpleNamespace
 
 import aiohttp
 
 from cliffwatch import __version__
 from cliffwatch.adapters.dataset_files import LoadedDataset
 from cliffwatch.adapters.loadgen.attempt_state import AttemptState
+from cliffwatch.adapters.loadgen.attempt_trace import AttemptTrace, attempt_trace_config
 from cliffwatch.adapters.loadgen.bodies import RequestBodies
 from cliffwatch.adapters.loadgen.calibration import calibrate
 from cliffwatch.adapters.loadgen.openai_body import error_message, parse_completion
@@ -49,29 +49,6 @@ MAX_ERROR_BODY = 64 * 1024
 MAX_BODY = 16 * 1024 * 1024
 PREFLIGHT_TIMEOUT_S = 5.0
 DRAIN_TIMEOUT_S = 0.5
-
-
-class _Timing:
-    """Per-attempt trace context: how long it waited for pooled connections, over every hop it made."""
-
-    __slots__ = ("pool_wait_ns", "queued_start")
-
-    def __init__(self) -> None:
-        self.queued_start = 0
-        self.pool_wait_ns = 0
-
-
-async def _on_queued_start(session: aiohttp.ClientSession, ctx: SimpleNamespace, params: object) -> None:
-    timing = ctx.trace_request_ctx
-    if isinstance(timing, _Timing):
-        timing.queued_start = time.perf_counter_ns()
-
-
-async def _on_queued_end(session: aiohttp.ClientSession, ctx: SimpleNamespace, params: object) -> None:
-    timing = ctx.trace_request_ctx
-    if isinstance(timing, _Timing) and timing.queued_start:
-        timing.pool_wait_ns += max(0, time.perf_counter_ns() - timing.queued_start)
-        timing.queued_start = 0
 
 
 # A sweep step's prompts are numbered from this many times its round up (``next_prompts``): above every id one
@@ -141,9 +118,7 @@ class HttpExecutor:
     async def __aenter__(self) -> HttpExecutor:
         client = self.scenario.client
         await self.destinations.admit(self.base_url)  # already admitted by the run: the pins are reused
-        trace = aiohttp.TraceConfig()
-        trace.on_connection_queued_start.append(_on_queued_start)
-        trace.on_connection_queued_end.append(_on_queued_end)
+        trace = attempt_trace_config()
         # The resolver answers from the run's pins only (no cache needed: it never looks anything up).
         connector = aiohttp.TCPConnector(
             limit=client.pool_size,
@@ -218,7 +193,7 @@ class HttpExecutor:
         self, request: PlannedRequest, number: int, timeout_s: float, *, origin_ns: int, deadline_bound: bool
     ) -> Attempt:
         session = self._require_session()
-        timing = _Timing()
+        timing = AttemptTrace()
         body = self.body(request)
         sent = time.perf_counter_ns()
         state = AttemptState()
@@ -239,12 +214,16 @@ class HttpExecutor:
         except TimeoutError:
             # Not when the answer was already known and only reading what follows it ran out of time.
             if state.end is None and state.failure is None:
-                state.fail(
-                    FailureKind.TIMEOUT,
+                ran_out = (
                     f"request deadline reached after {timeout_s:.3g}s"
                     if deadline_bound
-                    else f"attempt timeout after {timeout_s:.3g}s",
+                    else f"attempt timeout after {timeout_s:.3g}s"
                 )
+                unsent = timing.unsent_reason(ran_out, time.perf_counter_ns())
+                if unsent is not None:
+                    state.fail(FailureKind.UNSENT, unsent)
+                else:
+                    state.fail(FailureKind.TIMEOUT, ran_out)
         except aiohttp.ClientPayloadError as exc:
             state.fail(FailureKind.TRUNCATED, f"response body cut off: {_describe(exc)}")
         except aiohttp.ClientConnectorDNSError as exc:
@@ -258,6 +237,7 @@ class HttpExecutor:
             state.fail(FailureKind.CONNECTION, f"{type(exc).__name__}: {exc}")
         finally:
             self.in_flight -= 1
+            timing.close(time.perf_counter_ns())
         if state.stream is not None:
             state.harvest(state.stream)
         if state.answered and state.failure is None:
@@ -275,7 +255,7 @@ class HttpExecutor:
         hop: Hop,
         hops: int,
         state: AttemptState,
-        timing: _Timing,
+        timing: AttemptTrace,
         headers: dict[str, str],
     ) -> Hop | None:
         """Sends one hop and reads its answer into ``state``; returns the next hop when the answer is a

@@ -147,6 +147,8 @@ def generator(doc: Mapping[str, Any]) -> str:
         "longest event-loop stall (ms)": gen.get("max_event_loop_stall_ms"),
         "CPU (share of a core)": gen.get("cpu_busy"),
         "not sent (in-flight cap)": gen.get("overflow_not_sent"),
+        "attempts out of time before leaving the client": gen.get("attempts_not_sent"),
+        "… of them waiting for a pooled connection": gen.get("attempts_not_sent_pool_full"),
     }
     cls = "warn" if limited else ""
     return (

@@ -527,6 +527,34 @@ async def test_with_one_pooled_connection_the_second_request_waits_for_the_first
     assert len(served.connections) == 1
 
 
+async def test_an_attempt_whose_time_runs_out_waiting_for_a_pooled_connection_is_not_sent_not_a_timeout(
+    serve: Serve,
+) -> None:
+    """The first request holds the one connection past its timeout (the target's timeout); the second never
+    got a connection, so it never reached the target: unsent, with its wait, not the target's timeout."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        await served.hang()
+        return web.Response()
+
+    served = await serve(handler)
+    scenario = scenario_for(served.url, request={"stream": False}, client={"pool_size": 1})
+    async with HttpExecutor(scenario, served.url) as executor:
+        origin = time.perf_counter_ns()
+        attempts = await asyncio.gather(
+            *(executor.attempt(planned(i), 1, 0.4, origin_ns=origin, deadline_bound=False) for i in range(2))
+        )
+    first, second = sorted(attempts, key=lambda a: a.pool_wait_ns)
+    assert first.failure is FailureKind.TIMEOUT
+    assert first.error == "attempt timeout after 0.4s"
+    assert second.failure is FailureKind.UNSENT
+    assert second.error is not None
+    assert second.error.startswith("not sent: attempt timeout after 0.4s before the request left the client, ")
+    assert "waiting for a pooled connection (client.pool_size)" in second.error
+    assert 0.35 <= seconds(second.pool_wait_ns) < 1.0
+    assert len(served.requests) == 1
+
+
 async def test_in_flight_counts_outstanding_attempts_and_returns_to_zero(serve: Serve) -> None:
     answer = asyncio.Event()
 
