@@ -70,6 +70,10 @@ def app(service_s: float, tokens: int) -> web.Application:
                 await response.write(_event({}, "length"))
                 await response.write(b"data: [DONE]\n\n")
                 return response
+            except ConnectionResetError:
+                # the client gave up (its timeout): the slot is freed at the next write, as llama.cpp's server
+                # stops a task once it finds the connection closed; not an error of the server's
+                return response
             finally:
                 slot.processing -= 1
 
