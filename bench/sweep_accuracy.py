@@ -97,7 +97,9 @@ def step_rows(document: dict[str, Any]) -> list[dict[str, Any]]:
         growth = s.get("growth") or {}
         rows.append({"rate": s["rate"], "trial": s["trial"], "extended": s.get("extended", False),
                      "attainment": s["attainment"], "growing": bool(growth.get("growing")),
-                     "latency": growth.get("latency"), "queue": growth.get("queue")})  # fmt: skip
+                     "latency": growth.get("latency"), "queue": growth.get("queue"),
+                     "generator_limited": s.get("generator_limited"), "generator_reasons": s.get("generator_reasons"),
+                     "offered": s.get("offered"), "on_time": s.get("on_time")})  # fmt: skip
     return rows
 
 
