@@ -13,7 +13,7 @@ found against the truth and how often the growth check fired at rates at or belo
 ``--simulate`` runs the same search and judging code on simulated steps of the same queues (Lindley's
 recursion, no HTTP), many times over, in seconds: the spread a few real sweeps cannot show.
 
-    .venv/bin/python bench/sweep_accuracy.py --out /tmp/accuracy.jsonl --reps 3      # about 75 min
+    .venv/bin/python bench/sweep_accuracy.py --out /tmp/accuracy.jsonl --reps 1      # about 70 min
     .venv/bin/python bench/sweep_accuracy.py --analyse /tmp/accuracy.jsonl
     .venv/bin/python bench/sweep_accuracy.py --simulate --reps 200
     .venv/bin/python bench/sweep_accuracy.py --simulate --reps 100 --step-seconds 60 --trials 5   # what it takes
@@ -243,7 +243,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     parser.add_argument("--analyse", type=Path)
     parser.add_argument("--simulate", action="store_true")
-    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--reps", type=int, default=1)
     parser.add_argument("--service-ms", type=float, default=SERVICE_S * 1000, help="--simulate only")
     parser.add_argument("--step-seconds", type=float, help="--simulate only: the measured window (default 10)")
     parser.add_argument("--trials", type=int, help="--simulate only: most trials a rate (default 3)")
