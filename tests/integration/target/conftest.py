@@ -19,7 +19,7 @@ from cliffwatch.domain.target_model import TargetModel
 from cliffwatch.target.engine import Engine
 from cliffwatch.target.server import ENGINE, create_app
 
-_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*(?:\{[^}]*\})?) (-?[0-9.e+]+)$")
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*(?:\{[^}]*\})?) (-?[0-9.]+(?:[eE][-+]?[0-9]+)?|[-+]?Inf|NaN)$")
 
 
 @dataclass(kw_only=True)

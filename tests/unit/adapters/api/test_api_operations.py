@@ -19,7 +19,7 @@ from cliffwatch.domain.errors import StoreUnavailable
 from cliffwatch.domain.runs import Role
 from cliffwatch.services.memory_store import InMemoryStore
 
-_SAMPLE = re.compile(r'^[a-z_]+(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? -?[0-9.e+]+$')
+_SAMPLE = re.compile(r'^[a-z_]+(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? (-?[0-9.]+([eE][-+]?[0-9]+)?|[-+]?Inf|NaN)$')
 
 
 async def test_the_emergency_stop_aborts_queued_runs_and_refuses_new_ones_until_released(api: Api) -> None:
