@@ -221,7 +221,9 @@ def _validate(args: argparse.Namespace, settings: Settings) -> int:
             failed += 1
             out.print(str(exc), markup=False, soft_wrap=True)
         else:
-            out.print(f"{reference}: ok ({scenario.name}, {len(scenario.phases)} phases, {scenario.duration_s:g}s)")
+            # one line a file however long its path, off a terminal too (a CI log, a grep)
+            ok = f"{reference}: ok ({scenario.name}, {len(scenario.phases)} phases, {scenario.duration_s:g}s)"
+            out.print(ok, markup=False, soft_wrap=True)
     return EXIT_FAIL if failed else EXIT_PASS
 
 
