@@ -137,8 +137,9 @@ def test_run_writes_a_complete_result_and_exits_by_the_score(tmp_path: Path) -> 
     assert all(p["outcomes"]["error"] == 0 for p in document["phases"]), document["phases"]
     assert len(document["timeseries"]) >= 6
     assert document["score_version"] == document["score"]["version"]
-    names = {c["name"] for c in document["score"]["components"]}
-    assert names == {"preservation", "safe_degradation", "recovery", "retry_containment"}
+    components = {c["name"]: c for c in document["score"]["components"]}
+    assert set(components) == {"preservation", "safe_degradation", "recovery", "retry_containment", "isolation"}
+    assert components["isolation"]["value"] is None  # no traffic classes: not applicable, weights renormalised
     assert isinstance(document["generator"]["generator_limited"], bool)
     assert document["scenario"]["content_hash"]
     assert "quick" in result.stdout
