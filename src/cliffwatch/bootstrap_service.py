@@ -29,6 +29,7 @@ from cliffwatch.adapters.cron import ApschedulerCron
 from cliffwatch.adapters.dashboard import mount_dashboard
 from cliffwatch.adapters.dashboard.context import DashboardServices
 from cliffwatch.adapters.descriptors import settle_descriptors
+from cliffwatch.adapters.documents import off_loop
 from cliffwatch.adapters.logs import LogProgress
 from cliffwatch.adapters.scenario_files import BUNDLED_DIR, load_document
 from cliffwatch.adapters.scheduler import ScheduleDriver
@@ -103,7 +104,7 @@ async def open_service(settings: Settings) -> AsyncIterator[Service]:
         ledger = SqlFaultLedger(engine, now=utc_now, grace=timedelta(seconds=settings.lease_grace_s))
         await recover(store, ledger, settings)
 
-        catalog = ScenarioCatalog(store, now=utc_now, rules=settings.redaction)
+        catalog = ScenarioCatalog(store, now=utc_now, rules=settings.redaction, offload=off_loop)
         await catalog.load_bundled({path.name: load_document(str(path)) for path in sorted(BUNDLED_DIR.glob("*.yaml"))})
         metrics = ServiceMetrics()
 

@@ -10,16 +10,24 @@ only in a credential is a version of its own, and the hash shown confirms no gue
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from cliffwatch.domain.errors import Problem, ScenarioInvalid, ScenarioNotFound
 from cliffwatch.domain.redaction import DEFAULT_RULES, Redaction, RedactionRules, redact_document
 from cliffwatch.domain.runs import ScenarioSource, ScenarioVersion
 from cliffwatch.domain.scenario import Scenario, parse_scenario
 from cliffwatch.domain.service_ports import ScenarioStore
+
+T = TypeVar("T")
+Offload = Callable[[Callable[[], Any]], Awaitable[Any]]
+
+
+async def inline(work: Callable[[], T]) -> T:
+    """Runs ``work`` where it is called: the catalog's default, for tests and the CLI."""
+    return work()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,11 +42,19 @@ class Identified:
 
 class ScenarioCatalog:
     def __init__(
-        self, store: ScenarioStore, *, now: Callable[[], datetime], rules: RedactionRules = DEFAULT_RULES
+        self,
+        store: ScenarioStore,
+        *,
+        now: Callable[[], datetime],
+        rules: RedactionRules = DEFAULT_RULES,
+        offload: Offload = inline,
     ) -> None:
         self.store = store
         self.now = now
         self.rules = rules
+        # Where a document is validated and redacted: the service's documents thread, since a document at the
+        # limits takes tens of milliseconds to validate, which the event loop must not wait for.
+        self.offload = offload
 
     async def load_bundled(self, documents: Mapping[str, Mapping[str, Any]]) -> list[ScenarioVersion]:
         """Stores the bundled scenarios (file name → document); a changed file becomes a new version."""
@@ -58,8 +74,11 @@ class ScenarioCatalog:
     async def identify(self, document: Mapping[str, Any], *, source: str | None = None) -> Identified:
         """The document parsed and redacted once, with the content hash its version has, nothing stored;
         raises ``ScenarioInvalid`` for an invalid document, or one that sends the mask back as a credential."""
-        scenario = parse_scenario(document, source=source, rules=self.rules)
-        redaction = redact_document(document, self.rules)
+
+        def read() -> tuple[Scenario, Redaction]:
+            return parse_scenario(document, source=source, rules=self.rules), redact_document(document, self.rules)
+
+        scenario, redaction = await self.offload(read)
         if redaction.problems:
             raise ScenarioInvalid(redaction.problems)
         key = await self.store.fingerprint_key() if redaction.credentials else None
@@ -83,15 +102,20 @@ class ScenarioCatalog:
     async def all_latest(self) -> list[ScenarioVersion]:
         return await self.store.list_scenarios()
 
-    def problems(self, document: object) -> list[Problem]:
+    async def problems(self, document: object) -> list[Problem]:
         """Every problem with a document, each with its path and message; empty when it is a valid scenario
         that may be stored (no credential is the mask itself, as in a document read back from cliffwatch)."""
-        try:
-            parse_scenario(document, rules=self.rules)
-        except ScenarioInvalid as exc:
-            return list(exc.problems)
-        assert isinstance(document, Mapping)
-        return list(redact_document(document, self.rules).problems)
+
+        def check() -> list[Problem]:
+            try:
+                parse_scenario(document, rules=self.rules)
+            except ScenarioInvalid as exc:
+                return list(exc.problems)
+            assert isinstance(document, Mapping)
+            return list(redact_document(document, self.rules).problems)
+
+        found: list[Problem] = await self.offload(check)
+        return found
 
     async def _store(self, identified: Identified, source: ScenarioSource) -> ScenarioVersion:
         redaction = identified.redaction

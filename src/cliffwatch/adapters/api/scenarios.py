@@ -40,7 +40,7 @@ async def get_scenario(request: web.Request) -> web.Response:
 async def validate_scenario(request: web.Request) -> web.Response:
     Query(request.query).close()
     document = await read_json(request)
-    problems = services(request).catalog.problems(document)
+    problems = await services(request).catalog.problems(document)
     return web.json_response(
         {"valid": not problems, "problems": [{"path": p.path, "message": p.message} for p in problems]}
     )
@@ -56,7 +56,7 @@ async def register_scenario(request: web.Request) -> web.Response:
     if not isinstance(document, Mapping) or (isinstance(named, str) and named != name):
         # A mismatch is reported with the document's own problems, so one answer lists everything to fix.
         mismatch = [] if named is None else [Problem(path="name", message=f"must be {name!r} as in the path")]
-        problems = [*mismatch, *catalog.problems(document)]
+        problems = [*mismatch, *(await catalog.problems(document))]
         raise invalid(422, "scenario-invalid", "Invalid scenario", problems, "the scenario")
     version = await catalog.register(document)
     return web.json_response(scenario_detail(version), headers={"Location": f"{API_PREFIX}/scenarios/{version.name}"})

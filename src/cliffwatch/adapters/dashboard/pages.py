@@ -96,6 +96,6 @@ async def validate_scenario(request: web.Request) -> web.Response:
     if error is not None:
         problems = [("", error)]
     else:
-        problems = [(p.path, p.message) for p in ui_services(request).api.catalog.problems(document)]
+        problems = [(p.path, p.message) for p in await ui_services(request).api.catalog.problems(document)]
     verdict = {"valid": not problems, "problems": problems}
     return render("scenarios.html", status=200, scenarios=versions, pasted=text, verdict=verdict)

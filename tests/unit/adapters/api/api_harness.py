@@ -21,6 +21,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from cliffwatch.adapters.api import ApiServices, ServiceMetrics, create_app
 from cliffwatch.adapters.api.openapi import openapi_document
 from cliffwatch.adapters.cron import ApschedulerCron
+from cliffwatch.adapters.documents import off_loop
 from cliffwatch.adapters.scenario_files import BUNDLED_DIR
 from cliffwatch.adapters.target_access import AllowlistPolicy
 from cliffwatch.config import Settings
@@ -286,7 +287,7 @@ class Parts:
 async def build_parts(settings: Settings) -> Parts:
     clock = TickingClock()
     store = InMemoryStore(now=clock)
-    catalog = ScenarioCatalog(store, now=clock)
+    catalog = ScenarioCatalog(store, now=clock, offload=off_loop)  # where the service validates documents
     await catalog.load_bundled(bundled_documents())
     tokens = TokenService(store, now=clock)
     not_ready: list[str] = []
