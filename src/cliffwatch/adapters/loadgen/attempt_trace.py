@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import aiohttp
 
-NS_PER_MS = 1_000_000
+from cliffwatch.domain.outcomes import NS_PER_MS
 
 
 class AttemptTrace:

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 
+from generator_kit import Listener
+
 from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.adapters.loadgen.closed_loop import ClosedLoopGenerator
 from cliffwatch.adapters.loadgen.engine import OpenLoopGenerator
-from cliffwatch.domain.outcomes import CAP_REASON, NS_PER_S, Attempt, Outcome, RequestRecord
+from cliffwatch.domain.outcomes import CAP_REASON, NS_PER_S, Attempt, Outcome
 from cliffwatch.domain.plan import PlannedRequest, iter_plan
 from cliffwatch.domain.prompt_sizing import WORDS_SIZING, PromptSizing
 from cliffwatch.domain.rate_limit import RateLimit, TokenBucket
@@ -56,18 +58,6 @@ class Refusing:
         await asyncio.sleep(0)
         return Attempt(number=number, sent_ns=now - origin_ns, end_ns=now - origin_ns, status=503,
                        failure=FailureKind.STATUS, error="HTTP 503")  # fmt: skip
-
-
-class Listener:
-    def __init__(self) -> None:
-        self.records: dict[int, RequestRecord] = {}
-
-    def dispatched(self, request: PlannedRequest, at_ns: int) -> None:
-        pass
-
-    def finished(self, record: RequestRecord) -> None:
-        assert record.id not in self.records
-        self.records[record.id] = record
 
 
 async def test_a_refused_first_attempt_is_not_sent_and_a_refused_retry_keeps_the_attempts_made() -> None:

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 
+from generator_kit import Listener
+
 from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.adapters.loadgen.engine import OpenLoopGenerator
-from cliffwatch.domain.outcomes import Attempt, Outcome, RequestRecord
+from cliffwatch.domain.outcomes import Attempt, Outcome
 from cliffwatch.domain.plan import PlannedRequest, iter_plan
 from cliffwatch.domain.prompt_sizing import WORDS_SIZING, PromptSizing
 from cliffwatch.domain.retry import FailureKind
@@ -64,17 +66,6 @@ class Scripted:
                            pool_wait_ns=990_000_000)  # fmt: skip
         return Attempt(number=number, sent_ns=now, end_ns=now, status=503, failure=FailureKind.STATUS,
                        error="HTTP 503")  # fmt: skip
-
-
-class Listener:
-    def __init__(self) -> None:
-        self.records: dict[int, RequestRecord] = {}
-
-    def dispatched(self, request: PlannedRequest, at_ns: int) -> None:
-        pass
-
-    def finished(self, record: RequestRecord) -> None:
-        self.records[record.id] = record
 
 
 async def test_an_unsent_first_attempt_leaves_the_request_not_sent_and_an_unsent_retry_the_attempts_made() -> None:
