@@ -3,6 +3,12 @@
 Memory grows with the logarithm of the value range, not with the number of values, so per-second
 and per-phase histograms stay small however long a run lasts. A quantile read back is within
 ``relative_accuracy`` of a value actually recorded at that rank.
+
+The default accuracy is 0.1 % (three significant digits, as HDR histograms give latency tools): at 1 %
+a 20-ms server's p50 read the same bucket (21.978 ms) at every rate, hiding changes of a few hundred
+microseconds. Buckets stay few: values from 1 ms to 60 s span at most about 5,500 of them at 0.1 %, and
+a phase's latencies usually fill a few hundred. Only percentiles are stored, never the buckets, so results
+stored before the change read as they were (their figures were within 1 %).
 """
 
 from __future__ import annotations
@@ -11,7 +17,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-DEFAULT_ACCURACY = 0.01
+DEFAULT_ACCURACY = 0.001
 _MIN_VALUE = 1e-3  # values at or below this (ms) share the zero bucket
 
 

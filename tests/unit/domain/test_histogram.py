@@ -161,7 +161,21 @@ def test_an_accuracy_outside_zero_to_one_is_refused(accuracy: float) -> None:
 
 def test_memory_grows_with_the_value_range_not_the_count() -> None:
     rng = random.Random(2)
-    hist = _histogram([rng.uniform(1, 1000) for _ in range(50_000)])
+    few = _histogram([rng.uniform(1, 1000) for _ in range(50_000)])
+    many = _histogram([rng.uniform(1, 1000) for _ in range(500_000)])
 
-    # log(1000) / log(1.01 / 0.99) ≈ 346 buckets at most, whatever the count
-    assert len(hist.to_dict()["bins"]) <= 350
+    # log(1000) / log(1.001 / 0.999) ≈ 3,454 buckets at most, whatever the count
+    assert len(few.to_dict()["bins"]) <= 3_460
+    assert len(many.to_dict()["bins"]) <= 3_460
+
+
+def test_the_default_reads_three_significant_digits() -> None:
+    # a 20-ms server's medians 0.2 ms apart: at 1 % both read the same bucket, at 0.1 % they do not
+    assert DEFAULT_ACCURACY == 0.001
+
+    def run(median: float, accuracy: float = DEFAULT_ACCURACY) -> Histogram:
+        return _histogram([10.0, *[median] * 99, 40.0], accuracy)  # min and max apart: the median is a bucket's
+
+    assert run(21.75).quantile(0.5) == pytest.approx(21.75, rel=0.001)
+    assert run(21.55).quantile(0.5) == pytest.approx(21.55, rel=0.001)
+    assert run(21.75, 0.01).quantile(0.5) == run(21.55, 0.01).quantile(0.5)
