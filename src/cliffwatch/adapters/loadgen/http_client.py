@@ -131,10 +131,12 @@ class HttpExecutor:
             sock_connect=client.connect_timeout_ms / 1000.0,
             sock_read=None if client.read_timeout_ms is None else client.read_timeout_ms / 1000.0,
         )
-        # trust_env off: no HTTP(S)_PROXY from the environment may route the load somewhere unchecked.
+        # trust_env off: no HTTP(S)_PROXY from the environment may route the load somewhere unchecked. No
+        # cookie jar: every request is another user, so a cookie one answer sets must not ride on the rest.
         self._session = aiohttp.ClientSession(
-            connector=connector, trace_configs=[trace], timeout=self._timeout, trust_env=False
-        )
+            connector=connector, trace_configs=[trace], timeout=self._timeout, trust_env=False,
+            cookie_jar=aiohttp.DummyCookieJar(),
+        )  # fmt: skip
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -296,6 +296,25 @@ async def test_a_plain_http_target_gets_a_get_and_any_2xx_succeeds_whatever_the_
     assert (seen.method, seen.path, seen.body) == ("GET", "/health", b"")
 
 
+async def test_a_cookie_the_target_sets_is_never_sent_with_later_requests(serve: Serve) -> None:
+    # Each planned request is another user: one user's session cookie must not ride on everyone's requests.
+    async def handler(request: web.Request) -> web.StreamResponse:
+        response = web.Response(text="ok")
+        response.set_cookie("session", "user-1")
+        return response
+
+    served = await serve(handler)
+    url = served.url.replace("127.0.0.1", "localhost")  # a jar keeps no cookie of a bare IP address
+    scenario = scenario_for(url, api="http", request={"path": "/"})
+    async with HttpExecutor(scenario, url) as executor:
+        for number in (1, 2):
+            attempt = await executor.attempt(planned(), number, 5.0, origin_ns=time.perf_counter_ns(),
+                                             deadline_bound=False)  # fmt: skip
+            assert attempt.succeeded, attempt.error
+
+    assert [seen.headers.get("Cookie") for seen in served.requests] == [None, None]
+
+
 async def test_a_plain_http_template_body_is_sent_as_json(serve: Serve) -> None:
     async def handler(request: web.Request) -> web.StreamResponse:
         return web.Response(status=201)
