@@ -160,10 +160,12 @@ def scorecard(result: RunResult) -> RenderableType:
         lines.append(Text.from_markup(f"[bold yellow]⚠ {item.name}[/]: {item.summary}"))
     lines.extend(Text(f"note: {note}", style="yellow") for note in result.notes)
     lag = result.generator.lag
+    collector = result.generator.collector
+    pauses = "" if collector is None else f"longest GC pause {_ms(collector.max_pause_ms)}; "
     lines.append(
         Text(
             f"generator: schedule lag p99 {_ms(lag.get('p99'))}, max {_ms(lag.get('max'))}; "
-            f"CPU {result.generator.cpu_busy:.0%} of a core; "
+            f"CPU {result.generator.cpu_busy:.0%} of a core; {pauses}"
             + ("LIMITED" if result.generator.limited else "kept its schedule"),
             style="dim",
         )

@@ -63,6 +63,24 @@ class CapReport:
 
 
 @dataclass(frozen=True, kw_only=True)
+class CollectorReport:
+    """The garbage collector's pauses while the generator ran (each one stopped its event loop)."""
+
+    collections: tuple[int, ...]  # by generation: young, middle, oldest (full)
+    total_ms: float
+    max_pause_ms: float
+    frozen: int = 0  # long-lived objects moved out of the collections' way when the run started
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "collections": list(self.collections),
+            "total_ms": round(self.total_ms, 3),
+            "max_pause_ms": round(self.max_pause_ms, 3),
+            "frozen_objects": self.frozen,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
 class GeneratorReport:
     """What the generator measured about itself during a run, and the verdict drawn from it."""
 
@@ -77,6 +95,7 @@ class GeneratorReport:
     # timeouts. ``unsent_waiting`` of them had been waiting for a pooled connection (client.pool_size).
     unsent: int = 0
     unsent_waiting: int = 0
+    collector: CollectorReport | None = None  # None: not measured (a test double's generator)
 
     @property
     def capped(self) -> bool:
@@ -93,6 +112,7 @@ class GeneratorReport:
             "attempts_not_sent": self.unsent,
             "attempts_not_sent_pool_full": self.unsent_waiting,
             "attempt_cap": None if self.cap is None else self.cap.to_dict(),
+            "gc": None if self.collector is None else self.collector.to_dict(),
         }
 
 
@@ -106,6 +126,7 @@ def judge_generator(
     cap: CapReport | None = None,
     unsent: int = 0,
     unsent_waiting: int = 0,
+    collector: CollectorReport | None = None,
 ) -> GeneratorReport:
     """The generator's verdict: limited when any measured figure crossed its limit, with every reason.
 
@@ -119,7 +140,10 @@ def judge_generator(
     if lag.count and lag.max > limits.lag_max_ms:
         reasons.append(f"max schedule lag {lag.max:.1f} ms > {limits.lag_max_ms:g} ms")
     if max_stall_ms > limits.stall_ms:
-        reasons.append(f"event loop stalled {max_stall_ms:.0f} ms > {limits.stall_ms:g} ms")
+        cause = ""
+        if collector is not None and collector.max_pause_ms > limits.stall_ms:
+            cause = f" (the longest garbage collection took {collector.max_pause_ms:.0f} ms)"
+        reasons.append(f"event loop stalled {max_stall_ms:.0f} ms > {limits.stall_ms:g} ms{cause}")
     if cpu_busy > limits.cpu_busy:
         reasons.append(f"generator CPU {cpu_busy:.0%} of a core > {limits.cpu_busy:.0%}")
     if overflow:
@@ -136,6 +160,7 @@ def judge_generator(
         cap=cap,
         unsent=unsent,
         unsent_waiting=unsent_waiting,
+        collector=collector,
     )
 
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from cliffwatch.domain.generator_health import GeneratorLimits, GeneratorReport, judge_generator
+from cliffwatch.domain.generator_health import CollectorReport, GeneratorLimits, GeneratorReport, judge_generator
 from cliffwatch.domain.histogram import Histogram
 
 LIMITS = GeneratorLimits()  # p99 lag 10 ms, max lag 250 ms, stall 100 ms, CPU 90 %
@@ -136,3 +136,21 @@ def test_attempts_that_ran_out_waiting_for_a_pooled_connection_do_not_make_it_li
                              unsent=4, unsent_waiting=4)  # fmt: skip
     assert not report.limited
     assert report.to_dict()["attempts_not_sent"] == 4
+
+
+def test_a_stall_the_garbage_collector_caused_says_so_and_the_report_carries_the_pauses() -> None:
+    collector = CollectorReport(collections=(40, 3, 1), total_ms=310.0, max_pause_ms=220.0, frozen=115_000)
+    report = judge_generator(_lag(*[1.0] * 100), max_stall_ms=230.0, cpu_busy=0.5, overflow=0, limits=LIMITS,
+                             collector=collector)  # fmt: skip
+
+    assert report.reasons == ("event loop stalled 230 ms > 100 ms (the longest garbage collection took 220 ms)",)
+    assert report.to_dict()["gc"] == {"collections": [40, 3, 1], "total_ms": 310.0, "max_pause_ms": 220.0,
+                                      "frozen_objects": 115_000}  # fmt: skip
+
+
+def test_a_stall_with_short_collections_blames_nothing_on_the_collector() -> None:
+    collector = CollectorReport(collections=(5, 0, 0), total_ms=12.0, max_pause_ms=4.0)
+    report = judge_generator(_lag(*[1.0] * 100), max_stall_ms=230.0, cpu_busy=0.5, overflow=0, limits=LIMITS,
+                             collector=collector)  # fmt: skip
+
+    assert report.reasons == ("event loop stalled 230 ms > 100 ms",)

@@ -23,6 +23,7 @@ from typing import Protocol
 
 import structlog
 
+from cliffwatch.adapters.loadgen.collector import generator_collector
 from cliffwatch.domain.conversations import turn_id
 from cliffwatch.domain.generator_health import CapReport, GeneratorLimits, GeneratorReport, judge_generator
 from cliffwatch.domain.histogram import Histogram
@@ -131,18 +132,19 @@ class OpenLoopGenerator:
         hops_before = self.executor.capped_hops  # the executor may serve several generators (a sweep's steps)
         wall_start = self.clock.now_ns()
         watcher = asyncio.create_task(self._watch_loop())
-        try:
-            await self._dispatch(plan, start_ns, listener)
-            while self._tasks:
-                await asyncio.wait(list(self._tasks))
-        finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await watcher
-            for task in list(self._tasks):
-                task.cancel()
-            if self._tasks:
-                await asyncio.wait(list(self._tasks))
+        with generator_collector() as collector:
+            try:
+                await self._dispatch(plan, start_ns, listener)
+                while self._tasks:
+                    await asyncio.wait(list(self._tasks))
+            finally:
+                watcher.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await watcher
+                for task in list(self._tasks):
+                    task.cancel()
+                if self._tasks:
+                    await asyncio.wait(list(self._tasks))
         wall_s = max(1e-9, (self.clock.now_ns() - wall_start) / NS_PER_S)
         return judge_generator(
             self._lag,
@@ -151,6 +153,7 @@ class OpenLoopGenerator:
             overflow=self._overflow,
             unsent=self._unsent,
             unsent_waiting=self._unsent_waiting,
+            collector=collector.report(),
             limits=self.limits,
             cap=None if self.cap is None else CapReport(
                 limit=self.cap.limit, first_attempts=self._capped_first, retries=self._capped_retries,

@@ -150,6 +150,11 @@ def generator(doc: Mapping[str, Any]) -> str:
         "attempts out of time before leaving the client": gen.get("attempts_not_sent"),
         "… of them waiting for a pooled connection": gen.get("attempts_not_sent_pool_full"),
     }
+    collector = _map(gen.get("gc"))  # absent from results stored before it was measured
+    if collector:
+        counts = _list(collector.get("collections"))
+        facts["garbage collections (young / middle / full)"] = " / ".join(map(str, counts)) or None
+        facts["longest garbage-collection pause (ms)"] = collector.get("max_pause_ms")
     cls = "warn" if limited else ""
     return (
         f'<section id="generator"><h2>Load generator</h2><p class="{cls}">The generator {_e(text)}.</p>'
