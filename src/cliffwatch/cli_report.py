@@ -15,7 +15,6 @@ from typing import Any
 
 from cliffwatch.adapters.report.files import read_result_file, write_run_report
 from cliffwatch.adapters.report.render import ReportInvalid
-from cliffwatch.bootstrap_service import open_store
 from cliffwatch.config import Settings
 from cliffwatch.domain.errors import RunNotFound
 from cliffwatch.domain.masking import without_password
@@ -80,6 +79,8 @@ def _looks_like_a_path(source: str) -> bool:
 
 async def _stored(settings: Settings, run_id: str) -> tuple[Mapping[str, Any], Sequence[Mapping[str, Any]]]:
     """A stored run's result document and its time series, which the store keeps apart (a sweep has none)."""
+    from cliffwatch.bootstrap_service import open_store  # the store only when a run id is given
+
     async with open_store(settings) as store:
         run = await store.get_run(run_id)
         if run is None:
