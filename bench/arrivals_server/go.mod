@@ -1,0 +1,3 @@
+module cliffwatch/bench/arrivals_server
+
+go 1.22
