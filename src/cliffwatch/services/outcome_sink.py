@@ -26,7 +26,7 @@ from cliffwatch.domain.service_ports import RunStore
 
 log = structlog.get_logger(__name__)
 
-BATCH = 1_000
+BATCH = 100
 RETRY_FIRST_S = 0.1
 RETRY_MAX_S = 2.0
 OutcomeCounter = Callable[[str, Counter[str]], None]
@@ -133,3 +133,4 @@ class BufferedStoreSink:
             delay = RETRY_FIRST_S
             if self.count is not None:
                 self.count(self.run_id, Counter(r.outcome.value for r in batch))
+            await asyncio.sleep(0)  # the generator's turn before the next batch, whatever the store awaited
