@@ -39,6 +39,14 @@ from typing import Any
 from arrivals import BENCH, BUILD, ArrivalsServer, arrivals_server, judge_arrivals, pinned
 
 REPO = BENCH.parent
+
+
+@dataclass
+class Mode:
+    chunks: int = 0  # 0: plain HTTP; else token chunks per streamed answer
+
+
+MODE = Mode()
 CLIENT_CORE = 0
 VEGETA = "github.com/tsenart/vegeta/v12@v12.13.0"
 DEFAULT_RATES = (250, 500, 1000, 1500, 2000, 3000, 4000)
@@ -67,12 +75,18 @@ class Pass:
         return self.held and self.latency_error_p99_ms is not None and self.latency_error_p99_ms <= bound_ms
 
 
-def scenario_document(base_url: str, rate: float, duration_s: float) -> dict[str, Any]:
+def scenario_document(base_url: str, rate: float, duration_s: float, chunks: int = 0) -> dict[str, Any]:
+    """A one-phase constant-rate scenario: plain ``GET /load``, or with ``chunks`` an OpenAI chat stream of
+    that many token chunks (64-word prompts)."""
+    target: dict[str, Any] = {"url": base_url, "api": "http", "request": {"method": "GET", "path": "/load"}}
+    if chunks:
+        target = {"url": base_url, "api": "openai-chat",
+                  "request": {"model": "bench", "prompt_tokens": 64, "max_tokens": chunks}}  # fmt: skip
     return {
         "name": "bench-whole-run",
         "seed": 1,
         "slo": {"e2e_ms": 10_000, "timeout_ms": 10_000},
-        "target": {"url": base_url, "api": "http", "request": {"method": "GET", "path": "/load"}},
+        "target": target,
         "client": {"pool_size": 1000, "max_in_flight": 10_000},
         "phases": [
             {"name": "load", "role": "baseline", "duration_s": duration_s,
@@ -88,9 +102,11 @@ def children_cpu_s() -> float:
 
 def from_result(path: str, rate: float, result: dict[str, Any], view: dict[str, Any], cpu_s: float,
                 latency_ms: float) -> Pass:  # fmt: skip
+    """The latency error is e2e's for plain HTTP, TTFT's for streams (the server's delay is its time to the
+    first token chunk)."""
     generator = result.get("generator") or {}
     phase = result["phases"][0]
-    p99 = phase["latency_ms"]["e2e"]["p99"]
+    p99 = phase["latency_ms"]["ttft" if MODE.chunks else "e2e"]["p99"]
     sent = max(1, int(phase.get("sent") or view["received"]))
     return Pass(
         path=path,
@@ -117,7 +133,7 @@ def from_result(path: str, rate: float, result: dict[str, Any], view: dict[str, 
 def run_cli(server: ArrivalsServer, rate: float, duration_s: float, latency_ms: float) -> Pass:
     with tempfile.TemporaryDirectory() as scratch:
         scenario = Path(scratch) / "scenario.json"  # YAML is a superset of JSON
-        scenario.write_text(json.dumps(scenario_document(server.base_url, rate, duration_s)))
+        scenario.write_text(json.dumps(scenario_document(server.base_url, rate, duration_s, MODE.chunks)))
         out = Path(scratch) / "result.json"
         server.drain()
         before = children_cpu_s()
@@ -190,8 +206,8 @@ def service_runner(scratch: Path) -> Iterator[Callable[[ArrivalsServer, float, f
         def run_service(server: ArrivalsServer, rate: float, duration_s: float, latency_ms: float) -> Pass:
             server.drain()
             before = process_cpu_s(pid)
-            status, run = call(base, token, "POST", "/api/v1/runs",
-                               {"document": scenario_document(server.base_url, rate, duration_s)})  # fmt: skip
+            document = scenario_document(server.base_url, rate, duration_s, MODE.chunks)
+            status, run = call(base, token, "POST", "/api/v1/runs", {"document": document})
             if status != 202:
                 raise SystemExit(f"the service refused the run: {status} {run}")
             deadline = time.monotonic() + duration_s + 300
@@ -283,14 +299,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=20.0, help="seconds of load per pass")
     parser.add_argument("--paths", default="cli,vegeta", help="of cli, service, vegeta")
     parser.add_argument("--latency-ms", type=float, default=20.0)
+    parser.add_argument("--chunks", type=int, default=0,
+                        help="stream OpenAI chat answers of this many token chunks, 2 ms apart (0: plain HTTP); "
+                        "the latency error is then TTFT's; Vegeta cannot read streams and is not run")  # fmt: skip
     parser.add_argument("--json", dest="json_path")
     args = parser.parse_args(argv)
     rates = [float(r) for r in args.rates.split(",")]
     paths = [p.strip() for p in args.paths.split(",")]
+    MODE.chunks = args.chunks
+    if args.chunks and "vegeta" in paths:
+        paths.remove("vegeta")
     if not (REPO / ".venv/bin/cliffwatch").exists():
         raise SystemExit("run `make check` first: the benchmark runs the repository's .venv/bin/cliffwatch")
     passes: list[Pass] = []
-    with tempfile.TemporaryDirectory() as scratch, arrivals_server(args.latency_ms) as server:
+    with tempfile.TemporaryDirectory() as scratch, arrivals_server(args.latency_ms, chunks=args.chunks or 16) as server:
         runners: dict[str, Callable[[ArrivalsServer, float, float, float], Pass]] = {
             "cli": run_cli, "vegeta": run_vegeta}  # fmt: skip
         service = service_runner(Path(scratch)) if "service" in paths else None
@@ -322,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
             held = summary[path]["highest_held"] or 0
             print(f"{path} / vegeta, highest held rate: {held / summary['vegeta']['highest_held']:.3f}")
     if args.json_path:
-        document = {"rates": rates, "duration_s": args.duration, "latency_ms": args.latency_ms,
+        document = {"rates": rates, "duration_s": args.duration, "latency_ms": args.latency_ms, "chunks": args.chunks,
                     "python": sys.version.split()[0], "cores": os.cpu_count(), "taskset": bool(shutil.which("taskset")),
                     "passes": [p.__dict__ for p in passes], "summary": summary}  # fmt: skip
         Path(args.json_path).write_text(json.dumps(document, indent=1))

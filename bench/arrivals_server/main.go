@@ -9,6 +9,7 @@
 //     add up) until -chunks tokens were sent, then a closing chunk with finish_reason and "data: [DONE]".
 //   - anything else: {"ok":true}.
 //
+// Chat requests that do not ask for a stream are answered (with a stream) but not recorded either.
 // Requests for the root path "/" are answered but not recorded: that is where load tools probe a target
 // before their load (cliffwatch's preflight), so the benchmarks send their load to /load.
 //
@@ -22,6 +23,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -106,8 +108,10 @@ func main() {
 		_ = json.NewEncoder(w).Encode(map[string]any{"requests": total, "cpu_s": cpuSeconds()})
 	})
 	mux.HandleFunc("/v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
-		rec.record()
-		_, _ = io.Copy(io.Discard, r.Body)
+		body, _ := io.ReadAll(r.Body)
+		if bytes.Contains(body, []byte(`"stream":true`)) || bytes.Contains(body, []byte(`"stream": true`)) {
+			rec.record() // a tool's non-streamed probes (cliffwatch's prompt calibration) are not its load
+		}
 		time.Sleep(latency)
 		flusher, _ := w.(http.Flusher)
 		w.Header().Set("Content-Type", "text/event-stream")
