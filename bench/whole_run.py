@@ -22,6 +22,7 @@ flag itself; **faithful (N ms)** when also p99 latency error ≤ N ms (5 and 10)
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import resource
@@ -75,9 +76,11 @@ class Pass:
         return self.held and self.latency_error_p99_ms is not None and self.latency_error_p99_ms <= bound_ms
 
 
-def scenario_document(base_url: str, rate: float, duration_s: float, chunks: int = 0) -> dict[str, Any]:
+def scenario_document(
+    base_url: str, rate: float, duration_s: float, chunks: int = 0, workers: str | None = None
+) -> dict[str, Any]:
     """A one-phase constant-rate scenario: plain ``GET /load``, or with ``chunks`` an OpenAI chat stream of
-    that many token chunks (64-word prompts)."""
+    that many token chunks (64-word prompts); ``workers``: its ``client.workers``."""
     target: dict[str, Any] = {"url": base_url, "api": "http", "request": {"method": "GET", "path": "/load"}}
     if chunks:
         target = {"url": base_url, "api": "openai-chat",
@@ -87,12 +90,16 @@ def scenario_document(base_url: str, rate: float, duration_s: float, chunks: int
         "seed": 1,
         "slo": {"e2e_ms": 10_000, "timeout_ms": 10_000},
         "target": target,
-        "client": {"pool_size": 1000, "max_in_flight": 10_000},
+        "client": {"pool_size": 1000, "max_in_flight": 10_000, **({"workers": _count(workers)} if workers else {})},
         "phases": [
             {"name": "load", "role": "baseline", "duration_s": duration_s,
              "arrival": {"process": "constant", "rate": rate}},
         ],
     }  # fmt: skip
+
+
+def _count(workers: str) -> int | str:
+    return workers if workers == "auto" else int(workers)
 
 
 def children_cpu_s() -> float:
@@ -130,21 +137,27 @@ def from_result(path: str, rate: float, result: dict[str, Any], view: dict[str, 
 # --- the paths ----------------------------------------------------------------------------------------
 
 
-def run_cli(server: ArrivalsServer, rate: float, duration_s: float, latency_ms: float) -> Pass:
+def run_cli(server: ArrivalsServer, rate: float, duration_s: float, latency_ms: float, workers: str | None = None
+            ) -> Pass:  # fmt: skip
+    """``cliffwatch run`` pinned to the client's core; with ``workers`` (path ``cli-wN``, ``cli-wauto``) it
+    runs with ``client.workers`` and is not pinned: its workers may use every core, the server's too."""
     with tempfile.TemporaryDirectory() as scratch:
         scenario = Path(scratch) / "scenario.json"  # YAML is a superset of JSON
-        scenario.write_text(json.dumps(scenario_document(server.base_url, rate, duration_s, MODE.chunks)))
+        document = scenario_document(server.base_url, rate, duration_s, MODE.chunks, workers)
+        scenario.write_text(json.dumps(document))
         out = Path(scratch) / "result.json"
         server.drain()
         before = children_cpu_s()
         argv = [str(REPO / ".venv/bin/cliffwatch"), "run", str(scenario), "--json", str(out)]
-        done = subprocess.run(pinned(argv, CLIENT_CORE), cwd=REPO, env={**os.environ, **CAPS}, capture_output=True,
+        command = argv if workers else pinned(argv, CLIENT_CORE)
+        done = subprocess.run(command, cwd=REPO, env={**os.environ, **CAPS}, capture_output=True,
                               text=True, timeout=duration_s + 300)  # fmt: skip
         cpu = children_cpu_s() - before
         if not out.exists():
             raise SystemExit(f"cliffwatch run wrote no result (exit {done.returncode}): {done.stderr[-2000:]}")
         view = judge_arrivals(server.drain(), rate, duration_s).to_dict()
-        return from_result("cli", rate, json.loads(out.read_text()), view, cpu, latency_ms)
+        path = f"cli-w{workers}" if workers else "cli"
+        return from_result(path, rate, json.loads(out.read_text()), view, cpu, latency_ms)
 
 
 @contextmanager
@@ -297,7 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rates", default=",".join(str(r) for r in DEFAULT_RATES))
     parser.add_argument("--duration", type=float, default=20.0, help="seconds of load per pass")
-    parser.add_argument("--paths", default="cli,vegeta", help="of cli, service, vegeta")
+    parser.add_argument("--paths", default="cli,vegeta",
+                        help="of cli, cli-wN (client.workers: N), cli-wauto, service, vegeta")  # fmt: skip
     parser.add_argument("--latency-ms", type=float, default=20.0)
     parser.add_argument("--chunks", type=int, default=0,
                         help="stream OpenAI chat answers of this many token chunks, 2 ms apart (0: plain HTTP); "
@@ -315,6 +329,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as scratch, arrivals_server(args.latency_ms, chunks=args.chunks or 16) as server:
         runners: dict[str, Callable[[ArrivalsServer, float, float, float], Pass]] = {
             "cli": run_cli, "vegeta": run_vegeta}  # fmt: skip
+        for path in paths:
+            if path.startswith("cli-w"):
+                runners[path] = functools.partial(run_cli, workers=path.removeprefix("cli-w"))
         service = service_runner(Path(scratch)) if "service" in paths else None
         if service is not None:
             runners["service"] = next(service)

@@ -27,6 +27,7 @@ from cliffwatch.adapters.fault_ledger import FileFaultLedger
 from cliffwatch.adapters.loadgen.engine import OpenLoopGenerator
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
 from cliffwatch.adapters.loadgen.prompt_setup import counter_of, prompt_options
+from cliffwatch.adapters.loadgen.workers.setup import sharded_generator
 from cliffwatch.adapters.logs import remember_secrets
 from cliffwatch.adapters.secret_sources import LocalSecrets
 from cliffwatch.adapters.server_metrics.scraper import PrometheusWatcher
@@ -45,6 +46,7 @@ from cliffwatch.domain.ports import (
     Clock,
     FaultInjector,
     FaultLedger,
+    LoadGenerator,
     ProgressObserver,
     RecordSink,
     SecretResolver,
@@ -227,9 +229,16 @@ async def prepare_run(
             HttpExecutor(sent, load_url, destinations=destinations, cap=cap, dataset=dataset, **prompts)
         )
         traces, sizes = traces_of(scenario), None if dataset is None else dataset.sizes
+        generator: LoadGenerator = OpenLoopGenerator(scenario, executor, clock, cap=cap)
+        if scenario.client.workers is not None:
+            generator = await stack.enter_async_context(sharded_generator(
+                sent, executor, clock, load_url=load_url, destinations=destinations, cap=cap.limit,
+                secrets=tuple(secret_values(scenario, sent, settings.redaction)), redaction=settings.redaction,
+                log_level=settings.log_level, most=settings.caps.max_workers,
+            ))  # fmt: skip
         service = RunService(
             clock=clock,
-            generator=OpenLoopGenerator(scenario, executor, clock, cap=cap),
+            generator=generator,
             faults=faults,
             sink=sink or NullSink(),
             observer=observer,

@@ -99,6 +99,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--target", help="send to this base URL instead of the scenario's (or 'builtin')")
     run.add_argument("--seed", type=int, help="override the scenario's seed")
     run.add_argument("--threshold", type=float, help="override the pass mark (0-100)")
+    run.add_argument("--workers", help="send from this many worker processes, or 'auto' (client.workers)")
     run.add_argument("--json", type=Path, dest="json_path", help="write the full result as JSON to this file")
     run.set_defaults(handler=_run)
 
@@ -169,7 +170,7 @@ def _load(reference: str, args: argparse.Namespace, settings: Settings) -> Scena
     scenario = load_scenario(reference, rules=settings.redaction)
     return with_overrides(
         scenario, target_url=getattr(args, "target", None), seed=getattr(args, "seed", None),
-        threshold=getattr(args, "threshold", None),
+        threshold=getattr(args, "threshold", None), workers=getattr(args, "workers", None),
     )  # fmt: skip
 
 

@@ -76,6 +76,7 @@ class Settings:
     max_output_tokens: int = 32_768
     max_pool_size: int = 1_000
     max_in_flight: int = 10_000
+    max_workers: int = 16
     max_queued_runs_per_token: int = 10
     max_documents_per_token: int = 100  # new inline scenario documents per token per day
     api_rate_per_token: float = 20.0
@@ -123,6 +124,7 @@ class Settings:
             max_output_tokens=self.max_output_tokens,
             max_pool_size=self.max_pool_size,
             max_in_flight=self.max_in_flight,
+            max_workers=self.max_workers,
         )
 
     @property
@@ -381,6 +383,9 @@ SPECS: tuple[Spec, ...] = (
               "default 1000."),
     Spec(field="max_in_flight", env="CLIFFWATCH_MAX_IN_FLIGHT", parse=_number(low=1, high=1_000_000, integer=True),
          help="Most requests one run may have in flight (client.max_in_flight); default 10000."),
+    Spec(field="max_workers", env="CLIFFWATCH_MAX_WORKERS", parse=_number(low=1, high=256, integer=True),
+         help="Most generator worker processes one run may start (client.workers; auto takes the cores left, "
+              "within this); default 16."),
     Spec(field="max_queued_runs_per_token", env="CLIFFWATCH_MAX_QUEUED_RUNS_PER_TOKEN",
          parse=_number(low=1, high=10_000, integer=True),
          help="Runs one API token may have queued at once; beyond, 429 with Retry-After. Default 10."),

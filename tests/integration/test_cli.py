@@ -146,6 +146,24 @@ def test_run_writes_a_complete_result_and_exits_by_the_score(tmp_path: Path) -> 
     assert "score" in result.stdout
 
 
+@pytest.mark.slow
+def test_run_with_workers_sends_from_worker_processes_and_says_what_each_sent(tmp_path: Path) -> None:
+    """`run --workers 2`: two processes share the plan, every planned request is accounted for once."""
+    out = tmp_path / "out.json"
+    result = cliffwatch("run", str(write(tmp_path, QUICK)), "--workers", "2", "--json", str(out))
+    assert result.returncode in (0, 1), result.stderr
+    document = json.loads(out.read_text())
+    assert document["status"] == "succeeded"
+    workers = document["generator"]["workers"]
+    assert [w["index"] for w in workers] == [0, 1]
+    assert len({w["pid"] for w in workers}) == 2
+    offered = sum(p["offered"] for p in document["phases"])
+    assert sum(w["planned"] for w in workers) == sum(w["finished"] for w in workers) == offered > 20
+    assert abs(workers[0]["planned"] - workers[1]["planned"]) <= 1
+    assert all(w["failure"] is None and w["lost"] == 0 for w in workers)
+    assert all(p["outcomes"]["error"] == 0 and p["outcomes"]["not_sent"] == 0 for p in document["phases"])
+
+
 def test_run_refuses_a_target_outside_the_allowlist_before_sending(tmp_path: Path) -> None:
     """A non-loopback target is refused with exit code 2 and a message naming the setting."""
     result = cliffwatch("run", str(write(tmp_path, QUICK)), "--target", "http://192.0.2.10:8000")
@@ -253,6 +271,35 @@ def test_interrupting_a_run_stops_it_and_records_it_as_interrupted(tmp_path: Pat
     assert document["status"] == "interrupted"
     assert document["duration_s"] < 30
     assert any(v["name"] == "interrupted" for v in document["verdicts"])
+
+
+@pytest.mark.slow
+def test_interrupting_a_run_with_workers_stops_every_worker(tmp_path: Path) -> None:
+    """Ctrl-C reaches the whole process group as a terminal sends it: the coordinator stops its workers, the
+    run is recorded as interrupted and no worker process is left."""
+    long_run = json.loads(json.dumps(QUICK))
+    long_run["phases"][0]["duration_s"] = 60
+    long_run["client"] = {"workers": 2}
+    out = tmp_path / "out.json"
+    env = {**os.environ, "CLIFFWATCH_LOG_FORMAT": "json", "CLIFFWATCH_STATE_DIR": STATE_DIR}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "cliffwatch", "run", str(write(tmp_path, long_run)), "--json", str(out)],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    assert process.stderr is not None
+    for line in process.stderr:
+        if "phase base" in line:
+            break
+    time.sleep(1.0)
+    os.killpg(process.pid, signal.SIGINT)
+    _stdout, _ = process.communicate(timeout=30)
+    assert process.returncode == 130
+    document = json.loads(out.read_text())
+    assert document["status"] == "interrupted"
+    assert [w["failure"] for w in document["generator"]["workers"]] == [None, None]
+    for worker in document["generator"]["workers"]:
+        with pytest.raises(ProcessLookupError):
+            os.kill(worker["pid"], 0)
 
 
 def test_target_command_serves_the_simulator_on_the_port_it_reports() -> None:

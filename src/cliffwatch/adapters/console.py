@@ -162,10 +162,13 @@ def scorecard(result: RunResult) -> RenderableType:
     lag = result.generator.lag
     collector = result.generator.collector
     pauses = "" if collector is None else f"longest GC pause {_ms(collector.max_pause_ms)}; "
+    workers = result.generator.workers
+    busiest = " (the busiest worker)" if workers else ""
+    sent_from = f"{len(workers)} worker process{'es' if len(workers) > 1 else ''} sent it; " if workers else ""
     lines.append(
         Text(
             f"generator: schedule lag p99 {_ms(lag.get('p99'))}, max {_ms(lag.get('max'))}; "
-            f"CPU {result.generator.cpu_busy:.0%} of a core; {pauses}"
+            f"CPU {result.generator.cpu_busy:.0%} of a core{busiest}; {pauses}{sent_from}"
             + ("LIMITED" if result.generator.limited else "kept its schedule"),
             style="dim",
         )

@@ -102,6 +102,18 @@ class Destinations:
         self._refused: dict[Place, CliffwatchError] = {}
         self._pending: dict[Place, asyncio.Task[tuple[str, ...]]] = {}
 
+    @classmethod
+    def pinned_to(cls, allowlist: Allowlist, pins: tuple[tuple[str, int, tuple[str, ...]], ...]) -> Destinations:
+        """Destinations another process admitted (``pins()``): a generator worker connects where its run's
+        coordinator checked, and checks anything new (a redirect's host) against the same allowlist."""
+        made = cls(allowlist)
+        made._pins = {Place(host=host, port=port): addresses for host, port, addresses in pins}
+        return made
+
+    def pins(self) -> tuple[tuple[str, int, tuple[str, ...]], ...]:
+        """Every place admitted so far, as (host, port, addresses)."""
+        return tuple((place.host, place.port, addresses) for place, addresses in self._pins.items())
+
     async def admit(self, url: str, allowlist: Allowlist | None = None) -> tuple[str, ...]:
         """The addresses ``url``'s host is pinned to, resolving and checking it on first sight (against
         ``allowlist``, by default the run's). Raises ``TargetNotAllowed`` when any address is outside it,

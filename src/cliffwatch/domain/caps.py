@@ -37,6 +37,7 @@ class Caps:
     max_output_tokens: int = 32_768
     max_pool_size: int = 1_000  # connections one run may open
     max_in_flight: int = 10_000  # requests one run may have outstanding
+    max_workers: int = 16  # generator worker processes one run may start (client.workers)
 
     @property
     def attempt_limit(self) -> RateLimit:
@@ -213,6 +214,9 @@ def client_violations(client: ClientSpec, caps: Caps) -> list[Problem]:
             f"{caps.max_in_flight:,} in one run"
         )
         problems.append(Problem(path="client.max_in_flight", message=message))
+    if client.workers is not None and client.workers > caps.max_workers:
+        message = f"starts {client.workers:,} worker processes; this service starts at most {caps.max_workers:,} a run"
+        problems.append(Problem(path="client.workers", message=message))
     return problems
 
 

@@ -76,6 +76,14 @@ class BuiltinTargetFailed(CliffwatchError):
         super().__init__(f"the built-in target did not start: {reason}")
 
 
+class WorkersFailed(CliffwatchError):
+    """The generator's worker processes (``client.workers``) could not be started: no load was sent."""
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+        super().__init__(f"the generator's worker processes did not start, no load was sent: {reason}")
+
+
 class FaultInjectionFailed(CliffwatchError):
     """A fault could not be applied or removed; names the proxy, the toxic and what went wrong."""
 

@@ -8,7 +8,7 @@ send the load as written, which is a verdict of its own (``capped``), not a faul
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from cliffwatch.domain.histogram import Histogram
@@ -81,6 +81,54 @@ class CollectorReport:
 
 
 @dataclass(frozen=True, kw_only=True)
+class GeneratorMeasures:
+    """What one generator measured about itself, before any verdict: the figures workers send back, merged
+    into the run's before it is judged."""
+
+    lag: Histogram  # schedule lag (ms) of every first attempt
+    max_stall_ms: float
+    cpu_busy: float
+    overflow: int
+    unsent: int
+    unsent_waiting: int
+    collector: CollectorReport | None
+    capped_first: int = 0
+    capped_retries: int = 0
+    cap_delays: int = 0
+    capped_hops: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerShare:
+    """What one worker process did with its share: the run says how many processes sent what."""
+
+    index: int
+    pid: int | None
+    planned: int  # requests of the plan dealt to it
+    dispatched: int  # of them and of its conversations' later turns, those it started
+    finished: int  # records it sent back
+    lost: int  # requests it was given and never reported: not_sent when it died
+    cpu_busy: float | None
+    max_stall_ms: float | None
+    gc_max_pause_ms: float | None
+    failure: str | None = None  # why it ended early (it died, failed or fenced itself); None: it finished
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "pid": self.pid,
+            "planned": self.planned,
+            "dispatched": self.dispatched,
+            "finished": self.finished,
+            "lost": self.lost,
+            "cpu_busy": None if self.cpu_busy is None else round(self.cpu_busy, 4),
+            "max_event_loop_stall_ms": None if self.max_stall_ms is None else round(self.max_stall_ms, 3),
+            "gc_max_pause_ms": None if self.gc_max_pause_ms is None else round(self.gc_max_pause_ms, 3),
+            "failure": self.failure,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
 class GeneratorReport:
     """What the generator measured about itself during a run, and the verdict drawn from it."""
 
@@ -96,6 +144,7 @@ class GeneratorReport:
     unsent: int = 0
     unsent_waiting: int = 0
     collector: CollectorReport | None = None  # None: not measured (a test double's generator)
+    workers: tuple[WorkerShare, ...] = ()  # the worker processes that sent the load (none: the run's own)
 
     @property
     def capped(self) -> bool:
@@ -113,6 +162,7 @@ class GeneratorReport:
             "attempts_not_sent_pool_full": self.unsent_waiting,
             "attempt_cap": None if self.cap is None else self.cap.to_dict(),
             "gc": None if self.collector is None else self.collector.to_dict(),
+            "workers": [w.to_dict() for w in self.workers] or None,
         }
 
 
@@ -162,6 +212,31 @@ def judge_generator(
         unsent_waiting=unsent_waiting,
         collector=collector,
     )
+
+
+def judge_measures(
+    measures: GeneratorMeasures,
+    *,
+    limits: GeneratorLimits,
+    cap_limit: RateLimit | None,
+    workers: tuple[WorkerShare, ...] = (),
+) -> GeneratorReport:
+    """The verdict on a generator's measures (a run's own, or its workers' merged); a worker that ended early
+    took its share of the load with it, so the run did not send what it planned: limited, saying which."""
+    m = measures
+    report = judge_generator(
+        m.lag, max_stall_ms=m.max_stall_ms, cpu_busy=m.cpu_busy, overflow=m.overflow, limits=limits,
+        unsent=m.unsent, unsent_waiting=m.unsent_waiting, collector=m.collector,
+        cap=None if cap_limit is None else CapReport(
+            limit=cap_limit, first_attempts=m.capped_first, retries=m.capped_retries, delayed=m.cap_delays,
+            redirect_hops=m.capped_hops),
+    )  # fmt: skip
+    lost = tuple(
+        f"generator worker {w.index + 1} of {len(workers)} {w.failure}: {w.lost:,} request(s) lost (not sent)"
+        for w in workers
+        if w.failure is not None
+    )
+    return replace(report, limited=report.limited or bool(lost), reasons=report.reasons + lost, workers=workers)
 
 
 def _late_beyond_allowance(lag: Histogram, limit_ms: float) -> float | None:

@@ -47,6 +47,8 @@ MAX_PLANNED_REQUESTS = 2_000_000
 MAX_RUN_SECONDS = 24 * 3600
 MAX_SEED = 2**63 - 1
 MAX_REDIRECTS = 20  # hops a followed redirect chain may take (browsers stop at 20)
+AUTO_WORKERS = 0  # client.workers: auto (resolved to the machine's cores by the composition root)
+MAX_WORKERS = 256
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}$")
 
 
@@ -68,6 +70,9 @@ class ClientSpec:
     # host checked against the allowlist and credentials dropped when the origin changes.
     follow_redirects: bool = False
     max_redirects: int = 5
+    # None: the generator runs in the run's own process. N: in N worker processes, each sending its share of
+    # the plan (``domain.shards``); ``AUTO_WORKERS``: the cores left after the coordinator, at least one.
+    workers: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -201,8 +206,10 @@ def with_overrides(
     target_url: str | None = None,
     seed: int | None = None,
     threshold: float | None = None,
+    workers: str | None = None,
 ) -> Scenario:
-    """The scenario with command-line overrides applied, each validated like the file's own fields."""
+    """The scenario with command-line overrides applied, each validated like the file's own fields
+    (``workers``: a count or ``auto``, as ``--workers`` gives it)."""
     problems = Problems()
     target = scenario.target
     if target_url is not None:
@@ -219,14 +226,29 @@ def with_overrides(
         scenario.seed if seed is None else check_number(seed, "--seed", problems, ge=0, le=MAX_SEED, integer=True)
     )
     new_threshold = None if threshold is None else check_number(threshold, "--threshold", problems, ge=0, le=100)
+    client = scenario.client
+    if workers is not None:
+        count = AUTO_WORKERS
+        if workers != "auto":
+            count = check_number(_cli_number(workers), "--workers", problems, ge=1, le=MAX_WORKERS, integer=True)
+        client = replace(client, workers=count)
     if problems:
         raise ScenarioInvalid(problems.items)
     return replace(
         scenario,
         target=target,
+        client=client,
         seed=new_seed,
         score=scenario.score if new_threshold is None else replace(scenario.score, threshold=new_threshold),
     )
+
+
+def _cli_number(text: str) -> object:
+    """A command-line number as a number when it reads as one (else as given, for the check to name it)."""
+    try:
+        return int(text)
+    except ValueError:
+        return text
 
 
 def _parse(document: object, problems: Problems) -> Scenario | None:
@@ -330,6 +352,7 @@ def _parse_client(reader: Reader, slo: Slo | None) -> ClientSpec | None:
     retry = parse_retry(reader.raw("retry", {"policy": "none"}), reader.child("retry"), reader.problems)
     follow = reader.boolean("follow_redirects", False)
     hops = reader.number("max_redirects", 5, ge=1, le=MAX_REDIRECTS, integer=True)
+    workers = _parse_workers(reader)
     reader.done()
     if reader.has("max_redirects") and follow is False:
         reader.error("max_redirects", "only applies with follow_redirects: true")
@@ -341,6 +364,7 @@ def _parse_client(reader: Reader, slo: Slo | None) -> ClientSpec | None:
         None in (pool, connect, in_flight, retry, follow, hops)
         or (reader.has("read_timeout_ms") and read is None)
         or (reader.has("attempt_timeout_ms") and attempt is None)
+        or (reader.has("workers") and workers is None)
     ):
         return None
     assert retry is not None
@@ -353,7 +377,15 @@ def _parse_client(reader: Reader, slo: Slo | None) -> ClientSpec | None:
         retry=retry,
         follow_redirects=bool(follow),
         max_redirects=hops,
+        workers=workers,
     )
+
+
+def _parse_workers(reader: Reader) -> int | None:
+    """``workers``: a count of processes, or ``auto``; None when absent (or wrong: a problem says why)."""
+    if reader.raw("workers", None) == "auto":
+        return AUTO_WORKERS
+    return reader.number("workers", None, ge=1, le=MAX_WORKERS, integer=True)  # type: ignore[no-any-return]
 
 
 def _parse_phase(value: object, path: str, problems: Problems, *, classes: tuple[str, ...] | None) -> Phase | None:

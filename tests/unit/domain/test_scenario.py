@@ -23,6 +23,7 @@ from cliffwatch.domain.outcomes import Outcome, Slo
 from cliffwatch.domain.redaction import redact_document
 from cliffwatch.domain.retry import DEFAULT_RETRY_ON, Jitter, RetryBudget, RetryKind, RetryPolicy
 from cliffwatch.domain.scenario import (
+    AUTO_WORKERS,
     AbortSpec,
     BaselineGuard,
     ClientSpec,
@@ -945,3 +946,33 @@ def test_slo_ttfa_is_the_first_answer_tokens_bound_between_ttft_and_e2e() -> Non
     assert _problems(document) == ["slo.ttfa_ms: must be <= e2e_ms (2000)"]
     document["slo"] = {"e2e_ms": 2000, "timeout_ms": 5000, "ttfa_ms": 0}
     assert _problems(document) == ["slo.ttfa_ms: must be > 0"]
+
+
+# -- client.workers --------------------------------------------------------------------------------
+
+
+def test_workers_default_to_the_runs_own_process_and_take_a_count_or_auto() -> None:
+    assert parse_scenario(minimal_document()).client.workers is None
+    assert parse_scenario(_changed(minimal_document(), {"client": {"workers": 3}})).client.workers == 3
+    assert parse_scenario(_changed(minimal_document(), {"client": {"workers": "auto"}})).client.workers == AUTO_WORKERS
+
+
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [(0, "client.workers: must be >= 1"), (1.5, "client.workers: must be a whole number"),
+     ("many", "client.workers: must be a number")],
+)  # fmt: skip
+def test_a_bad_workers_value_is_named(value: object, problem: str) -> None:
+    problems = _problems(_changed(minimal_document(), {"client": {"workers": value}}))
+    assert len(problems) == 1
+    assert problems[0].startswith(problem)
+
+
+def test_the_workers_override_takes_a_count_or_auto_and_names_a_bad_one() -> None:
+    scenario = parse_scenario(minimal_document())
+    assert with_overrides(scenario, workers="2").client.workers == 2
+    assert with_overrides(scenario, workers="auto").client.workers == AUTO_WORKERS
+    assert replace(with_overrides(scenario, workers="2"), client=scenario.client) == scenario
+    with pytest.raises(ScenarioInvalid) as caught:
+        with_overrides(scenario, workers="0")
+    assert [p.path for p in caught.value.problems] == ["--workers"]

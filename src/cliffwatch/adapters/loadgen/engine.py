@@ -18,14 +18,14 @@ import contextlib
 import functools
 import random
 import time
-from collections.abc import Iterable
+from collections.abc import AsyncIterable, Iterable
 from typing import Protocol
 
 import structlog
 
 from cliffwatch.adapters.loadgen.collector import generator_collector
 from cliffwatch.domain.conversations import turn_id
-from cliffwatch.domain.generator_health import CapReport, GeneratorLimits, GeneratorReport, judge_generator
+from cliffwatch.domain.generator_health import GeneratorLimits, GeneratorMeasures, GeneratorReport, judge_measures
 from cliffwatch.domain.histogram import Histogram
 from cliffwatch.domain.outcomes import CAP_REASON, NS_PER_MS, NS_PER_S, Attempt, RequestRecord
 from cliffwatch.domain.plan import PlannedRequest, later_turns_of, phase_windows
@@ -34,6 +34,7 @@ from cliffwatch.domain.prompt_sizing import PromptSizing
 from cliffwatch.domain.rate_limit import TokenBucket
 from cliffwatch.domain.retry import FailureKind, RetryBudgetState, RetryKind, decide_retry
 from cliffwatch.domain.scenario import Scenario
+from cliffwatch.domain.shards import budget_share
 
 log = structlog.get_logger(__name__)
 
@@ -67,7 +68,8 @@ class AttemptExecutor(Protocol):
 
 class OpenLoopGenerator:
     """Implements the ``LoadGenerator`` port on an ``AttemptExecutor``; ``cap``: the run's attempt cap (a
-    bucket on ``clock``, shared by every generator of one sweep), None for none."""
+    bucket on ``clock``, shared by every generator of one sweep), None for none; ``shares``: the generator
+    sends one of that many equal shares of the run (a worker process: ``adapters.loadgen.workers``)."""
 
     def __init__(
         self,
@@ -77,6 +79,7 @@ class OpenLoopGenerator:
         limits: GeneratorLimits | None = None,
         *,
         cap: TokenBucket | None = None,
+        shares: int = 1,
     ) -> None:
         self.scenario = scenario
         self.executor = executor
@@ -99,9 +102,10 @@ class OpenLoopGenerator:
         self._unsent_waiting = 0  # of them, those that had been waiting for a pooled connection
         self._lag = Histogram()
         self._max_stall_ns = 0
-        # A retry budget is a client's: each traffic class (a tenant's client) has its own, in each phase.
+        # A retry budget is a client's: each traffic class (a tenant's client) has its own, in each phase. A
+        # worker sending one of ``shares`` of the load keeps that share of each reserve (``domain.shards``).
         self._budgets = {
-            (phase, klass): RetryBudgetState(scenario.retry_for(phase, klass).budget)
+            (phase, klass): RetryBudgetState(budget_share(scenario.retry_for(phase, klass).budget, shares))
             for phase in range(len(scenario.phases))
             for klass in range(len(scenario.traffic_classes))
         }
@@ -128,13 +132,28 @@ class OpenLoopGenerator:
     async def run(
         self, plan: Iterable[PlannedRequest], *, start_ns: int, listener: GeneratorListener
     ) -> GeneratorReport:
+        measures = await self.measure(plan, start_ns=start_ns, listener=listener)
+        return judge_measures(measures, limits=self.limits, cap_limit=None if self.cap is None else self.cap.limit)
+
+    async def measure(
+        self,
+        plan: Iterable[PlannedRequest] | AsyncIterable[PlannedRequest],
+        *,
+        start_ns: int,
+        listener: GeneratorListener,
+    ) -> GeneratorMeasures:
+        """Sends ``plan`` (given ahead, or arriving while it runs: a worker's share) and returns what the
+        generator measured about itself, unjudged (a worker's measures are judged with the others')."""
         cpu_start = time.process_time()
         hops_before = self.executor.capped_hops  # the executor may serve several generators (a sweep's steps)
         wall_start = self.clock.now_ns()
         watcher = asyncio.create_task(self._watch_loop())
         with generator_collector() as collector:
             try:
-                await self._dispatch(plan, start_ns, listener)
+                if isinstance(plan, AsyncIterable):
+                    await self._dispatch_arriving(plan, start_ns, listener)
+                else:
+                    await self._dispatch(plan, start_ns, listener)
                 while self._tasks:
                     await asyncio.wait(list(self._tasks))
             finally:
@@ -146,19 +165,20 @@ class OpenLoopGenerator:
                 if self._tasks:
                     await asyncio.wait(list(self._tasks))
         wall_s = max(1e-9, (self.clock.now_ns() - wall_start) / NS_PER_S)
-        return judge_generator(
-            self._lag,
-            max_stall_ms=self._max_stall_ns / NS_PER_MS,
-            cpu_busy=(time.process_time() - cpu_start) / wall_s,
-            overflow=self._overflow,
-            unsent=self._unsent,
-            unsent_waiting=self._unsent_waiting,
-            collector=collector.report(),
-            limits=self.limits,
-            cap=None if self.cap is None else CapReport(
-                limit=self.cap.limit, first_attempts=self._capped_first, retries=self._capped_retries,
-                delayed=self._cap_delays, redirect_hops=self.executor.capped_hops - hops_before),
+        return GeneratorMeasures(
+            lag=self._lag, max_stall_ms=self._max_stall_ns / NS_PER_MS,
+            cpu_busy=(time.process_time() - cpu_start) / wall_s, overflow=self._overflow, unsent=self._unsent,
+            unsent_waiting=self._unsent_waiting, collector=collector.report(), capped_first=self._capped_first,
+            capped_retries=self._capped_retries, cap_delays=self._cap_delays,
+            capped_hops=self.executor.capped_hops - hops_before,
         )  # fmt: skip
+
+    async def _dispatch_arriving(
+        self, plan: AsyncIterable[PlannedRequest], start_ns: int, listener: GeneratorListener
+    ) -> None:
+        """``_dispatch`` over a plan that arrives while it runs, in batches ahead of their time."""
+        async for request in plan:
+            await self._dispatch([request], start_ns, listener)
 
     async def _dispatch(self, plan: Iterable[PlannedRequest], start_ns: int, listener: GeneratorListener) -> None:
         loop = asyncio.get_running_loop()

@@ -16,6 +16,7 @@ import contextlib
 import email.utils
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import aiohttp
 
@@ -180,7 +181,13 @@ class HttpExecutor:
             _default_header(headers, "Accept", "text/event-stream")
         return headers
 
+    def settled_prompts(self) -> dict[str, Any]:
+        """The prompts as the preflight settled them, as keyword arguments for another executor that must send
+        the same ones (a generator worker's) without measuring them again."""
+        return {"prompts": self._prompt_source, "dataset": self._dataset, "sizing": self.sizing}
+
     def _class_bodies(self, source: PromptSource | None) -> list[RequestBodies]:
+        self._prompt_source = source
         bodies = [RequestBodies(self.scenario, source, self._dataset, template=c.request, prefix=c.prefix)
                   for c in self.scenario.traffic_classes]  # fmt: skip
         for made in bodies:

@@ -6,7 +6,7 @@ Missing fields show as "–" rather than failing: a report of an interrupted or 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from cliffwatch.adapters.report.markup import DASH
@@ -158,8 +158,25 @@ def generator(doc: Mapping[str, Any]) -> str:
     cls = "warn" if limited else ""
     return (
         f'<section id="generator"><h2>Load generator</h2><p class="{cls}">The generator {_e(text)}.</p>'
-        f"{evidence(facts)}</section>"
+        f"{evidence(facts)}{_workers(_list(gen.get('workers')))}</section>"
     )
+
+
+def _workers(workers: Sequence[Any]) -> str:
+    """What each worker process sent (``client.workers``); nothing for a run sent from its own process."""
+    if not workers:
+        return ""
+    rows = []
+    for worker in map(_map, workers):
+        index = worker.get("index")
+        rows.append((
+            _num(index + 1 if isinstance(index, int) else None), _e(worker.get("pid") or DASH),
+            _num(worker.get("planned")), _num(worker.get("finished")), _num(worker.get("lost")),
+            _num(worker.get("cpu_busy"), 2), _num(worker.get("max_event_loop_stall_ms"), 1),
+            _e(worker.get("failure") or "finished"),
+        ))  # fmt: skip
+    head = ("worker", "pid", "planned", "reported", "lost", "CPU (core)", "longest stall (ms)", "ended")
+    return f"<h3>Worker processes</h3>{_table(head, rows, cls='numbers')}"
 
 
 def faults(doc: Mapping[str, Any]) -> str:

@@ -1,0 +1,67 @@
+"""Puts a run's generator in worker processes when its scenario asks for them (``client.workers``)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+
+from cliffwatch.adapters.loadgen.http_client import HttpExecutor
+from cliffwatch.adapters.loadgen.workers.coordinator import ShardedGenerator
+from cliffwatch.adapters.loadgen.workers.spec import WorkerSpec
+from cliffwatch.adapters.target_access import Destinations
+from cliffwatch.domain.ports import Clock
+from cliffwatch.domain.rate_limit import RateLimit
+from cliffwatch.domain.redaction import DEFAULT_RULES, RedactionRules
+from cliffwatch.domain.scenario import MAX_WORKERS, Scenario
+from cliffwatch.domain.shards import cap_share, client_share, worker_count
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity, which a container or ``taskset`` may narrow)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def sharded_generator(
+    sent: Scenario,
+    executor: HttpExecutor,
+    clock: Clock,
+    *,
+    load_url: str,
+    destinations: Destinations,
+    cap: RateLimit | None,
+    secrets: tuple[str, ...] = (),
+    redaction: RedactionRules = DEFAULT_RULES,
+    log_level: str = "warning",
+    most: int = MAX_WORKERS,
+) -> ShardedGenerator:
+    """The coordinator of ``sent``'s workers (``sent``: the scenario as sent, secrets read); the workers start
+    at its preflight, once the prompts are settled."""
+    asked = sent.client.workers
+    assert asked is not None, "only for a scenario with client.workers"
+    count = worker_count(asked, cores=usable_cores(), most=most)
+    share = replace(sent, client=client_share(sent.client, count))
+
+    def specs(settled: HttpExecutor) -> list[WorkerSpec]:
+        prompts, pins = settled.settled_prompts(), destinations.pins()
+        worker_cap = None if cap is None else cap_share(cap, count)
+        return [
+            WorkerSpec(
+                index=index,
+                count=count,
+                scenario=share,
+                base_url=load_url,
+                allowlist=destinations.allowlist,
+                pins=pins,
+                cap=worker_cap,
+                executor=prompts,
+                secrets=secrets,
+                redaction=redaction,
+                log_level=log_level,
+            )
+            for index in range(count)
+        ]
+
+    return ShardedGenerator(executor, clock, specs, cap=cap)

@@ -1,0 +1,39 @@
+"""Everything a generator worker process needs to send its share, sent to it as its first message.
+
+The worker builds its own HTTP client from it: the scenario as sent (secrets already read, so the worker reads
+no secret store and needs no settings), its share of the client's limits, the places the run admitted with the
+addresses they were pinned to (the worker resolves nothing the run did not check), and the prompts as the
+coordinator's preflight settled them (a calibration or the server's own token counts are measured once, by
+the coordinator, and every worker sends the same prompts).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from cliffwatch.domain.allowlist import Allowlist
+from cliffwatch.domain.generator_health import GeneratorLimits
+from cliffwatch.domain.rate_limit import RateLimit
+from cliffwatch.domain.redaction import DEFAULT_RULES, RedactionRules
+from cliffwatch.domain.scenario import Scenario
+
+BEAT_INTERVAL_S = 0.5  # the coordinator says it is alive this often
+BEAT_TIMEOUT_S = 3.0  # a worker that hears nothing for this long fences itself: it stops sending and exits
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkerSpec:
+    index: int
+    count: int
+    scenario: Scenario  # as sent, its client cut to this worker's share (``domain.shards.client_share``)
+    base_url: str  # where the load goes (the target, or the proxy in front of it)
+    allowlist: Allowlist
+    pins: tuple[tuple[str, int, tuple[str, ...]], ...]  # (host, port, addresses) the run admitted
+    cap: RateLimit | None  # this worker's share of the run's attempt cap
+    executor: dict[str, Any] = field(default_factory=dict)  # the prompts: ``HttpExecutor`` keyword arguments
+    limits: GeneratorLimits = field(default_factory=GeneratorLimits)
+    secrets: tuple[str, ...] = ()  # values the worker's log lines must mask
+    redaction: RedactionRules = DEFAULT_RULES
+    log_level: str = "warning"
+    beat_timeout_s: float = BEAT_TIMEOUT_S
