@@ -27,7 +27,8 @@ from cliffwatch.adapters.fault_ledger import FileFaultLedger
 from cliffwatch.adapters.loadgen.engine import OpenLoopGenerator
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
 from cliffwatch.adapters.loadgen.prompt_setup import counter_of, prompt_options
-from cliffwatch.adapters.loadgen.workers.setup import sharded_generator
+from cliffwatch.adapters.loadgen.workers.coordinator import ShardedGenerator
+from cliffwatch.adapters.loadgen.workers.setup import worker_pool
 from cliffwatch.adapters.logs import remember_secrets
 from cliffwatch.adapters.secret_sources import LocalSecrets
 from cliffwatch.adapters.server_metrics.scraper import PrometheusWatcher
@@ -231,11 +232,12 @@ async def prepare_run(
         traces, sizes = traces_of(scenario), None if dataset is None else dataset.sizes
         generator: LoadGenerator = OpenLoopGenerator(scenario, executor, clock, cap=cap)
         if scenario.client.workers is not None:
-            generator = await stack.enter_async_context(sharded_generator(
-                sent, executor, clock, load_url=load_url, destinations=destinations, cap=cap.limit,
+            pool = await stack.enter_async_context(worker_pool(
+                sent, executor, load_url=load_url, destinations=destinations, cap=cap.limit,
                 secrets=tuple(secret_values(scenario, sent, settings.redaction)), redaction=settings.redaction,
                 log_level=settings.log_level, most=settings.caps.max_workers,
             ))  # fmt: skip
+            generator = ShardedGenerator(pool, scenario, clock)
         service = RunService(
             clock=clock,
             generator=generator,

@@ -164,7 +164,11 @@ def scorecard(result: RunResult) -> RenderableType:
     pauses = "" if collector is None else f"longest GC pause {_ms(collector.max_pause_ms)}; "
     workers = result.generator.workers
     busiest = " (the busiest worker)" if workers else ""
-    sent_from = f"{len(workers)} worker process{'es' if len(workers) > 1 else ''} sent it; " if workers else ""
+    sent_from = ""
+    if workers:
+        coordinator = result.generator.coordinator_cpu_busy or 0.0
+        sent_from = f"{len(workers)} worker process{'es' if len(workers) > 1 else ''} sent it (coordinator CPU "
+        sent_from += f"{coordinator:.0%}); "
     lines.append(
         Text(
             f"generator: schedule lag p99 {_ms(lag.get('p99'))}, max {_ms(lag.get('max'))}; "

@@ -145,6 +145,8 @@ class GeneratorReport:
     unsent_waiting: int = 0
     collector: CollectorReport | None = None  # None: not measured (a test double's generator)
     workers: tuple[WorkerShare, ...] = ()  # the worker processes that sent the load (none: the run's own)
+    # With workers: the coordinator's CPU (its records, aggregation, progress), a share of one core.
+    coordinator_cpu_busy: float | None = None
 
     @property
     def capped(self) -> bool:
@@ -163,6 +165,7 @@ class GeneratorReport:
             "attempt_cap": None if self.cap is None else self.cap.to_dict(),
             "gc": None if self.collector is None else self.collector.to_dict(),
             "workers": [w.to_dict() for w in self.workers] or None,
+            "coordinator_cpu_busy": None if self.coordinator_cpu_busy is None else round(self.coordinator_cpu_busy, 4),
         }
 
 
@@ -220,6 +223,7 @@ def judge_measures(
     limits: GeneratorLimits,
     cap_limit: RateLimit | None,
     workers: tuple[WorkerShare, ...] = (),
+    coordinator_cpu_busy: float | None = None,
 ) -> GeneratorReport:
     """The verdict on a generator's measures (a run's own, or its workers' merged); a worker that ended early
     took its share of the load with it, so the run did not send what it planned: limited, saying which."""
@@ -236,7 +240,8 @@ def judge_measures(
         for w in workers
         if w.failure is not None
     )
-    return replace(report, limited=report.limited or bool(lost), reasons=report.reasons + lost, workers=workers)
+    return replace(report, limited=report.limited or bool(lost), reasons=report.reasons + lost, workers=workers,
+                   coordinator_cpu_busy=coordinator_cpu_busy)  # fmt: skip
 
 
 def _late_beyond_allowance(lag: Histogram, limit_ms: float) -> float | None:

@@ -79,7 +79,8 @@ def share(index: int, failure: str | None = None, lost: int = 0) -> WorkerShare:
 
 def test_workers_that_finished_leave_the_verdict_to_the_measures() -> None:
     report = judge_measures(measures([1.0] * 10), limits=GeneratorLimits(), cap_limit=None,
-                            workers=(share(0), share(1)))  # fmt: skip
+                            workers=(share(0), share(1)), coordinator_cpu_busy=0.25)  # fmt: skip
+    assert report.to_dict()["coordinator_cpu_busy"] == 0.25
     assert not report.limited
     assert report.reasons == ()
     assert [w["pid"] for w in report.to_dict()["workers"]] == [100, 101]

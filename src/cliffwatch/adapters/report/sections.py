@@ -155,6 +155,8 @@ def generator(doc: Mapping[str, Any]) -> str:
         counts = _list(collector.get("collections"))
         facts["garbage collections (young / middle / full)"] = " / ".join(map(str, counts)) or None
         facts["longest garbage-collection pause (ms)"] = collector.get("max_pause_ms")
+    if gen.get("coordinator_cpu_busy") is not None:
+        facts["coordinator CPU (share of a core)"] = gen.get("coordinator_cpu_busy")
     cls = "warn" if limited else ""
     return (
         f'<section id="generator"><h2>Load generator</h2><p class="{cls}">The generator {_e(text)}.</p>'

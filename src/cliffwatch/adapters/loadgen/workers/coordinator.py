@@ -1,4 +1,4 @@
-"""The ``LoadGenerator`` of a run with ``client.workers``: worker processes send, this process coordinates.
+"""The ``LoadGenerator`` of one run (or sweep step) sent from a ``WorkerPool``: workers send, this coordinates.
 
 The coordinator keeps what must be one for the run: the clock (every worker sends from the same
 ``start_ns`` on the machine's monotonic clock), the plan (dealt round-robin, ``domain.shards``, shipped about
@@ -15,20 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import socket
-import sys
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from types import TracebackType
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-import structlog
-
-from cliffwatch.adapters.loadgen.http_client import HttpExecutor
-from cliffwatch.adapters.loadgen.workers.spec import BEAT_INTERVAL_S, WorkerSpec
-from cliffwatch.adapters.loadgen.workers.wire import WireBroken, pack, plan_row, planned, receive, recorded
-from cliffwatch.domain.errors import WorkersFailed
+from cliffwatch.adapters.loadgen.workers.pool import Worker, WorkerPool
+from cliffwatch.adapters.loadgen.workers.wire import WireBroken, plan_row, planned, receive, recorded
 from cliffwatch.domain.generator_health import (
     GeneratorLimits,
     GeneratorMeasures,
@@ -40,275 +33,178 @@ from cliffwatch.domain.outcomes import NS_PER_S
 from cliffwatch.domain.plan import PlannedRequest
 from cliffwatch.domain.ports import Clock, GeneratorListener, LiveCounters
 from cliffwatch.domain.prompt_sizing import PromptSizing
-from cliffwatch.domain.rate_limit import RateLimit
-from cliffwatch.domain.shards import lost_reason, merged_measures
-
-log = structlog.get_logger(__name__)
+from cliffwatch.domain.scenario import Scenario
+from cliffwatch.domain.shards import client_share, lost_reason, merged_measures
 
 LOOKAHEAD_S = 1.0  # the plan reaches a worker this far ahead of its time
 BATCH_ROWS = 256  # planned requests shipped in one message at most
-START_TIMEOUT_S = 120.0  # a worker imports, loads a tokenizer or dataset, opens its client: then it is ready
-END_TIMEOUT_S = 30.0  # after its last record, a worker has this long to exit before it is killed
-WORKER_MODULE = "cliffwatch.adapters.loadgen.workers.worker_process"
 
 
 @dataclass(kw_only=True)
-class Worker:
-    """A worker process as its coordinator sees it: its stream, what it was given and what it reported."""
+class _Share:
+    """One worker's part of this run: what it was given and what it reported."""
 
-    index: int
-    process: asyncio.subprocess.Process
-    reader: asyncio.StreamReader
-    writer: asyncio.StreamWriter
+    worker: Worker
     open: dict[int, PlannedRequest] = field(default_factory=dict)  # given or started, not yet reported
+    rows: list[tuple[Any, ...]] = field(default_factory=list)  # dealt, not yet shipped
     planned: int = 0
     finished: int = 0
+    lost: int = 0
     live: tuple[int, int, float] = (0, 0, 0.0)
     measures: GeneratorMeasures | None = None
-    failure: str | None = None
-    lost: int = 0
-
-    @property
-    def gone(self) -> bool:
-        return self.failure is not None or self.writer.is_closing()
-
-    def send(self, message: tuple[Any, ...]) -> None:
-        if not self.gone:
-            self.writer.write(pack(message))
 
 
 class ShardedGenerator:
-    """Implements ``LoadGenerator`` over ``count`` worker processes. ``executor`` is the coordinator's own
-    client: it makes the preflight (and settles the prompts), never the load; ``specs`` gives each worker's
-    spec from it. Use as an async context manager: leaving it ends every worker still running."""
+    """Implements ``LoadGenerator`` for one run of ``scenario`` over ``pool``'s workers (``next_prompts``: the
+    workers send prompts no earlier run of the pool sent, as a sweep's next step does)."""
 
     def __init__(
         self,
-        executor: HttpExecutor,
+        pool: WorkerPool,
+        scenario: Scenario,
         clock: Clock,
-        specs: Callable[[HttpExecutor], list[WorkerSpec]],
         *,
         limits: GeneratorLimits | None = None,
-        cap: RateLimit | None = None,
+        next_prompts: bool = False,
     ) -> None:
-        self.executor = executor
+        self.pool = pool
+        self.scenario = scenario
         self.clock = clock
-        self.specs = specs
         self.limits = limits or GeneratorLimits()
-        self.cap = cap
-        self._workers: list[Worker] = []
+        self.next_prompts = next_prompts
+        self._shares: list[_Share] = []
         self._stop: tuple[str, bool] | None = None
         self._stopped = asyncio.Event()
 
-    async def __aenter__(self) -> ShardedGenerator:
-        return self
-
-    async def __aexit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self._end_all()
-
     async def preflight(self) -> PromptSizing:
-        sizing = await self.executor.preflight()
-        if not self._workers:
-            await self._start(self.specs(self.executor))
-        return sizing
+        return await self.pool.preflight()
 
     @property
     def worker_pids(self) -> tuple[int, ...]:
-        return tuple(w.process.pid for w in self._workers)
+        return self.pool.pids
 
     def live(self) -> LiveCounters:
         return LiveCounters(
-            dispatched=sum(w.live[0] for w in self._workers),
-            in_flight=sum(w.live[1] for w in self._workers),
-            tokens=sum(w.live[2] for w in self._workers),
+            dispatched=sum(s.live[0] for s in self._shares),
+            in_flight=sum(s.live[1] for s in self._shares),
+            tokens=sum(s.live[2] for s in self._shares),
         )
 
     def stop(self, reason: str, *, cancel_in_flight: bool = False) -> None:
         if self._stop is None or (cancel_in_flight and not self._stop[1]):
             self._stop = (reason if self._stop is None else self._stop[0], cancel_in_flight)
             self._stopped.set()
-            for worker in self._workers:
-                worker.send(("stop", self._stop[0], cancel_in_flight))
+            for share in self._shares:
+                share.worker.send(("stop", self._stop[0], cancel_in_flight))
 
     async def run(
         self, plan: Iterable[PlannedRequest], *, start_ns: int, listener: GeneratorListener
     ) -> GeneratorReport:
-        if not self._workers:
-            await self._start(self.specs(self.executor))
-        for worker in self._workers:
-            worker.send(("go", start_ns))
-        readers = [asyncio.create_task(self._read(w, listener)) for w in self._workers]
-        beats = asyncio.create_task(self._beat())
+        await self.pool.start()
+        cpu_start, wall_start = time.process_time(), self.clock.now_ns()
+        count = len(self.pool.workers)
+        scenario = replace(self.scenario, client=client_share(self.scenario.client, count))
+        self._shares = [_Share(worker=w) for w in self.pool.workers]
+        for share in self._shares:
+            share.worker.send(("go", start_ns, scenario, self.next_prompts))
+        if self._stop is not None:  # stopped before the start: every worker is told, nothing is sent
+            for share in self._shares:
+                share.worker.send(("stop", *self._stop))
+        readers = [asyncio.create_task(self._read(s, listener)) for s in self._shares]
         try:
             await self._deal(plan, start_ns, listener)
             await asyncio.gather(*readers)
         finally:
-            beats.cancel()
             for task in readers:
                 task.cancel()
-            await asyncio.gather(beats, *readers, return_exceptions=True)
-        await self._end_all()
-        measures = merged_measures([w.measures for w in self._workers if w.measures is not None])
-        shares = tuple(self._share(w) for w in self._workers)
-        return judge_measures(measures, limits=self.limits, cap_limit=self.cap, workers=shares)
-
-    async def _start(self, specs: list[WorkerSpec]) -> None:
-        try:
-            for spec in specs:
-                self._workers.append(await spawn_worker(spec))
-            for worker in self._workers:
-                await self._ready(worker)
-        except BaseException:
-            await self._end_all()
-            raise
-
-    async def _ready(self, worker: Worker) -> None:
-        try:
-            async with asyncio.timeout(START_TIMEOUT_S):
-                message = await receive(worker.reader)
-        except TimeoutError as exc:
-            raise WorkersFailed(f"worker {worker.index + 1} was not ready within {START_TIMEOUT_S:g}s") from exc
-        except WireBroken as exc:
-            code = await _exit_code(worker.process)
-            raise WorkersFailed(f"worker {worker.index + 1} exited (code {code}) before it was ready") from exc
-        if message[0] == "failed":
-            raise WorkersFailed(f"worker {worker.index + 1}: {message[1]}")
-        if message[0] != "ready":
-            raise WorkersFailed(f"worker {worker.index + 1} said {message[0]!r} instead of ready")
+            await asyncio.gather(*readers, return_exceptions=True)
+        busy = (time.process_time() - cpu_start) / max(1e-9, (self.clock.now_ns() - wall_start) / NS_PER_S)
+        measures = merged_measures([s.measures for s in self._shares if s.measures is not None])
+        return judge_measures(measures, limits=self.limits, cap_limit=self.pool.cap,
+                              workers=tuple(_report(s) for s in self._shares), coordinator_cpu_busy=busy)  # fmt: skip
 
     async def _deal(self, plan: Iterable[PlannedRequest], start_ns: int, listener: GeneratorListener) -> None:
         """Deals the plan round-robin, each worker's rows shipped in batches about ``LOOKAHEAD_S`` ahead."""
-        workers, count = self._workers, len(self._workers)
-        rows: list[list[tuple[Any, ...]]] = [[] for _ in workers]
+        shares, count = self._shares, len(self._shares)
         lookahead_ns = round(LOOKAHEAD_S * NS_PER_S)
         for number, request in enumerate(plan):
             if self._stop is not None:
                 listener.finished(request.not_sent(self._stop[0]))
                 continue
-            worker = workers[number % count]
-            if worker.failure is not None:
-                worker.lost += 1
-                listener.finished(request.not_sent(lost_reason(worker.index, count, worker.failure)))
+            share = shares[number % count]
+            failure = share.worker.failure
+            if failure is not None:
+                share.lost += 1
+                listener.finished(request.not_sent(lost_reason(share.worker.index, count, failure)))
                 continue
-            worker.open[request.id] = request
-            worker.planned += 1
-            rows[worker.index].append(plan_row(request))
-            if len(rows[worker.index]) >= BATCH_ROWS:
-                worker.send(("plan", rows[worker.index]))
-                rows[worker.index] = []
+            share.open[request.id] = request
+            share.planned += 1
+            share.rows.append(plan_row(request))
+            if len(share.rows) >= BATCH_ROWS:
+                self._ship(share)
             ahead_ns = start_ns + request.scheduled_ns - self.clock.now_ns() - lookahead_ns
             if ahead_ns > 0:
-                self._ship(rows)
-                await self._drain()
+                for each in shares:
+                    self._ship(each)
+                    await each.worker.drain()
                 with contextlib.suppress(TimeoutError):  # not ``wait_for``: it may swallow a cancel (3.11)
                     async with asyncio.timeout(ahead_ns / NS_PER_S):
                         await self._stopped.wait()
-        self._ship(rows)
-        for worker in workers:
-            worker.send(("end",))
-        await self._drain()
+        for share in shares:
+            self._ship(share)
+            share.worker.send(("end",))
+            await share.worker.drain()
 
-    def _ship(self, rows: list[list[tuple[Any, ...]]]) -> None:
-        for worker in self._workers:
-            if rows[worker.index]:
-                worker.send(("plan", rows[worker.index]))
-                rows[worker.index] = []
+    @staticmethod
+    def _ship(share: _Share) -> None:
+        if share.rows:
+            share.worker.send(("plan", share.rows))
+            share.rows = []
 
-    async def _drain(self) -> None:
-        for worker in self._workers:
-            if not worker.gone:
-                with contextlib.suppress(ConnectionError):
-                    await worker.writer.drain()
-
-    async def _read(self, worker: Worker, listener: GeneratorListener) -> None:
+    async def _read(self, share: _Share, listener: GeneratorListener) -> None:
         """Hands a worker's records to the run as they come, until it is done or gone."""
+        worker = share.worker
+        if worker.failure is not None:
+            return
         try:
             while True:
                 message = await receive(worker.reader)
                 if message[0] == "batch":
                     _, dispatched, finished, counters = message
-                    for row, at_ns in dispatched:
-                        request = planned(row)
-                        worker.open.setdefault(request.id, request)  # a conversation's later turn
-                        listener.dispatched(request, at_ns)
+                    for known, at_ns in dispatched:
+                        if isinstance(known, int):  # one it was dealt, by id
+                            listener.dispatched(share.open[known], at_ns)
+                        else:  # a conversation's later turn, made where the conversation runs
+                            request = planned(known)
+                            share.open[request.id] = request
+                            listener.dispatched(request, at_ns)
                     for row in finished:
                         record = recorded(row)
-                        worker.open.pop(record.id, None)
-                        worker.finished += 1
+                        share.open.pop(record.id, None)
+                        share.finished += 1
                         listener.finished(record)
                     if counters is not None:
-                        worker.live = counters
+                        share.live = counters
                 elif message[0] == "done":
-                    worker.measures = message[1]
+                    share.measures = message[1]
                     return
                 elif message[0] == "failed":
                     raise WireBroken(str(message[1]))
         except (WireBroken, ConnectionError) as exc:
-            code = await _exit_code(worker.process)
-            worker.failure = f"died (exit code {code})" if code is not None else f"failed ({exc})"
-            log.error("generator worker lost", worker=worker.index + 1, reason=worker.failure)
-            reason = lost_reason(worker.index, len(self._workers), worker.failure)
-            for request in list(worker.open.values()):
+            failure = await worker.lost(exc)
+            reason = lost_reason(worker.index, len(self._shares), failure)
+            for request in list(share.open.values()):
                 listener.finished(request.not_sent(reason))
-            worker.lost += len(worker.open)
-            worker.open.clear()
-
-    async def _beat(self) -> None:
-        while True:
-            await asyncio.sleep(BEAT_INTERVAL_S)
-            for worker in self._workers:
-                worker.send(("beat",))
-
-    def _share(self, worker: Worker) -> WorkerShare:
-        m = worker.measures
-        return WorkerShare(
-            index=worker.index, pid=worker.process.pid, planned=worker.planned, dispatched=worker.live[0],
-            finished=worker.finished, lost=worker.lost, cpu_busy=None if m is None else m.cpu_busy,
-            max_stall_ms=None if m is None else m.max_stall_ms,
-            gc_max_pause_ms=None if m is None or m.collector is None else m.collector.max_pause_ms,
-            failure=worker.failure,
-        )  # fmt: skip
-
-    async def _end_all(self) -> None:
-        """Every worker closed and gone: given ``END_TIMEOUT_S`` to finish on its own, then killed."""
-        for worker in self._workers:
-            if not worker.writer.is_closing():
-                worker.writer.close()
-        for worker in self._workers:
-            try:
-                async with asyncio.timeout(END_TIMEOUT_S):
-                    await worker.process.wait()
-            except TimeoutError:
-                log.warning("generator worker did not exit: killed", worker=worker.index + 1)
-                with contextlib.suppress(ProcessLookupError):
-                    worker.process.kill()
-                await worker.process.wait()
+            share.lost += len(share.open)
+            share.open.clear()
 
 
-async def spawn_worker(spec: WorkerSpec) -> Worker:
-    """A worker process started and sent its spec (not yet ready: it says so when it is)."""
-    mine, theirs = socket.socketpair()
-    try:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", WORKER_MODULE, str(theirs.fileno()), pass_fds=(theirs.fileno(),),
-            stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, env={**os.environ},
-        )  # fmt: skip
-    except OSError as exc:
-        mine.close()
-        raise WorkersFailed(f"could not start {sys.executable}: {exc}") from exc
-    finally:
-        theirs.close()
-    reader, writer = await asyncio.open_connection(sock=mine)
-    worker = Worker(index=spec.index, process=process, reader=reader, writer=writer)
-    worker.send(("spec", spec))
-    return worker
-
-
-async def _exit_code(process: asyncio.subprocess.Process) -> int | None:
-    """The worker's exit code once it has gone (a moment's wait: the stream ends just before the process)."""
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(2.0):
-            return await process.wait()
-    return None
+def _report(share: _Share) -> WorkerShare:
+    m, worker = share.measures, share.worker
+    return WorkerShare(
+        index=worker.index, pid=worker.process.pid, planned=share.planned, dispatched=share.live[0],
+        finished=share.finished, lost=share.lost, cpu_busy=None if m is None else m.cpu_busy,
+        max_stall_ms=None if m is None else m.max_stall_ms,
+        gc_max_pause_ms=None if m is None or m.collector is None else m.collector.max_pause_ms,
+        failure=worker.failure,
+    )  # fmt: skip

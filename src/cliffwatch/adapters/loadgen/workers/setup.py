@@ -1,4 +1,4 @@
-"""Puts a run's generator in worker processes when its scenario asks for them (``client.workers``)."""
+"""Starts the worker processes of a run or sweep whose scenario asks for them (``client.workers``)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,9 @@ import os
 from dataclasses import replace
 
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
-from cliffwatch.adapters.loadgen.workers.coordinator import ShardedGenerator
+from cliffwatch.adapters.loadgen.workers.pool import WorkerPool
 from cliffwatch.adapters.loadgen.workers.spec import WorkerSpec
 from cliffwatch.adapters.target_access import Destinations
-from cliffwatch.domain.ports import Clock
 from cliffwatch.domain.rate_limit import RateLimit
 from cliffwatch.domain.redaction import DEFAULT_RULES, RedactionRules
 from cliffwatch.domain.scenario import MAX_WORKERS, Scenario
@@ -24,10 +23,9 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def sharded_generator(
+def worker_pool(
     sent: Scenario,
     executor: HttpExecutor,
-    clock: Clock,
     *,
     load_url: str,
     destinations: Destinations,
@@ -36,9 +34,9 @@ def sharded_generator(
     redaction: RedactionRules = DEFAULT_RULES,
     log_level: str = "warning",
     most: int = MAX_WORKERS,
-) -> ShardedGenerator:
-    """The coordinator of ``sent``'s workers (``sent``: the scenario as sent, secrets read); the workers start
-    at its preflight, once the prompts are settled."""
+) -> WorkerPool:
+    """The workers ``sent`` asks for (``sent``: the scenario as sent, secrets read), not started yet: they
+    start at the pool's preflight, once the coordinator's client (``executor``) has settled the prompts."""
     asked = sent.client.workers
     assert asked is not None, "only for a scenario with client.workers"
     count = worker_count(asked, cores=usable_cores(), most=most)
@@ -64,4 +62,4 @@ def sharded_generator(
             for index in range(count)
         ]
 
-    return ShardedGenerator(executor, clock, specs, cap=cap)
+    return WorkerPool(executor, specs, count=count, cap=cap)

@@ -8,9 +8,11 @@ Planned requests and records travel as plain tuples of their fields, enums as th
 frozen dataclasses themselves costs about ten times as much (5 µs against 0.4 µs a request each way), and at
 thousands of requests a second that is the coordinator's whole budget.
 
-Coordinator to worker: ``("go", start_ns)``, ``("plan", rows)``, ``("end",)`` (no more plan), ``("stop",
-reason, cancel_in_flight)``, ``("beat",)`` (the coordinator is alive). Worker to coordinator: ``("ready",
-pid)``, ``("batch", dispatched, finished, live)``, ``("done", measures)``, ``("failed", why)``.
+Coordinator to worker: ``("spec", WorkerSpec)`` (first, once), then for each run ``("go", start_ns, scenario,
+next_prompts)``, ``("plan", rows)``, ``("end",)`` (no more plan) and ``("stop", reason, cancel_in_flight)``;
+``("beat",)`` (the coordinator is alive) throughout. Worker to coordinator: ``("ready",
+pid)``, ``("batch", dispatched, finished, live)`` (``dispatched``: ``(id, at_ns)`` of a request the worker was
+dealt, ``(row, at_ns)`` of a conversation's later turn it made), ``("done", measures)``, ``("failed", why)``.
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ from cliffwatch.adapters.target_access import Destinations
 from cliffwatch.domain.outcomes import RequestRecord
 from cliffwatch.domain.plan import PlannedRequest
 from cliffwatch.domain.rate_limit import TokenBucket
+from cliffwatch.domain.scenario import Scenario
 
 FLUSH_S = 0.05  # records reach the coordinator within this (its abort guards and progress read them)
 FLUSH_RECORDS = 500  # or as soon as this many are waiting
@@ -61,12 +62,13 @@ class _Outbox:
 
     def __init__(self, writer: asyncio.StreamWriter) -> None:
         self.writer = writer
-        self._dispatched: list[tuple[tuple[Any, ...], int]] = []
+        self._dispatched: list[tuple[int | tuple[Any, ...], int]] = []
         self._finished: list[tuple[Any, ...]] = []
         self.generator: OpenLoopGenerator | None = None
 
     def dispatched(self, request: PlannedRequest, at_ns: int) -> None:
-        self._dispatched.append((plan_row(request), at_ns))
+        # The coordinator dealt the request and knows it by id; a conversation's later turn was made here.
+        self._dispatched.append((request.id, at_ns) if request.turn <= 1 else (plan_row(request), at_ns))
 
     def finished(self, record: RequestRecord) -> None:
         self._finished.append(record_row(record))
@@ -99,17 +101,23 @@ async def serve(fd: int) -> int:
     spec: WorkerSpec = first[1]
     configure_logging(level=spec.log_level, fmt="json", rules=spec.redaction)
     remember_secrets(spec.secrets)
-    clock = MonotonicClock()
-    cap = None if spec.cap is None else TokenBucket(spec.cap, clock.now_ns())
+    cap = None if spec.cap is None else TokenBucket(spec.cap, MonotonicClock().now_ns())
     destinations = Destinations.pinned_to(spec.allowlist, spec.pins)
     try:
         async with HttpExecutor(
             spec.scenario, spec.base_url, destinations=destinations, cap=cap, **spec.executor
         ) as executor:
-            generator = OpenLoopGenerator(spec.scenario, executor, clock, spec.limits, cap=cap, shares=spec.count)
             writer.write(pack(("ready", os.getpid())))
             await writer.drain()
-            return await _send_share(spec, generator, reader, writer)
+            session = _Session(spec, reader, executor, cap)
+            tasks = [asyncio.create_task(session.listen()), asyncio.create_task(session.watch_beats())]
+            try:
+                await _send_shares(session, writer)
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+            return 0
     except Exception as exc:  # set-up failed: the coordinator says why and loses nothing it had not dealt
         with contextlib.suppress(Exception):
             writer.write(pack(("failed", f"{type(exc).__name__}: {exc}")))
@@ -117,59 +125,92 @@ async def serve(fd: int) -> int:
         raise
 
 
-async def _send_share(
-    spec: WorkerSpec, generator: OpenLoopGenerator, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-) -> int:
-    while (go := await receive(reader))[0] != "go":
-        if go[0] == "stop":  # stopped before the start: the plan still comes, and is all not sent
-            generator.stop(go[1], cancel_in_flight=bool(go[2]))
-    feed, outbox = _PlanFeed(), _Outbox(writer)
-    outbox.generator = generator
-    heard = [time.monotonic()]
-    fenced = asyncio.Event()
+class _Session:
+    """The worker's end of the stream for its whole life: runs start on ``go``; the run in progress takes
+    the plan, the end of it and stops; a stream that ends, or a coordinator silent for ``beat_timeout_s``,
+    fences the worker (the run in progress is cut short, no other starts)."""
 
-    def fence() -> None:
-        fenced.set()
-        generator.stop(FENCED, cancel_in_flight=True)
-        feed.end()
+    def __init__(
+        self, spec: WorkerSpec, reader: asyncio.StreamReader, executor: HttpExecutor, cap: TokenBucket | None
+    ) -> None:
+        self.spec = spec
+        self.reader = reader
+        self.executor = executor
+        self.cap = cap
+        self.clock = MonotonicClock()
+        # Each run is made as its ``go`` is read, so the plan and stops that follow it always find it.
+        self.runs: asyncio.Queue[tuple[int, OpenLoopGenerator, _PlanFeed] | None] = asyncio.Queue()
+        self.run: tuple[OpenLoopGenerator, _PlanFeed] | None = None
+        self.heard = time.monotonic()
+        self.fenced = False
 
-    async def listen() -> None:
+    async def listen(self) -> None:
         try:
             while True:
-                message = await receive(reader)
-                heard[0] = time.monotonic()
+                message = await receive(self.reader)
+                self.heard = time.monotonic()
                 kind = message[0]
-                if kind == "plan":
-                    feed.put(message[1])
-                elif kind == "end":
-                    feed.end()
-                elif kind == "stop":
-                    generator.stop(message[1], cancel_in_flight=bool(message[2]))
+                if kind == "go":
+                    self._start(*message[1:])
+                elif self.run is not None:
+                    generator, feed = self.run
+                    if kind == "plan":
+                        feed.put(message[1])
+                    elif kind == "end":
+                        feed.end()
+                    elif kind == "stop":
+                        generator.stop(message[1], cancel_in_flight=bool(message[2]))
         except (WireBroken, ConnectionError):
-            fence()
+            self.lost()
 
-    async def watch_beats() -> None:
+    async def watch_beats(self) -> None:
         while True:
-            await asyncio.sleep(spec.beat_timeout_s / 4)
-            if time.monotonic() - heard[0] > spec.beat_timeout_s:
-                fence()
+            await asyncio.sleep(self.spec.beat_timeout_s / 4)
+            if time.monotonic() - self.heard > self.spec.beat_timeout_s:
+                self.lost()
                 return
 
-    tasks = [asyncio.create_task(t) for t in (listen(), watch_beats(), outbox.keep_flushing())]
-    try:
-        measures = await generator.measure(feed, start_ns=go[1], listener=outbox)
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-    if fenced.is_set():
-        return 0  # nobody is listening (or nobody who answers): waiting on the stream could last forever
-    outbox.flush()
-    if not writer.is_closing():
-        writer.write(pack(("done", measures)))
-        with contextlib.suppress(ConnectionError):
-            await writer.drain()
-    return 0
+    def lost(self) -> None:
+        """The coordinator is gone (or silent): stop sending, now."""
+        if self.fenced:
+            return
+        self.fenced = True
+        if self.run is not None:
+            generator, feed = self.run
+            generator.stop(FENCED, cancel_in_flight=True)
+            feed.end()
+        self.runs.put_nowait(None)
+
+    def _start(self, start_ns: int, scenario: Scenario, next_prompts: bool) -> None:
+        if next_prompts:
+            self.executor.next_prompts()
+        spec = self.spec
+        generator = OpenLoopGenerator(scenario, self.executor, self.clock, spec.limits, cap=self.cap, shares=spec.count)
+        feed = _PlanFeed()
+        self.run = (generator, feed)
+        self.runs.put_nowait((start_ns, generator, feed))
+
+
+async def _send_shares(session: _Session, writer: asyncio.StreamWriter) -> None:
+    """Sends each run's share as the coordinator starts it, until the stream ends (or the worker is fenced)."""
+    while (run := await session.runs.get()) is not None:
+        start_ns, generator, feed = run
+        outbox = _Outbox(writer)
+        outbox.generator = generator
+        flusher = asyncio.create_task(outbox.keep_flushing())
+        try:
+            measures = await generator.measure(feed, start_ns=start_ns, listener=outbox)
+        finally:
+            session.run = None
+            flusher.cancel()
+            await asyncio.gather(flusher, return_exceptions=True)
+        if session.fenced:
+            return  # nobody is listening (or nobody who answers): waiting on the stream could last forever
+        outbox.flush()
+        if not writer.is_closing():
+            writer.write(pack(("done", measures)))
+            with contextlib.suppress(ConnectionError):
+                await writer.drain()
 
 
 def _die_with_parent() -> None:

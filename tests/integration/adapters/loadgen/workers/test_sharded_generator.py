@@ -19,12 +19,13 @@ from dataclasses import replace
 
 import pytest
 from aiohttp import web
-from loadgen_testkit import Serve, scenario_for
+from loadgen_testkit import CHAT_NONSTREAM, Serve, scenario_for
 
 from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
-from cliffwatch.adapters.loadgen.workers.coordinator import ShardedGenerator, spawn_worker
-from cliffwatch.adapters.loadgen.workers.setup import sharded_generator
+from cliffwatch.adapters.loadgen.workers.coordinator import ShardedGenerator
+from cliffwatch.adapters.loadgen.workers.pool import WorkerPool, spawn_worker
+from cliffwatch.adapters.loadgen.workers.setup import worker_pool
 from cliffwatch.adapters.loadgen.workers.spec import WorkerSpec
 from cliffwatch.adapters.loadgen.workers.wire import plan_row, receive
 from cliffwatch.adapters.target_access import Destinations
@@ -71,13 +72,18 @@ async def answer(request: web.Request) -> web.Response:
 
 
 @asynccontextmanager
-async def coordinator(scenario: Scenario, url: str) -> AsyncIterator[ShardedGenerator]:
+async def started_pool(scenario: Scenario, url: str) -> AsyncIterator[WorkerPool]:
     async with HttpExecutor(scenario, url) as executor:
-        made = sharded_generator(scenario, executor, MonotonicClock(), load_url=url,
-                                 destinations=executor.destinations, cap=None)  # fmt: skip
-        async with made as generator:
-            await generator.preflight()
-            yield generator
+        made = worker_pool(scenario, executor, load_url=url, destinations=executor.destinations, cap=None)
+        async with made as pool:
+            await pool.preflight()
+            yield pool
+
+
+@asynccontextmanager
+async def coordinator(scenario: Scenario, url: str) -> AsyncIterator[ShardedGenerator]:
+    async with started_pool(scenario, url) as pool:
+        yield ShardedGenerator(pool, scenario, MonotonicClock())
 
 
 def start_soon() -> int:
@@ -102,6 +108,8 @@ async def test_the_shares_of_two_workers_are_the_plan_exactly(serve: Serve) -> N
     assert len({w.pid for w in report.workers}) == 2
     assert os.getpid() not in {w.pid for w in report.workers}
     assert report.lag["count"] == len(plan)
+    assert report.coordinator_cpu_busy is not None
+    assert 0 < report.coordinator_cpu_busy < 1
 
 
 async def test_a_worker_that_dies_loses_only_its_share_and_the_run_says_so(serve: Serve) -> None:
@@ -128,6 +136,53 @@ async def test_a_worker_that_dies_loses_only_its_share_and_the_run_says_so(serve
     assert report.workers[1].lost == len(lost)
     assert report.workers[0].failure is None
     assert report.workers[0].finished == 100
+
+
+async def test_one_pool_sends_run_after_run_and_a_worker_lost_in_one_is_lost_to_the_next(serve: Serve) -> None:
+    """A sweep's steps reuse one pool: each run is dealt afresh, with fresh prompts when asked; a worker that
+    died in one run is reported lost, with its whole share, in every later one."""
+    bodies: list[str] = []
+
+    async def keep(request: web.Request) -> web.Response:
+        bodies.append(await request.text())
+        return web.Response(body=CHAT_NONSTREAM, content_type="application/json")
+
+    served = await serve(keep)
+    scenario = scenario_for(
+        served.url,
+        api="openai-chat",
+        request={"stream": False},
+        phases=[
+            {"name": "only", "role": "baseline", "duration_s": 1.0, "arrival": {"process": "constant", "rate": 40}}
+        ],
+    )
+    scenario = replace(scenario, client=replace(scenario.client, workers=2))
+    async with started_pool(scenario, served.url) as pool:
+        first, second = Records(), Records()
+        report = await ShardedGenerator(pool, scenario, MonotonicClock()).run(
+            iter_plan(scenario), start_ns=start_soon(), listener=Listener(first)
+        )
+        sent_first = len(bodies)
+        await ShardedGenerator(pool, scenario, MonotonicClock(), next_prompts=True).run(
+            iter_plan(scenario), start_ns=start_soon(), listener=Listener(second)
+        )
+        assert len(first.once_each()) == len(second.once_each()) == 40
+        assert {r.outcome for r in [*first.records, *second.records]} == {Outcome.ON_TIME}
+        assert {w.failure for w in report.workers} == {None}
+        assert not set(bodies[:sent_first]) & set(bodies[sent_first:]), "the second run sent fresh prompts"
+        os.kill(pool.pids[0], signal.SIGKILL)
+        await asyncio.sleep(0.2)
+        third = Records()
+        report = await ShardedGenerator(pool, scenario, MonotonicClock()).run(
+            iter_plan(scenario), start_ns=start_soon(), listener=Listener(third)
+        )
+    records = third.once_each()
+    assert len(records) == 40
+    assert {r.outcome for r in records.values() if r.id % 2} == {Outcome.ON_TIME}
+    assert {r.id for r in records.values() if r.outcome is Outcome.NOT_SENT} == {i for i in range(40) if i % 2 == 0}
+    assert report.workers[0].failure == "died (exit code -9)"
+    assert report.workers[0].lost == 20
+    assert report.limited
 
 
 async def test_a_stop_reaches_every_worker_and_nothing_more_is_sent(serve: Serve) -> None:
@@ -165,7 +220,7 @@ async def test_a_worker_that_hears_no_beat_fences_itself(serve: Serve) -> None:
     worker = await spawn_worker(spec)
     try:
         assert (await asyncio.wait_for(receive(worker.reader), 60))[0] == "ready"
-        worker.send(("go", start_soon()))
+        worker.send(("go", start_soon(), scenario, False))
         worker.send(("plan", [plan_row(r) for r in iter_plan(scenario)]))
         await served.until_received(10, within_s=10)
         # no beat ever comes: within the timeout (and a probe's period) the worker stops and exits
@@ -186,7 +241,8 @@ COORDINATOR = textwrap.dedent(
     from dataclasses import replace
     from cliffwatch.adapters.clock import MonotonicClock
     from cliffwatch.adapters.loadgen.http_client import HttpExecutor
-    from cliffwatch.adapters.loadgen.workers.setup import sharded_generator
+    from cliffwatch.adapters.loadgen.workers.coordinator import ShardedGenerator
+    from cliffwatch.adapters.loadgen.workers.setup import worker_pool
     from cliffwatch.domain.plan import iter_plan
     from cliffwatch.domain.scenario import parse_scenario
 
@@ -203,8 +259,9 @@ COORDINATOR = textwrap.dedent(
 
     async def main():
         async with HttpExecutor(scenario, url) as executor:
-            async with sharded_generator(scenario, executor, MonotonicClock(), load_url=url,
-                                         destinations=executor.destinations, cap=None) as generator:
+            async with worker_pool(scenario, executor, load_url=url, destinations=executor.destinations,
+                                   cap=None) as pool:
+                generator = ShardedGenerator(pool, scenario, MonotonicClock())
                 await generator.preflight()
                 print(" ".join(map(str, generator.worker_pids)), flush=True)
                 await generator.run(iter_plan(scenario), start_ns=time.perf_counter_ns(), listener=Quiet())
