@@ -14,6 +14,8 @@ from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.adapters.descriptors import DescriptorBudget, descriptor_budget
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
 from cliffwatch.adapters.loadgen.prompt_setup import prompt_options
+from cliffwatch.adapters.loadgen.workers.pool import WorkerPool
+from cliffwatch.adapters.loadgen.workers.setup import worker_pool
 from cliffwatch.adapters.sweep_steps import HttpStepRunner
 from cliffwatch.adapters.target_access import Destinations
 from cliffwatch.bootstrap import (
@@ -29,10 +31,12 @@ from cliffwatch.config import Settings
 from cliffwatch.domain.errors import CliffwatchError, Problem, ScenarioInvalid
 from cliffwatch.domain.masking import mask_url
 from cliffwatch.domain.ports import Clock, ProgressObserver, SecretResolver
+from cliffwatch.domain.rate_limit import TokenBucket
 from cliffwatch.domain.result import RunStatus
 from cliffwatch.domain.scenario import Scenario
 from cliffwatch.domain.sweep_plan import sweep_client_scenario
-from cliffwatch.domain.sweep_spec import SweepSpec, variant_policy
+from cliffwatch.domain.sweep_spec import SweepMode, SweepSpec, variant_policy
+from cliffwatch.services.secrets import secret_values
 from cliffwatch.services.sweep import StepRunner, SweepObserver, SweepOutcome, SweepReport, SweepService
 
 __all__ = ["SweepHandle", "SweepOutcome", "SweepReport", "prepare_sweep"]
@@ -137,6 +141,8 @@ async def prepare_sweep(
         )
         await executor.preflight()
         watcher = await server_watcher(stack, scenario, url, destinations, clock)
+        pool = await sweep_workers(stack, settings, scenario, spec, client, executor, observer,
+                                   url=url, destinations=destinations, cap=cap)  # fmt: skip
 
         def runner_for(variant: str) -> AbstractAsyncContextManager[StepRunner]:
             return _runner(
@@ -152,6 +158,7 @@ async def prepare_sweep(
                     sweep_id=sweep_id,
                     cap=cap,
                     watcher=watcher,
+                    pool=pool,
                 )
             )
 
@@ -160,6 +167,27 @@ async def prepare_sweep(
         )
         yield SweepHandle(sweep_id=sweep_id, scenario=scenario, spec=spec, service=service, clock=clock,
                           target_url=shown)  # fmt: skip
+
+
+async def sweep_workers(
+    stack: AsyncExitStack, settings: Settings, scenario: Scenario, spec: SweepSpec, sent: Scenario,
+    executor: HttpExecutor, observer: ProgressObserver, *, url: str, destinations: Destinations, cap: TokenBucket,
+) -> WorkerPool | None:  # fmt: skip
+    """The sweep's worker processes (``client.workers``), started once for all its steps; None without them,
+    or for a concurrency sweep, whose closed-loop clients stay in the sweep's own process (it says so)."""
+    if sent.client.workers is None:
+        return None
+    if spec.mode is SweepMode.CONCURRENCY:
+        observer.note("client.workers is not used by a concurrency sweep: its clients run in this process")
+        return None
+    pool = await stack.enter_async_context(worker_pool(
+        sent, executor, load_url=url, destinations=destinations, cap=cap.limit,
+        secrets=tuple(secret_values(scenario, sent, settings.redaction)), redaction=settings.redaction,
+        log_level=settings.log_level, most=settings.caps.max_workers,
+    ))  # fmt: skip
+    await pool.start()
+    observer.note(f"sending from {len(pool.workers)} worker processes")
+    return pool
 
 
 @asynccontextmanager

@@ -162,3 +162,44 @@ def test_every_endpoint_of_a_served_instance_on_postgresql(postgres: Any, tmp_pa
     """The same walk against `cliffwatch serve` on PostgreSQL."""
     url = asyncio.run(postgres.create_database(f"api_{uuid.uuid4().hex[:8]}"))
     walk_every_endpoint(url, tmp_path)
+
+
+def test_the_services_worker_sends_from_worker_processes_and_stop_all_reaches_them(tmp_path: Path) -> None:
+    """A run with ``client.workers`` through the service: its worker coordinates two processes that send the
+    plan between them; an emergency stop during a long one reaches both, and neither outlives the run."""
+    with served_instance(f"sqlite+aiosqlite:///{tmp_path / 'cw.db'}", tmp_path) as (base, admin):
+        put = call(base, admin, "PUT", "/api/v1/scenarios/split", {**SMALL, "name": "split", "client": {"workers": 2}})
+        assert put[0] in (200, 201), put
+        current = _finished(base, admin, call(base, admin, "POST", "/api/v1/runs", {"scenario": "split"})[1]["id"])
+        assert current["status"] == "succeeded"
+        workers = current["result"]["generator"]["workers"]
+        assert len(workers) == 2
+        offered = sum(p["offered"] for p in current["result"]["phases"])
+        assert sum(w["finished"] for w in workers) == offered > 0
+        assert all(w["failure"] is None for w in workers)
+
+        long_run = {**SMALL, "name": "split-long", "client": {"workers": 2},
+                    "phases": [{**SMALL["phases"][0], "duration_s": 60}]}  # fmt: skip
+        assert call(base, admin, "PUT", "/api/v1/scenarios/split-long", long_run)[0] in (200, 201)
+        run = call(base, admin, "POST", "/api/v1/runs", {"scenario": "split-long"})[1]
+        deadline = time.monotonic() + 60
+        while call(base, admin, "GET", f"/api/v1/runs/{run['id']}")[1]["status"] != "running":
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        time.sleep(2.0)
+        assert call(base, admin, "POST", "/api/v1/stop-all", {"reason": "drill"})[0] == 200
+        stopped = _finished(base, admin, run["id"])
+        assert stopped["status"] != "succeeded"
+        assert stopped["result"]["duration_s"] < 30
+        for worker in stopped["result"]["generator"]["workers"]:
+            with pytest.raises(ProcessLookupError):
+                os.kill(worker["pid"], 0)
+        assert call(base, admin, "DELETE", "/api/v1/stop-all")[0] in (200, 204)
+
+
+def _finished(base: str, token: str, run_id: str) -> Any:
+    deadline = time.monotonic() + 60
+    while (current := call(base, token, "GET", f"/api/v1/runs/{run_id}")[1])["status"] in ("queued", "running"):
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    return current

@@ -80,6 +80,24 @@ def test_a_sweep_prints_its_steps_usable_capacity_and_verdict_and_writes_the_doc
     )
 
 
+@pytest.mark.slow
+def test_a_sweep_with_workers_sends_every_step_from_the_same_worker_processes(small: Path, tmp_path: Path) -> None:
+    """``--workers 2``: the workers start once and send every step (below the cliff near 13 req/s), none
+    lost."""
+    out = tmp_path / "sweep.json"
+    done = sweep(str(small), "--from", "4", "--to", "8", *QUICK, "--workers", "2", "--json", str(out))
+    assert done.returncode == 0, done.stderr
+    assert "sending from 2 worker processes" in done.stdout + done.stderr
+    document = json.loads(out.read_text())
+    [variant] = document["variants"]
+    steps = variant["result"]["steps"]
+    assert len(steps) >= 2
+    assert variant["result"]["usable_rps"] == 8  # below the cliff: every step good
+    assert {step["workers"] for step in steps} == {2}
+    assert not any("generator worker" in reason for step in steps for reason in step["generator_reasons"])
+    assert all(step["not_sent"] == 0 for step in steps)
+
+
 def test_a_bad_option_is_named_and_nothing_is_sent(small: Path) -> None:
     done = sweep(str(small), "--from", "8", "--to", "4", timeout=30)
     assert done.returncode == 2

@@ -13,6 +13,8 @@ import contextlib
 
 from cliffwatch.adapters.loadgen.closed_loop import ClosedLoopGenerator
 from cliffwatch.adapters.loadgen.engine import AttemptExecutor, OpenLoopGenerator
+from cliffwatch.adapters.loadgen.workers.coordinator import ShardedGenerator
+from cliffwatch.adapters.loadgen.workers.pool import WorkerPool
 from cliffwatch.domain.capacity_stats import StepStats
 from cliffwatch.domain.ports import Clock, LoadGenerator, Progress, ProgressObserver, ServerWatcher
 from cliffwatch.domain.rate_limit import TokenBucket
@@ -59,6 +61,7 @@ class HttpStepRunner:
         sweep_id: str,
         cap: TokenBucket | None = None,
         watcher: ServerWatcher | None = None,
+        pool: WorkerPool | None = None,
     ) -> None:
         self.scenario = scenario
         self.spec = spec
@@ -71,6 +74,7 @@ class HttpStepRunner:
         self.sweep_id = sweep_id
         self.cap = cap  # the sweep's attempt cap, shared by its steps
         self.watcher = watcher  # the target's own metrics, scraped during each step (target.metrics)
+        self.pool = pool  # the sweep's worker processes (client.workers, rate steps): they send each step
         self._service: RunService | None = None
         self._stopped = asyncio.Event()
         self._steps = 0
@@ -93,6 +97,8 @@ class HttpStepRunner:
         generator: LoadGenerator
         if self.spec.mode is SweepMode.CONCURRENCY:
             generator = ClosedLoopGenerator(step, self.executor, self.clock, clients=max(1, round(rate)), cap=self.cap)
+        elif self.pool is not None:
+            generator = ShardedGenerator(self.pool, step, self.clock, next_prompts=True)
         else:
             generator = OpenLoopGenerator(step, self.executor, self.clock, cap=self.cap)
         window = WindowRecords(measured_index(step), [step.slo_for(k) for k in range(len(step.traffic_classes))])

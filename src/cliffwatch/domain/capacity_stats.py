@@ -147,6 +147,7 @@ class StepStats:
     # or a sweep without the check).
     growth: Growth | None = None
     extended: bool = False  # measured over the longer window a growing queue asks for (SweepSpec.extended_s)
+    workers: int = 0  # the worker processes that sent it (client.workers); 0: the sweep's own process
     # The server's own signals over the window (``target.metrics``): signal → first, last, min, max, mean,
     # slope_per_s, points. Empty when nothing was scraped.
     server: Mapping[str, Mapping[str, float | int | None]] = field(default_factory=dict)
@@ -240,6 +241,7 @@ class StepStats:
             late_by=dict(self.late_by),
             growth=None if self.growth is None else self.growth.to_dict(),
             extended=self.extended,
+            workers=self.workers,
             server={name: dict(stats) for name, stats in self.server.items()},
             classes={name: c.to_dict() for name, c in self.classes.items()},
             attainment=self.attainment,
@@ -274,6 +276,7 @@ class StepStats:
             late_by={str(k): int(v) for k, v in (data.get("late_by") or {}).items()},
             growth=None if data.get("growth") is None else Growth.from_dict(data["growth"]),
             extended=bool(data.get("extended", False)),
+            workers=int(data.get("workers") or 0),
             server={str(k): dict(v) for k, v in (data.get("server") or {}).items()},
             classes={str(k): ClassStep.from_dict(v) for k, v in (data.get("classes") or {}).items()},
         )

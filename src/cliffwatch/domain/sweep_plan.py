@@ -303,6 +303,7 @@ def step_stats(
         late_by=dict(late_by or {}),
         growth=growth,
         extended=extended,
+        workers=len(generator.workers),
         server=readings,
         classes={name: _class_step(stats) for name, stats in classes},
     )
