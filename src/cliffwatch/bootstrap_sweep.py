@@ -15,7 +15,7 @@ from cliffwatch.adapters.descriptors import DescriptorBudget, descriptor_budget
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
 from cliffwatch.adapters.loadgen.prompt_setup import prompt_options
 from cliffwatch.adapters.loadgen.workers.pool import WorkerPool
-from cliffwatch.adapters.loadgen.workers.setup import worker_pool
+from cliffwatch.adapters.loadgen.workers.setup import AUTO_IN_PROCESS, worker_pool, workers_for
 from cliffwatch.adapters.sweep_steps import HttpStepRunner
 from cliffwatch.adapters.target_access import Destinations
 from cliffwatch.bootstrap import (
@@ -180,10 +180,13 @@ async def sweep_workers(
     if spec.mode is SweepMode.CONCURRENCY:
         observer.note("client.workers is not used by a concurrency sweep: its clients run in this process")
         return None
+    if not (count := workers_for(sent, most=settings.caps.max_workers)):
+        observer.note(AUTO_IN_PROCESS)
+        return None
     pool = await stack.enter_async_context(worker_pool(
         sent, executor, load_url=url, destinations=destinations, cap=cap.limit,
         secrets=tuple(secret_values(scenario, sent, settings.redaction)), redaction=settings.redaction,
-        log_level=settings.log_level, most=settings.caps.max_workers,
+        log_level=settings.log_level, count=count,
     ))  # fmt: skip
     await pool.start()
     observer.note(f"sending from {len(pool.workers)} worker processes")

@@ -24,10 +24,14 @@ from cliffwatch.domain.scenario import AUTO_WORKERS, ClientSpec
 
 
 def worker_count(asked: int, *, cores: int, most: int) -> int:
-    """The workers a run starts: ``asked``, or with ``auto`` the cores left after the coordinator's (one at
-    least: on a single core the work still leaves the coordinator's event loop), never more than ``most``
-    (the caps refuse an ``asked`` above it before any load)."""
-    return min(most, max(1, cores - 1) if asked == AUTO_WORKERS else asked)
+    """The workers a run starts: ``asked``, or with ``auto`` the cores left after the coordinator's, never
+    more than ``most`` (the caps refuse an ``asked`` above it before any load). 0: ``auto`` left fewer than
+    two, and the run's own process sends: one worker does the same work as that process and hands every
+    record over besides (measured slower on two cores, docs/performance.md)."""
+    if asked != AUTO_WORKERS:
+        return min(most, asked)
+    left = min(most, cores - 1)
+    return left if left >= 2 else 0
 
 
 def share_of(total: int, count: int) -> int:

@@ -23,6 +23,16 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+AUTO_IN_PROCESS = "client.workers: auto left fewer than two cores after the coordinator: this process sends"
+
+
+def workers_for(scenario: Scenario, *, most: int = MAX_WORKERS) -> int:
+    """How many worker processes ``scenario`` gets on this machine; 0: its run's own process sends (no
+    ``client.workers``, or ``auto`` with fewer than two cores left, ``domain.shards.worker_count``)."""
+    asked = scenario.client.workers
+    return 0 if asked is None else worker_count(asked, cores=usable_cores(), most=most)
+
+
 def worker_pool(
     sent: Scenario,
     executor: HttpExecutor,
@@ -33,13 +43,10 @@ def worker_pool(
     secrets: tuple[str, ...] = (),
     redaction: RedactionRules = DEFAULT_RULES,
     log_level: str = "warning",
-    most: int = MAX_WORKERS,
+    count: int,
 ) -> WorkerPool:
-    """The workers ``sent`` asks for (``sent``: the scenario as sent, secrets read), not started yet: they
-    start at the pool's preflight, once the coordinator's client (``executor``) has settled the prompts."""
-    asked = sent.client.workers
-    assert asked is not None, "only for a scenario with client.workers"
-    count = worker_count(asked, cores=usable_cores(), most=most)
+    """``count`` workers for ``sent`` (the scenario as sent, secrets read), not started yet: they start at the
+    pool's preflight, once the coordinator's client (``executor``) has settled the prompts."""
     share = replace(sent, client=client_share(sent.client, count))
 
     def specs(settled: HttpExecutor) -> list[WorkerSpec]:

@@ -74,7 +74,8 @@ async def answer(request: web.Request) -> web.Response:
 @asynccontextmanager
 async def started_pool(scenario: Scenario, url: str) -> AsyncIterator[WorkerPool]:
     async with HttpExecutor(scenario, url) as executor:
-        made = worker_pool(scenario, executor, load_url=url, destinations=executor.destinations, cap=None)
+        made = worker_pool(scenario, executor, load_url=url, destinations=executor.destinations, cap=None,
+                           count=scenario.client.workers or 1)  # fmt: skip
         async with made as pool:
             await pool.preflight()
             yield pool
@@ -260,7 +261,7 @@ COORDINATOR = textwrap.dedent(
     async def main():
         async with HttpExecutor(scenario, url) as executor:
             async with worker_pool(scenario, executor, load_url=url, destinations=executor.destinations,
-                                   cap=None) as pool:
+                                   cap=None, count=2) as pool:
                 generator = ShardedGenerator(pool, scenario, MonotonicClock())
                 await generator.preflight()
                 print(" ".join(map(str, generator.worker_pids)), flush=True)
