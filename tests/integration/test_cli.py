@@ -11,6 +11,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -249,37 +250,13 @@ def test_invalid_input_exits_2_with_a_clear_message(args: list[str], message: st
     assert "Traceback" not in result.stderr
 
 
-def test_interrupting_a_run_stops_it_and_records_it_as_interrupted(tmp_path: Path) -> None:
-    """Ctrl-C stops the run promptly; the result is written with status interrupted; exit code 130."""
+def interrupted_run(tmp_path: Path, client: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A 60-s run interrupted a second into its first phase by Ctrl-C, sent to its whole process group as a
+    terminal sends it; the result it wrote, once it exited with 130."""
     long_run = json.loads(json.dumps(QUICK))
     long_run["phases"][0]["duration_s"] = 60
-    out = tmp_path / "out.json"
-    env = {**os.environ, "CLIFFWATCH_LOG_FORMAT": "json", "CLIFFWATCH_STATE_DIR": STATE_DIR}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "cliffwatch", "run", str(write(tmp_path, long_run)), "--json", str(out)],
-        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert process.stderr is not None
-    for line in process.stderr:
-        if "phase base" in line:
-            break
-    time.sleep(1.0)
-    process.send_signal(signal.SIGINT)
-    _stdout, _ = process.communicate(timeout=30)
-    assert process.returncode == 130
-    document = json.loads(out.read_text())
-    assert document["status"] == "interrupted"
-    assert document["duration_s"] < 30
-    assert any(v["name"] == "interrupted" for v in document["verdicts"])
-
-
-@pytest.mark.slow
-def test_interrupting_a_run_with_workers_stops_every_worker(tmp_path: Path) -> None:
-    """Ctrl-C reaches the whole process group as a terminal sends it: the coordinator stops its workers, the
-    run is recorded as interrupted and no worker process is left."""
-    long_run = json.loads(json.dumps(QUICK))
-    long_run["phases"][0]["duration_s"] = 60
-    long_run["client"] = {"workers": 2}
+    if client is not None:
+        long_run["client"] = client
     out = tmp_path / "out.json"
     env = {**os.environ, "CLIFFWATCH_LOG_FORMAT": "json", "CLIFFWATCH_STATE_DIR": STATE_DIR}
     process = subprocess.Popen(
@@ -294,7 +271,23 @@ def test_interrupting_a_run_with_workers_stops_every_worker(tmp_path: Path) -> N
     os.killpg(process.pid, signal.SIGINT)
     _stdout, _ = process.communicate(timeout=30)
     assert process.returncode == 130
-    document = json.loads(out.read_text())
+    document: dict[str, Any] = json.loads(out.read_text())
+    return document
+
+
+def test_interrupting_a_run_stops_it_and_records_it_as_interrupted(tmp_path: Path) -> None:
+    """Ctrl-C stops the run promptly; the result is written with status interrupted; exit code 130."""
+    document = interrupted_run(tmp_path)
+    assert document["status"] == "interrupted"
+    assert document["duration_s"] < 30
+    assert any(v["name"] == "interrupted" for v in document["verdicts"])
+
+
+@pytest.mark.slow
+def test_interrupting_a_run_with_workers_stops_every_worker(tmp_path: Path) -> None:
+    """The coordinator stops its workers on Ctrl-C (they ignore it themselves): the run is recorded as
+    interrupted and no worker process is left."""
+    document = interrupted_run(tmp_path, {"workers": 2})
     assert document["status"] == "interrupted"
     assert [w["failure"] for w in document["generator"]["workers"]] == [None, None]
     for worker in document["generator"]["workers"]:
