@@ -235,7 +235,7 @@ async def prepare_run(
             pool = await stack.enter_async_context(worker_pool(
                 sent, executor, load_url=load_url, destinations=destinations, cap=cap.limit,
                 secrets=tuple(secret_values(scenario, sent, settings.redaction)), redaction=settings.redaction,
-                log_level=settings.log_level, count=count,
+                log_level=settings.log_level, data_dirs=settings.data_dirs, count=count,
             ))  # fmt: skip
             generator = ShardedGenerator(pool, scenario, clock)
         elif scenario.client.workers is not None:

@@ -186,7 +186,7 @@ async def sweep_workers(
     pool = await stack.enter_async_context(worker_pool(
         sent, executor, load_url=url, destinations=destinations, cap=cap.limit,
         secrets=tuple(secret_values(scenario, sent, settings.redaction)), redaction=settings.redaction,
-        log_level=settings.log_level, count=count,
+        log_level=settings.log_level, data_dirs=settings.data_dirs, count=count,
     ))  # fmt: skip
     await pool.start()
     observer.note(f"sending from {len(pool.workers)} worker processes")

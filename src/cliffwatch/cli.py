@@ -48,6 +48,7 @@ from cliffwatch.domain.errors import (
     TargetConfigInvalid,
     TargetNotAllowed,
     TargetUnreachable,
+    WorkersFailed,
 )
 from cliffwatch.domain.result import RunResult, RunStatus
 from cliffwatch.domain.runs import ApiToken, Role
@@ -60,7 +61,7 @@ EXIT_PASS, EXIT_FAIL, EXIT_INVALID, EXIT_ENVIRONMENT, EXIT_INTERRUPTED = 0, 1, 2
 DEMO_SCENARIOS = ("burst-storm", "retry-storm", "hollow-answers", "noisy-neighbour", "noisy-neighbour-fair")
 FAULT_DEMO = "slow-backend"  # runs when Toxiproxy is available
 _INPUT_ERRORS = (ScenarioInvalid, TargetConfigInvalid, SettingsInvalid, TargetNotAllowed, RunRefused)
-_ENVIRONMENT_ERRORS = (TargetUnreachable, BuiltinTargetFailed, FaultInjectionFailed, StoreUnavailable)
+_ENVIRONMENT_ERRORS = (TargetUnreachable, BuiltinTargetFailed, FaultInjectionFailed, StoreUnavailable, WorkersFailed)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -36,6 +36,7 @@ from cliffwatch.domain.errors import (
     TargetConfigInvalid,
     TargetNotAllowed,
     TargetUnreachable,
+    WorkersFailed,
 )
 from cliffwatch.domain.rate_limit import retry_after_s
 
@@ -207,6 +208,7 @@ ERRORS: dict[type[CliffwatchError], _Mapping] = {
     TargetUnreachable: _Mapping(status=502, slug="target-unreachable", title="Target unreachable"),
     FaultInjectionFailed: _Mapping(status=502, slug="fault-injection-failed", title="Fault injection failed"),
     BuiltinTargetFailed: _Mapping(status=500, slug="builtin-target-failed", title="Built-in target failed"),
+    WorkersFailed: _Mapping(status=500, slug="workers-failed", title="Generator worker processes failed"),
     SettingsInvalid: _Mapping(status=500, slug="settings-invalid", title="Invalid settings"),
 }
 

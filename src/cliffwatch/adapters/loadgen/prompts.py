@@ -36,12 +36,17 @@ class WordPrompts:
     """
 
     def __init__(self, vocabulary: tuple[str, ...] = _VOCABULARY) -> None:
+        self._vocabulary = vocabulary
         words = _cycle(vocabulary)
         self._unit = (" ".join(words) + " ").encode("ascii")  # one cycle, each word followed by its space
         self._offsets = tuple(itertools.accumulate((len(w) + 1 for w in words[:-1]), initial=0))  # word i's first byte
         self.cycles = 1
         self.text = self._unit
         self.view = memoryview(self.text)
+
+    def __reduce__(self) -> tuple[type[WordPrompts], tuple[tuple[str, ...]]]:
+        # Sent to a generator worker as its vocabulary: the text is made again from it, word for word.
+        return (WordPrompts, (self._vocabulary,))
 
     def prepare(self, words: int) -> None:
         """Holds any stretch of ``words`` words from then on (with room for its start in the first cycle), so

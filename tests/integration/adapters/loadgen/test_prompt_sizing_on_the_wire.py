@@ -64,14 +64,25 @@ async def run(scenario: Any, data_dirs: tuple[Path, ...] | None = None) -> dict[
     return result.to_dict()
 
 
-def chat_scenario(url: str, **request: Any) -> Any:
+def chat_scenario(url: str, workers: int | None = None, **request: Any) -> Any:
     lengths = {"dist": "uniform", "min": 40, "max": 900}
-    return scenario_for(url, request={"prompt_tokens": lengths, "include_usage": True, **request}, phases=PHASES)
+    return scenario_for(url, request={"prompt_tokens": lengths, "include_usage": True, **request}, phases=PHASES,
+                        client={} if workers is None else {"workers": workers})  # fmt: skip
 
 
-async def test_with_the_tokenizer_every_prompt_is_the_size_the_server_counts(serve: Serve, tokenizer_dir: Path) -> None:
+# With worker processes the prompts must be the same to the token: the coordinator settles them (a calibration)
+# or each worker loads the same tokenizer (it does not travel between processes).
+WORKERS = [pytest.param(None, id="one-process"), pytest.param(2, id="workers", marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("workers", WORKERS)
+async def test_with_the_tokenizer_every_prompt_is_the_size_the_server_counts(
+    serve: Serve, tokenizer_dir: Path, workers: int | None
+) -> None:
     served = await serve(counting_server(Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))))
-    document = await run(chat_scenario(served.url, tokenizer=str(tokenizer_dir)), data_dirs=(tokenizer_dir,))
+    scenario = chat_scenario(served.url, workers, tokenizer=str(tokenizer_dir))
+    document = await run(scenario, data_dirs=(tokenizer_dir,))
+    assert len(document["generator"]["workers"] or ()) == (workers or 0)
 
     sizing = document["prompt_tokens"]
     assert sizing["source"] == "tokenizer"
@@ -83,15 +94,19 @@ async def test_with_the_tokenizer_every_prompt_is_the_size_the_server_counts(ser
     assert document["phases"][0]["prompt_tokens_error"] == sizing["error"]
 
 
-async def test_without_a_tokenizer_the_probes_calibrate_to_within_ten_percent(serve: Serve, tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", WORKERS)
+async def test_without_a_tokenizer_the_probes_calibrate_to_within_ten_percent(
+    serve: Serve, tmp_path: Path, workers: int | None
+) -> None:
     """This server's tokenizer (a smaller vocabulary, which splits most words into several tokens: about 3.7
     tokens a word) is not the client's, and its template adds seven tokens: the fit finds both, and the
     prompts it sizes land within 10 % of what was asked on average. A single short prompt can miss by more
     (a 40-token prompt is ten words, and words differ in length): the p99 is reported, not hidden."""
     server_tokenizer = train_tokenizer(tmp_path / "server", vocab_size=300, chat_template=False)
     served = await serve(counting_server(Tokenizer.from_file(str(server_tokenizer / "tokenizer.json"))))
-    document = await run(chat_scenario(served.url))
+    document = await run(chat_scenario(served.url, workers))
 
+    assert len(document["generator"]["workers"] or ()) == (workers or 0)
     sizing = document["prompt_tokens"]
     assert sizing["source"] == "calibrated", sizing
     assert sizing["calibration"]["slope"] == pytest.approx(3.7, abs=0.5)

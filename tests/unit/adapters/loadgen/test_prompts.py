@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import pickle
+
 import pytest
 
-from cliffwatch.adapters.loadgen.prompts import prepare, prompt_bytes, prompt_text
+from cliffwatch.adapters.loadgen.prompts import WORDS, prepare, prompt_bytes, prompt_text
+from cliffwatch.adapters.loadgen.token_prompts import CalibratedPrompts
+from cliffwatch.domain.prompt_sizing import Calibration
 
 
 @pytest.mark.parametrize("words", [0, 1, 2, 64, 4095, 4096, 4097, 20_000])
@@ -59,3 +63,13 @@ def test_prompts_of_another_vocabulary_use_only_its_words() -> None:
     assert set(text.split()[1:]) == {"alpha", "beta", "gamma"}
     assert len(text.split()) == 5000
     assert bytes(few.filler(7, 3)).decode().split() == text.split()[1:4]
+
+
+def test_word_prompts_travel_to_a_worker_process_as_their_vocabulary_and_make_the_same_text() -> None:
+    """A generator worker gets the coordinator's prompt sources pickled: the words come out identical, long
+    stretches included (the copy grows its own buffer)."""
+    calibrated = CalibratedPrompts(Calibration(intercept=7.0, slope=1.3, samples=((8, 17),), max_error=0.1), WORDS)
+    copy = pickle.loads(pickle.dumps(calibrated))
+    for request_id, tokens in ((0, 1), (5, 40), (77, 3_000)):
+        assert b"".join(copy.fragments(request_id, tokens)) == b"".join(calibrated.fragments(request_id, tokens))
+    assert len(pickle.dumps(WORDS)) < 2_000  # the vocabulary, not the grown text

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import pickle
 import socket
 import sys
 from collections.abc import Callable
@@ -161,7 +162,13 @@ async def spawn_worker(spec: WorkerSpec) -> Worker:
         theirs.close()
     reader, writer = await asyncio.open_connection(sock=mine)
     worker = Worker(index=spec.index, process=process, reader=reader, writer=writer)
-    worker.send(("spec", spec))
+    try:
+        worker.send(("spec", spec))
+    except (pickle.PicklingError, TypeError, AttributeError) as exc:
+        writer.close()
+        process.kill()
+        await process.wait()
+        raise WorkersFailed(f"the run's set-up cannot be handed to a worker process: {exc}") from exc
     return worker
 
 

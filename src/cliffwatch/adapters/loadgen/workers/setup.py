@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import replace
+from pathlib import Path
 
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
+from cliffwatch.adapters.loadgen.token_prompts import TokenExactPrompts
 from cliffwatch.adapters.loadgen.workers.pool import WorkerPool
 from cliffwatch.adapters.loadgen.workers.spec import WorkerSpec
 from cliffwatch.adapters.target_access import Destinations
@@ -43,6 +45,7 @@ def worker_pool(
     secrets: tuple[str, ...] = (),
     redaction: RedactionRules = DEFAULT_RULES,
     log_level: str = "warning",
+    data_dirs: tuple[Path, ...] | None = None,
     count: int,
 ) -> WorkerPool:
     """``count`` workers for ``sent`` (the scenario as sent, secrets read), not started yet: they start at the
@@ -51,6 +54,9 @@ def worker_pool(
 
     def specs(settled: HttpExecutor) -> list[WorkerSpec]:
         prompts, pins = settled.settled_prompts(), destinations.pins()
+        reload = isinstance(prompts["prompts"], TokenExactPrompts)
+        if reload:
+            prompts = {**prompts, "prompts": None}
         worker_cap = None if cap is None else cap_share(cap, count)
         return [
             WorkerSpec(
@@ -65,6 +71,8 @@ def worker_pool(
                 secrets=secrets,
                 redaction=redaction,
                 log_level=log_level,
+                reload_tokenizer=reload,
+                data_dirs=data_dirs,
             )
             for index in range(count)
         ]

@@ -10,6 +10,7 @@ the coordinator, and every worker sends the same prompts).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from cliffwatch.domain.allowlist import Allowlist
@@ -32,6 +33,10 @@ class WorkerSpec:
     pins: tuple[tuple[str, int, tuple[str, ...]], ...]  # (host, port, addresses) the run admitted
     cap: RateLimit | None  # this worker's share of the run's attempt cap
     executor: dict[str, Any] = field(default_factory=dict)  # the prompts: ``HttpExecutor`` keyword arguments
+    # A tokenizer's prompts do not travel (the tokenizer does not pickle): the worker loads the same file from
+    # the same data directories (``request.tokenizer``), and its prompts are the coordinator's to the token.
+    reload_tokenizer: bool = False
+    data_dirs: tuple[Path, ...] | None = None
     limits: GeneratorLimits = field(default_factory=GeneratorLimits)
     secrets: tuple[str, ...] = ()  # values the worker's log lines must mask
     redaction: RedactionRules = DEFAULT_RULES

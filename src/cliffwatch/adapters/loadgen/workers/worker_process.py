@@ -23,6 +23,7 @@ from typing import Any
 from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.adapters.loadgen.engine import OpenLoopGenerator
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
+from cliffwatch.adapters.loadgen.prompt_setup import prompt_options
 from cliffwatch.adapters.loadgen.workers.spec import WorkerSpec
 from cliffwatch.adapters.loadgen.workers.wire import WireBroken, pack, plan_row, planned, receive, record_row
 from cliffwatch.adapters.logs import configure_logging, remember_secrets
@@ -103,10 +104,12 @@ async def serve(fd: int) -> int:
     remember_secrets(spec.secrets)
     cap = None if spec.cap is None else TokenBucket(spec.cap, MonotonicClock().now_ns())
     destinations = Destinations.pinned_to(spec.allowlist, spec.pins)
+    options = dict(spec.executor)
     try:
-        async with HttpExecutor(
-            spec.scenario, spec.base_url, destinations=destinations, cap=cap, **spec.executor
-        ) as executor:
+        if spec.reload_tokenizer:
+            options["prompts"] = prompt_options(spec.scenario, builtin=False, data_dirs=spec.data_dirs)["prompts"]
+        client = HttpExecutor(spec.scenario, spec.base_url, destinations=destinations, cap=cap, **options)
+        async with client as executor:
             writer.write(pack(("ready", os.getpid())))
             await writer.drain()
             session = _Session(spec, reader, executor, cap)
