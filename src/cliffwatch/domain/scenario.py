@@ -71,7 +71,7 @@ class ClientSpec:
     follow_redirects: bool = False
     max_redirects: int = 5
     # None: the generator runs in the run's own process. N: in N worker processes, each sending its share of
-    # the plan (``domain.shards``); ``AUTO_WORKERS``: the cores left after the coordinator, at least one.
+    # the plan (``domain.shards``); ``AUTO_WORKERS``: the cores left after the coordinator (``worker_count``).
     workers: int | None = None
 
 
@@ -228,9 +228,12 @@ def with_overrides(
     new_threshold = None if threshold is None else check_number(threshold, "--threshold", problems, ge=0, le=100)
     client = scenario.client
     if workers is not None:
-        count = AUTO_WORKERS
+        count: int | None = AUTO_WORKERS
         if workers != "auto":
-            count = check_number(_cli_number(workers), "--workers", problems, ge=1, le=MAX_WORKERS, integer=True)
+            try:
+                count = check_number(int(workers), "--workers", problems, ge=1, le=MAX_WORKERS, integer=True)
+            except ValueError:
+                problems.add("--workers", f"must be a whole number of processes or auto, got {short_repr(workers)}")
         client = replace(client, workers=count)
     if problems:
         raise ScenarioInvalid(problems.items)
@@ -241,14 +244,6 @@ def with_overrides(
         seed=new_seed,
         score=scenario.score if new_threshold is None else replace(scenario.score, threshold=new_threshold),
     )
-
-
-def _cli_number(text: str) -> object:
-    """A command-line number as a number when it reads as one (else as given, for the check to name it)."""
-    try:
-        return int(text)
-    except ValueError:
-        return text
 
 
 def _parse(document: object, problems: Problems) -> Scenario | None:
@@ -383,8 +378,12 @@ def _parse_client(reader: Reader, slo: Slo | None) -> ClientSpec | None:
 
 def _parse_workers(reader: Reader) -> int | None:
     """``workers``: a count of processes, or ``auto``; None when absent (or wrong: a problem says why)."""
-    if reader.raw("workers", None) == "auto":
+    value = reader.raw("workers", None)
+    if value == "auto":
         return AUTO_WORKERS
+    if isinstance(value, str):
+        reader.error("workers", f"must be a whole number of processes or auto, got {short_repr(value)}")
+        return None
     return reader.number("workers", None, ge=1, le=MAX_WORKERS, integer=True)  # type: ignore[no-any-return]
 
 

@@ -960,7 +960,7 @@ def test_workers_default_to_the_runs_own_process_and_take_a_count_or_auto() -> N
 @pytest.mark.parametrize(
     ("value", "problem"),
     [(0, "client.workers: must be >= 1"), (1.5, "client.workers: must be a whole number"),
-     ("many", "client.workers: must be a number")],
+     ("many", "client.workers: must be a whole number of processes or auto, got 'many'")],
 )  # fmt: skip
 def test_a_bad_workers_value_is_named(value: object, problem: str) -> None:
     problems = _problems(_changed(minimal_document(), {"client": {"workers": value}}))
@@ -973,6 +973,7 @@ def test_the_workers_override_takes_a_count_or_auto_and_names_a_bad_one() -> Non
     assert with_overrides(scenario, workers="2").client.workers == 2
     assert with_overrides(scenario, workers="auto").client.workers == AUTO_WORKERS
     assert replace(with_overrides(scenario, workers="2"), client=scenario.client) == scenario
-    with pytest.raises(ScenarioInvalid) as caught:
-        with_overrides(scenario, workers="0")
-    assert [p.path for p in caught.value.problems] == ["--workers"]
+    for bad in ("0", "two"):
+        with pytest.raises(ScenarioInvalid) as caught:
+            with_overrides(scenario, workers=bad)
+        assert [p.path for p in caught.value.problems] == ["--workers"]

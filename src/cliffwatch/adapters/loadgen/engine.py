@@ -137,13 +137,13 @@ class OpenLoopGenerator:
 
     async def measure(
         self,
-        plan: Iterable[PlannedRequest] | AsyncIterable[PlannedRequest],
+        plan: Iterable[PlannedRequest] | AsyncIterable[Iterable[PlannedRequest]],
         *,
         start_ns: int,
         listener: GeneratorListener,
     ) -> GeneratorMeasures:
-        """Sends ``plan`` (given ahead, or arriving while it runs: a worker's share) and returns what the
-        generator measured about itself, unjudged (a worker's measures are judged with the others')."""
+        """Sends ``plan`` (given ahead, or arriving in batches while it runs: a worker's share) and returns
+        what the generator measured about itself, unjudged (a worker's measures are judged with the others')."""
         cpu_start = time.process_time()
         hops_before = self.executor.capped_hops  # the executor may serve several generators (a sweep's steps)
         wall_start = self.clock.now_ns()
@@ -174,11 +174,11 @@ class OpenLoopGenerator:
         )  # fmt: skip
 
     async def _dispatch_arriving(
-        self, plan: AsyncIterable[PlannedRequest], start_ns: int, listener: GeneratorListener
+        self, plan: AsyncIterable[Iterable[PlannedRequest]], start_ns: int, listener: GeneratorListener
     ) -> None:
         """``_dispatch`` over a plan that arrives while it runs, in batches ahead of their time."""
-        async for request in plan:
-            await self._dispatch([request], start_ns, listener)
+        async for batch in plan:
+            await self._dispatch(batch, start_ns, listener)
 
     async def _dispatch(self, plan: Iterable[PlannedRequest], start_ns: int, listener: GeneratorListener) -> None:
         loop = asyncio.get_running_loop()

@@ -66,20 +66,19 @@ class Worker:
 
 
 class WorkerPool:
-    """``count`` workers sending for one run or sweep. ``executor``: the coordinator's own client, which makes
-    the preflight (and settles the prompts), never the load; ``specs`` gives each worker's spec from it."""
+    """The workers sending for one run or sweep, one for each spec ``specs`` gives. ``executor``: the
+    coordinator's own client, which makes the preflight (and settles the prompts), never the load; ``specs``
+    makes each worker's spec from it."""
 
     def __init__(
         self,
         executor: HttpExecutor,
         specs: Callable[[HttpExecutor], list[WorkerSpec]],
         *,
-        count: int,
         cap: RateLimit | None = None,
     ) -> None:
         self.executor = executor
         self.specs = specs
-        self.count = count
         self.cap = cap  # the run's whole attempt cap (each worker holds its share)
         self.workers: list[Worker] = []
         self._beats: asyncio.Task[None] | None = None

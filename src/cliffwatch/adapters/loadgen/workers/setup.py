@@ -77,4 +77,4 @@ def worker_pool(
             for index in range(count)
         ]
 
-    return WorkerPool(executor, specs, count=count, cap=cap)
+    return WorkerPool(executor, specs, cap=cap)

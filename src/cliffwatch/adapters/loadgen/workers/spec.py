@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from cliffwatch.domain.allowlist import Allowlist
-from cliffwatch.domain.generator_health import GeneratorLimits
 from cliffwatch.domain.rate_limit import RateLimit
 from cliffwatch.domain.redaction import DEFAULT_RULES, RedactionRules
 from cliffwatch.domain.scenario import Scenario
@@ -37,7 +36,6 @@ class WorkerSpec:
     # the same data directories (``request.tokenizer``), and its prompts are the coordinator's to the token.
     reload_tokenizer: bool = False
     data_dirs: tuple[Path, ...] | None = None
-    limits: GeneratorLimits = field(default_factory=GeneratorLimits)
     secrets: tuple[str, ...] = ()  # values the worker's log lines must mask
     redaction: RedactionRules = DEFAULT_RULES
     log_level: str = "warning"

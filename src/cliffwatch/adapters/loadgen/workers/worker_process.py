@@ -17,7 +17,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from cliffwatch.adapters.clock import MonotonicClock
@@ -52,20 +52,19 @@ class _PlanFeed:
     def end(self) -> None:
         self._queue.put_nowait(None)
 
-    async def __aiter__(self) -> AsyncIterator[PlannedRequest]:
+    async def __aiter__(self) -> AsyncIterator[Iterator[PlannedRequest]]:
         while (rows := await self._queue.get()) is not None:
-            for row in rows:
-                yield planned(row)
+            yield map(planned, rows)
 
 
 class _Outbox:
     """The ``GeneratorListener`` of a worker: what happened, batched for the coordinator."""
 
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, writer: asyncio.StreamWriter, generator: OpenLoopGenerator) -> None:
         self.writer = writer
+        self.generator = generator
         self._dispatched: list[tuple[int | tuple[Any, ...], int]] = []
         self._finished: list[tuple[Any, ...]] = []
-        self.generator: OpenLoopGenerator | None = None
 
     def dispatched(self, request: PlannedRequest, at_ns: int) -> None:
         # The coordinator dealt the request and knows it by id; a conversation's later turn was made here.
@@ -79,8 +78,8 @@ class _Outbox:
     def flush(self) -> None:
         if self.writer.is_closing():
             return
-        live = self.generator.live() if self.generator is not None else None
-        counters = None if live is None else (live.dispatched, live.in_flight, live.tokens)
+        live = self.generator.live()
+        counters = (live.dispatched, live.in_flight, live.tokens)
         self.writer.write(pack(("batch", self._dispatched, self._finished, counters)))
         self._dispatched, self._finished = [], []
 
@@ -188,7 +187,7 @@ class _Session:
         if next_prompts:
             self.executor.next_prompts()
         spec = self.spec
-        generator = OpenLoopGenerator(scenario, self.executor, self.clock, spec.limits, cap=self.cap, shares=spec.count)
+        generator = OpenLoopGenerator(scenario, self.executor, self.clock, cap=self.cap, shares=spec.count)
         feed = _PlanFeed()
         self.run = (generator, feed)
         self.runs.put_nowait((start_ns, generator, feed))
@@ -198,8 +197,7 @@ async def _send_shares(session: _Session, writer: asyncio.StreamWriter) -> None:
     """Sends each run's share as the coordinator starts it, until the stream ends (or the worker is fenced)."""
     while (run := await session.runs.get()) is not None:
         start_ns, generator, feed = run
-        outbox = _Outbox(writer)
-        outbox.generator = generator
+        outbox = _Outbox(writer, generator)
         flusher = asyncio.create_task(outbox.keep_flushing())
         try:
             measures = await generator.measure(feed, start_ns=start_ns, listener=outbox)
