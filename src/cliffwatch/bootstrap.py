@@ -28,7 +28,7 @@ from cliffwatch.adapters.loadgen.engine import OpenLoopGenerator
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
 from cliffwatch.adapters.loadgen.prompt_setup import counter_of, prompt_options
 from cliffwatch.adapters.loadgen.workers.coordinator import ShardedGenerator
-from cliffwatch.adapters.loadgen.workers.setup import AUTO_IN_PROCESS, worker_pool, workers_for
+from cliffwatch.adapters.loadgen.workers.setup import placement, worker_pool
 from cliffwatch.adapters.logs import remember_secrets
 from cliffwatch.adapters.secret_sources import LocalSecrets
 from cliffwatch.adapters.server_metrics.scraper import PrometheusWatcher
@@ -231,15 +231,18 @@ async def prepare_run(
         )
         traces, sizes = traces_of(scenario), None if dataset is None else dataset.sizes
         generator: LoadGenerator = OpenLoopGenerator(scenario, executor, clock, cap=cap)
-        if count := workers_for(scenario, most=settings.caps.max_workers):
+        placed = await placement(scenario, most=settings.caps.max_workers, ray_address=settings.ray_address,
+                                 ray_host=settings.ray_host)  # fmt: skip
+        if placed.count:
             pool = await stack.enter_async_context(worker_pool(
                 sent, executor, load_url=load_url, destinations=destinations, cap=cap.limit,
                 secrets=tuple(secret_values(scenario, sent, settings.redaction)), redaction=settings.redaction,
-                log_level=settings.log_level, data_dirs=settings.data_dirs, count=count,
+                log_level=settings.log_level, data_dirs=settings.data_dirs, count=placed.count,
+                launcher=placed.launcher,
             ))  # fmt: skip
             generator = ShardedGenerator(pool, scenario, clock)
-        elif scenario.client.workers is not None:
-            observer.note(AUTO_IN_PROCESS)
+        if placed.note is not None:
+            observer.note(placed.note)
         service = RunService(
             clock=clock,
             generator=generator,

@@ -15,7 +15,7 @@ from cliffwatch.adapters.descriptors import DescriptorBudget, descriptor_budget
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
 from cliffwatch.adapters.loadgen.prompt_setup import prompt_options
 from cliffwatch.adapters.loadgen.workers.pool import WorkerPool
-from cliffwatch.adapters.loadgen.workers.setup import AUTO_IN_PROCESS, worker_pool, workers_for
+from cliffwatch.adapters.loadgen.workers.setup import placement, worker_pool
 from cliffwatch.adapters.sweep_steps import HttpStepRunner
 from cliffwatch.adapters.target_access import Destinations
 from cliffwatch.bootstrap import (
@@ -180,16 +180,18 @@ async def sweep_workers(
     if spec.mode is SweepMode.CONCURRENCY:
         observer.note("client.workers is not used by a concurrency sweep: its clients run in this process")
         return None
-    if not (count := workers_for(sent, most=settings.caps.max_workers)):
-        observer.note(AUTO_IN_PROCESS)
+    placed = await placement(sent, most=settings.caps.max_workers, ray_address=settings.ray_address,
+                             ray_host=settings.ray_host)  # fmt: skip
+    if not placed.count:
+        observer.note(placed.note or "")
         return None
     pool = await stack.enter_async_context(worker_pool(
         sent, executor, load_url=url, destinations=destinations, cap=cap.limit,
         secrets=tuple(secret_values(scenario, sent, settings.redaction)), redaction=settings.redaction,
-        log_level=settings.log_level, data_dirs=settings.data_dirs, count=count,
+        log_level=settings.log_level, data_dirs=settings.data_dirs, count=placed.count, launcher=placed.launcher,
     ))  # fmt: skip
     await pool.start()
-    observer.note(f"sending from {len(pool.workers)} worker processes")
+    observer.note(placed.note or f"sending from {len(pool.workers)} worker processes")
     return pool
 
 

@@ -36,6 +36,7 @@ from cliffwatch.bootstrap import clean_up_leftover_faults, prepare_run, toxiprox
 from cliffwatch.cli_report import add_parser as add_report_parser
 from cliffwatch.cli_signals import stopping_on_signals
 from cliffwatch.cli_sweep import add_parser as add_sweep_parser
+from cliffwatch.cli_workers import add_worker_options, sent_from
 from cliffwatch.config import Settings, SettingsInvalid, describe_settings
 from cliffwatch.domain.errors import (
     BuiltinTargetFailed,
@@ -100,7 +101,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--target", help="send to this base URL instead of the scenario's (or 'builtin')")
     run.add_argument("--seed", type=int, help="override the scenario's seed")
     run.add_argument("--threshold", type=float, help="override the pass mark (0-100)")
-    run.add_argument("--workers", help="send from this many worker processes, or 'auto' (client.workers)")
+    add_worker_options(run)
     run.add_argument("--json", type=Path, dest="json_path", help="write the full result as JSON to this file")
     run.set_defaults(handler=_run)
 
@@ -171,7 +172,7 @@ def _load(reference: str, args: argparse.Namespace, settings: Settings) -> Scena
     scenario = load_scenario(reference, rules=settings.redaction)
     return with_overrides(
         scenario, target_url=getattr(args, "target", None), seed=getattr(args, "seed", None),
-        threshold=getattr(args, "threshold", None), workers=getattr(args, "workers", None),
+        threshold=getattr(args, "threshold", None),
     )  # fmt: skip
 
 
@@ -182,7 +183,7 @@ def _stdout() -> Console:
 
 
 def _run(args: argparse.Namespace, settings: Settings) -> int:
-    scenario = _load(args.scenario, args, settings)
+    settings, scenario = sent_from(args, settings, _load(args.scenario, args, settings))
     result = asyncio.run(_execute(scenario, settings))
     console = _stdout()
     console.print(scorecard(result))

@@ -23,6 +23,7 @@ from cliffwatch.adapters.sweep_console import SweepConsoleObserver, sweep_report
 from cliffwatch.bootstrap import clean_up_leftover_faults
 from cliffwatch.bootstrap_sweep import SweepOutcome, prepare_sweep
 from cliffwatch.cli_signals import stopping_on_signals
+from cliffwatch.cli_workers import add_worker_options, sent_from
 from cliffwatch.config import Settings
 from cliffwatch.domain.result import RunStatus
 from cliffwatch.domain.scenario import Scenario, with_overrides
@@ -68,7 +69,7 @@ def add_parser(commands: Any) -> None:
     sweep.add_argument("--max-rate", dest="max_rate", type=float, help="--auto never goes above this (1000)")
     sweep.add_argument("--target", dest="target_url", help="send to this base URL instead of the scenario's")
     sweep.add_argument("--seed", type=int, help="override the scenario's seed")
-    sweep.add_argument("--workers", help="send each rate step from this many worker processes, or 'auto'")
+    add_worker_options(sweep, workers_help="send each rate step from this many worker processes, or 'auto'")
     sweep.add_argument("--json", type=Path, dest="json_path", help="write the sweep result document here")
     sweep.add_argument("--report", type=Path, dest="report_path", help="write the sweep's HTML report here")
     sweep.set_defaults(handler=run_sweep)
@@ -88,7 +89,8 @@ def sweep_spec_from(args: argparse.Namespace) -> SweepSpec:
 def run_sweep(args: argparse.Namespace, settings: Settings) -> int:
     spec = sweep_spec_from(args)
     scenario = with_overrides(load_scenario(args.scenario, rules=settings.redaction), target_url=args.target_url,
-                              seed=args.seed, workers=args.workers)  # fmt: skip
+                              seed=args.seed)  # fmt: skip
+    settings, scenario = sent_from(args, settings, scenario)
     outcome = asyncio.run(_execute(scenario, spec, settings))
     console = Console(highlight=False)
     if not console.is_terminal:

@@ -77,6 +77,8 @@ class Settings:
     max_pool_size: int = 1_000
     max_in_flight: int = 10_000
     max_workers: int = 16
+    ray_address: str | None = None  # a Ray cluster that runs asking for client.workers send from (cliffwatch[ray])
+    ray_host: str | None = None  # where that cluster's actors connect back to this process; None: found
     max_queued_runs_per_token: int = 10
     max_documents_per_token: int = 100  # new inline scenario documents per token per day
     api_rate_per_token: float = 20.0
@@ -386,6 +388,13 @@ SPECS: tuple[Spec, ...] = (
     Spec(field="max_workers", env="CLIFFWATCH_MAX_WORKERS", parse=_number(low=1, high=256, integer=True),
          help="Most generator worker processes one run may start (client.workers; auto takes the cores left, "
               "within this); default 16."),
+    Spec(field="ray_address", env="CLIFFWATCH_RAY_ADDRESS", parse=lambda raw, env: _text(raw) or None,
+         help="A Ray cluster (auto: the one `ray start` made on this machine, or HOST:PORT) whose actors send the "
+              "load of every run that asks for client.workers (auto: one per free CPU), instead of this machine's "
+              "processes; needs cliffwatch[ray] here and on every node. Unset: this machine."),
+    Spec(field="ray_host", env="CLIFFWATCH_RAY_HOST", parse=lambda raw, env: _text(raw) or None,
+         help="The address of this machine that the Ray cluster's actors connect back to; default loopback when "
+              "the whole cluster is this machine, else this node's address as Ray sees it."),
     Spec(field="max_queued_runs_per_token", env="CLIFFWATCH_MAX_QUEUED_RUNS_PER_TOKEN",
          parse=_number(low=1, high=10_000, integer=True),
          help="Runs one API token may have queued at once; beyond, 429 with Retry-After. Default 10."),

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from cliffwatch.domain.clock_agreement import skew_problem
 from cliffwatch.domain.histogram import Histogram
 from cliffwatch.domain.rate_limit import RateLimit
 
@@ -21,6 +22,8 @@ class GeneratorLimits:
     lag_max_ms: float = 250.0  # and none later than this
     stall_ms: float = 100.0  # longest tolerated event-loop stall
     cpu_busy: float = 0.9  # share of one core the generator process may use on average
+    # A worker on another machine whose clock is known less well than this sent off schedule (clock_agreement).
+    clock_skew_ms: float = 5.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -112,11 +115,17 @@ class WorkerShare:
     max_stall_ms: float | None
     gc_max_pause_ms: float | None
     failure: str | None = None  # why it ended early (it died, failed or fenced itself); None: it finished
+    node: str | None = None  # the machine it ran on (a Ray node); None: the coordinator's
+    # Another machine's clock (``domain.clock_agreement``), None on the coordinator's: how far off the start it
+    # was sent could have been, and its wall clock against the coordinator's.
+    clock_skew_ms: float | None = None
+    wall_offset_ms: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "index": self.index,
             "pid": self.pid,
+            "node": self.node,
             "planned": self.planned,
             "dispatched": self.dispatched,
             "finished": self.finished,
@@ -125,6 +134,8 @@ class WorkerShare:
             "max_event_loop_stall_ms": None if self.max_stall_ms is None else round(self.max_stall_ms, 3),
             "gc_max_pause_ms": None if self.gc_max_pause_ms is None else round(self.gc_max_pause_ms, 3),
             "failure": self.failure,
+            "clock_skew_ms": None if self.clock_skew_ms is None else round(self.clock_skew_ms, 3),
+            "wall_clock_offset_ms": None if self.wall_offset_ms is None else round(self.wall_offset_ms, 3),
         }
 
 
@@ -165,6 +176,7 @@ class GeneratorReport:
             "attempt_cap": None if self.cap is None else self.cap.to_dict(),
             "gc": None if self.collector is None else self.collector.to_dict(),
             "workers": [w.to_dict() for w in self.workers] or None,
+            "nodes": nodes_of(self.workers) or None,
             "coordinator_cpu_busy": None if self.coordinator_cpu_busy is None else round(self.coordinator_cpu_busy, 4),
         }
 
@@ -240,8 +252,50 @@ def judge_measures(
         for w in workers
         if w.failure is not None
     )
-    return replace(report, limited=report.limited or bool(lost), reasons=report.reasons + lost, workers=workers,
+    skewed = tuple(
+        problem
+        for w in workers
+        if w.clock_skew_ms is not None
+        and (problem := skew_problem(_label(w, len(workers)), w.clock_skew_ms, bound_ms=limits.clock_skew_ms))
+    )
+    reasons = report.reasons + lost + skewed
+    return replace(report, limited=bool(reasons), reasons=reasons, workers=workers,
                    coordinator_cpu_busy=coordinator_cpu_busy)  # fmt: skip
+
+
+def _label(worker: WorkerShare, count: int) -> str:
+    where = "" if worker.node is None else f" on {worker.node}"
+    return f"generator worker {worker.index + 1} of {count}{where}"
+
+
+def nodes_of(workers: tuple[WorkerShare, ...]) -> list[dict[str, Any]]:
+    """What each machine sent, when the workers ran on more than the coordinator's (Ray nodes): its processes,
+    their counts summed, its busiest process and longest stall, the worst clock skew, and its processes that
+    ended early. Judged as the whole run is: any failure or a skew past the bound is in the run's reasons."""
+    by_node: dict[str, list[WorkerShare]] = {}
+    for worker in workers:
+        if worker.node is not None:
+            by_node.setdefault(worker.node, []).append(worker)
+    rows = []
+    for node, mine in by_node.items():
+        rows.append({
+            "node": node,
+            "processes": len(mine),
+            "planned": sum(w.planned for w in mine),
+            "dispatched": sum(w.dispatched for w in mine),
+            "finished": sum(w.finished for w in mine),
+            "lost": sum(w.lost for w in mine),
+            "max_cpu_busy": _worst([w.cpu_busy for w in mine], 4),
+            "max_event_loop_stall_ms": _worst([w.max_stall_ms for w in mine], 3),
+            "clock_skew_ms": _worst([w.clock_skew_ms for w in mine], 3),
+            "failed": sum(w.failure is not None for w in mine),
+        })  # fmt: skip
+    return rows
+
+
+def _worst(values: list[float | None], digits: int) -> float | None:
+    known = [v for v in values if v is not None]
+    return round(max(known), digits) if known else None
 
 
 def _late_beyond_allowance(lag: Histogram, limit_ms: float) -> float | None:

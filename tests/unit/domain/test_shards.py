@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from cliffwatch.domain.caps import Caps, cap_violations
@@ -93,6 +95,39 @@ def test_a_worker_that_died_makes_the_run_limited_saying_which_and_how_much_it_l
     assert report.limited
     assert report.reasons == ("generator worker 2 of 2 died (exit code -9): 1,234 request(s) lost (not sent)",)
     assert report.to_dict()["workers"][1]["failure"] == "died (exit code -9)"
+
+
+def test_a_worker_on_another_node_whose_clock_was_not_known_well_enough_invalidates_the_run() -> None:
+    on_a = replace(share(0), node="10.0.0.7 (ab12cd34)", clock_skew_ms=0.4, wall_offset_ms=-3.0)
+    on_b = replace(share(1), node="10.0.0.8 (ef56ab78)", clock_skew_ms=6.2, wall_offset_ms=40.0)
+    report = judge_measures(measures([1.0] * 10), limits=GeneratorLimits(clock_skew_ms=5.0), cap_limit=None,
+                            workers=(on_a, on_b))  # fmt: skip
+    assert report.limited
+    assert report.reasons == (
+        "generator worker 2 of 2 on 10.0.0.8 (ef56ab78): its clock was known only to within 6.2 ms of the "
+        "coordinator's (bound 5 ms), so its requests may have left off schedule by that much",
+    )
+    assert report.to_dict()["workers"][1]["wall_clock_offset_ms"] == 40.0
+
+
+def test_the_result_says_what_each_node_sent() -> None:
+    workers = (
+        replace(share(0), node="a", clock_skew_ms=0.5, cpu_busy=0.3),
+        replace(share(1, failure="died (its Ray actor ended)", lost=4), node="b", clock_skew_ms=1.5),
+        replace(share(2), node="a", clock_skew_ms=0.25, max_stall_ms=7.0),
+    )
+    report = judge_measures(measures([1.0] * 10), limits=GeneratorLimits(), cap_limit=None, workers=workers)
+    assert report.to_dict()["nodes"] == [
+        {"node": "a", "processes": 2, "planned": 20, "dispatched": 20, "finished": 20, "lost": 0,
+         "max_cpu_busy": 0.3, "max_event_loop_stall_ms": 7.0, "clock_skew_ms": 0.5, "failed": 0},
+        {"node": "b", "processes": 1, "planned": 10, "dispatched": 6, "finished": 6, "lost": 4,
+         "max_cpu_busy": 0.1, "max_event_loop_stall_ms": 1.0, "clock_skew_ms": 1.5, "failed": 1},
+    ]  # fmt: skip
+
+
+def test_workers_on_the_coordinators_machine_list_no_nodes() -> None:
+    report = judge_measures(measures([1.0] * 10), limits=GeneratorLimits(), cap_limit=None, workers=(share(0),))
+    assert report.to_dict()["nodes"] is None
 
 
 def test_a_run_in_its_own_process_reports_no_workers() -> None:

@@ -1,7 +1,8 @@
 """The ``LoadGenerator`` of one run (or sweep step) sent from a ``WorkerPool``: workers send, this coordinates.
 
-The coordinator keeps what must be one for the run: the clock (every worker sends from the same
-``start_ns`` on the machine's monotonic clock), the plan (dealt round-robin, ``domain.shards``, shipped about
+The coordinator keeps what must be one for the run: the clock (every worker sends from the same instant:
+``start_ns`` on the machine's monotonic clock, translated for a worker on another machine by its measured
+offset, ``domain.clock_agreement``), the plan (dealt round-robin, ``domain.shards``, shipped about
 ``LOOKAHEAD_S`` ahead of its time), stops (every worker is told at once), live counters (summed from the
 workers' batches) and the records (each worker's, in order, handed to the run's listener as they arrive, so
 phases, abort guards, progress, aggregation and the store work as with one process). Faults, leases and the
@@ -22,6 +23,8 @@ from typing import Any
 
 from cliffwatch.adapters.loadgen.workers.pool import Worker, WorkerPool
 from cliffwatch.adapters.loadgen.workers.wire import WireBroken, plan_row, planned, receive, recorded
+from cliffwatch.domain.clock_agreement import skew_ms
+from cliffwatch.domain.errors import WorkersFailed
 from cliffwatch.domain.generator_health import (
     GeneratorLimits,
     GeneratorMeasures,
@@ -29,7 +32,7 @@ from cliffwatch.domain.generator_health import (
     WorkerShare,
     judge_measures,
 )
-from cliffwatch.domain.outcomes import NS_PER_S
+from cliffwatch.domain.outcomes import NS_PER_MS, NS_PER_S
 from cliffwatch.domain.plan import PlannedRequest
 from cliffwatch.domain.ports import Clock, GeneratorListener, LiveCounters
 from cliffwatch.domain.prompt_sizing import PromptSizing
@@ -52,6 +55,7 @@ class _Share:
     lost: int = 0
     live: tuple[int, int, float] = (0, 0, 0.0)
     measures: GeneratorMeasures | None = None
+    skew_ms: float | None = None  # another machine's: how far off its start could have been
 
 
 class ShardedGenerator:
@@ -105,8 +109,8 @@ class ShardedGenerator:
         count = len(self.pool.workers)
         scenario = replace(self.scenario, client=client_share(self.scenario.client, count))
         self._shares = [_Share(worker=w) for w in self.pool.workers]
-        for share in self._shares:
-            share.worker.send(("go", start_ns, scenario, self.next_prompts))
+        for share in self._shares:  # each on its own clock: the same instant, whatever machine it runs on
+            share.worker.send(("go", share.worker.clock.to_worker(start_ns), scenario, self.next_prompts))
         if self._stop is not None:  # stopped before the start: every worker is told, nothing is sent
             for share in self._shares:
                 share.worker.send(("stop", *self._stop))
@@ -118,6 +122,8 @@ class ShardedGenerator:
             for task in readers:
                 task.cancel()
             await asyncio.gather(*readers, return_exceptions=True)
+        for share in self._shares:
+            share.skew_ms = await self._skew(share.worker)
         busy = (time.process_time() - cpu_start) / max(1e-9, (self.clock.now_ns() - wall_start) / NS_PER_S)
         measures = merged_measures([s.measures for s in self._shares if s.measures is not None])
         return judge_measures(measures, limits=self.limits, cap_limit=self.pool.cap,
@@ -154,6 +160,17 @@ class ShardedGenerator:
             self._ship(share)
             share.worker.send(("end",))
             await share.worker.drain()
+
+    async def _skew(self, worker: Worker) -> float | None:
+        """How far off the start a worker on another machine was sent could have been: its clock measured again
+        now its run is done (``domain.clock_agreement``). None on the coordinator's clock."""
+        if worker.clock.same_clock:
+            return None
+        end = None
+        if worker.failure is None:
+            with contextlib.suppress(WorkersFailed):
+                end = await self.pool.agree_clock(worker)
+        return skew_ms(worker.clock, end)
 
     @staticmethod
     def _ship(share: _Share) -> None:
@@ -202,9 +219,10 @@ class ShardedGenerator:
 def _report(share: _Share) -> WorkerShare:
     m, worker = share.measures, share.worker
     return WorkerShare(
-        index=worker.index, pid=worker.process.pid, planned=share.planned, dispatched=share.live[0],
+        index=worker.index, pid=worker.pid, planned=share.planned, dispatched=share.live[0],
         finished=share.finished, lost=share.lost, cpu_busy=None if m is None else m.cpu_busy,
         max_stall_ms=None if m is None else m.max_stall_ms,
         gc_max_pause_ms=None if m is None or m.collector is None else m.collector.max_pause_ms,
-        failure=worker.failure,
+        failure=worker.failure, node=worker.node, clock_skew_ms=share.skew_ms,
+        wall_offset_ms=None if worker.clock.same_clock else worker.clock.wall_offset_ns / NS_PER_MS,
     )  # fmt: skip

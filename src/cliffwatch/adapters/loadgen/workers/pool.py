@@ -14,17 +14,21 @@ import os
 import pickle
 import socket
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 import structlog
 
+from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
-from cliffwatch.adapters.loadgen.workers.spec import BEAT_INTERVAL_S, WorkerSpec
+from cliffwatch.adapters.loadgen.workers.spec import BEAT_INTERVAL_S, WorkerSpec, this_boot
 from cliffwatch.adapters.loadgen.workers.wire import WireBroken, pack, receive
+from cliffwatch.domain.clock_agreement import SAME_CLOCK, ClockAgreement, ClockSample, agreement
 from cliffwatch.domain.errors import WorkersFailed
+from cliffwatch.domain.ports import Clock
 from cliffwatch.domain.prompt_sizing import PromptSizing
 from cliffwatch.domain.rate_limit import RateLimit
 
@@ -33,16 +37,60 @@ log = structlog.get_logger(__name__)
 START_TIMEOUT_S = 120.0  # a worker imports, loads a tokenizer or dataset, opens its client: then it is ready
 END_TIMEOUT_S = 30.0  # once its stream is closed, a worker has this long to exit before it is killed
 WORKER_MODULE = "cliffwatch.adapters.loadgen.workers.worker_process"
+CLOCK_ROUNDS = 8  # round trips to a worker on another machine; the shortest one measures its clock
+
+
+class WorkerProcess(Protocol):
+    """The process behind a worker, however it was started (``spawn_worker`` here, a Ray actor elsewhere)."""
+
+    def gone(self) -> bool:
+        """It has ended (nothing reads its stream between runs, so this is how a death between them shows)."""
+        ...
+
+    async def ended(self, timeout_s: float) -> str | None:
+        """How it ended (``exit code -9``), waiting up to ``timeout_s``; None: it is still running."""
+        ...
+
+    async def kill(self) -> None:
+        """Ends it now, and waits until it has."""
+        ...
+
+
+class LocalProcess:
+    """A worker process this one started."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+
+    def gone(self) -> bool:
+        return self.process.returncode is not None
+
+    async def ended(self, timeout_s: float) -> str | None:
+        try:
+            async with asyncio.timeout(timeout_s):
+                return f"exit code {await self.process.wait()}"
+        except TimeoutError:
+            return None
+
+    async def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.process.kill()
+        await self.process.wait()
 
 
 @dataclass(kw_only=True)
 class Worker:
-    """A worker process as its coordinator sees it: its stream both ways, and why it ended if it did."""
+    """A worker process as its coordinator sees it: its stream both ways, where it runs, its clock against the
+    coordinator's, and why it ended if it did."""
 
     index: int
-    process: asyncio.subprocess.Process
+    process: WorkerProcess
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
+    remote: bool = False  # placed by a cluster (Ray): it names the node it runs on
+    pid: int | None = None  # as it said when it was ready
+    node: str | None = None  # the node it runs on (a remote worker's)
+    clock: ClockAgreement = SAME_CLOCK
     failure: str | None = None  # it died, failed or fenced itself: it sends nothing more, in any later step
 
     def send(self, message: tuple[Any, ...]) -> None:
@@ -55,14 +103,40 @@ class Worker:
                 await self.writer.drain()
 
     async def lost(self, error: Exception) -> str:
-        """Marks it gone (its stream ended or broke) and says why: its exit code once it has exited."""
-        code = None
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(2.0):  # the stream ends just before the process does
-                code = await self.process.wait()
-        self.failure = f"died (exit code {code})" if code is not None else f"failed ({error})"
-        log.error("generator worker lost", worker=self.index + 1, reason=self.failure)
+        """Marks it gone (its stream ended or broke) and says why: how it ended once it has."""
+        how = await self.process.ended(2.0)  # the stream ends just before the process does
+        self.failure = f"died ({how})" if how is not None else f"failed ({error})"
+        log.error("generator worker lost", worker=self.index + 1, node=self.node, reason=self.failure)
         return self.failure
+
+
+class Launcher(Protocol):
+    """Starts a pool's workers and hands each its spec: processes on this machine, or Ray actors."""
+
+    async def launch(self, specs: list[WorkerSpec]) -> list[Worker]: ...
+
+    async def close(self) -> None:
+        """Frees what the workers held (their processes are ended by the pool first)."""
+        ...
+
+
+class LocalLauncher:
+    """Worker processes on this machine, children of this one."""
+
+    async def launch(self, specs: list[WorkerSpec]) -> list[Worker]:
+        workers: list[Worker] = []
+        try:
+            for spec in specs:
+                workers.append(await spawn_worker(spec))
+        except BaseException:
+            for worker in workers:
+                worker.writer.close()
+                await worker.process.kill()
+            raise
+        return workers
+
+    async def close(self) -> None:
+        return None
 
 
 class WorkerPool:
@@ -76,10 +150,14 @@ class WorkerPool:
         specs: Callable[[HttpExecutor], list[WorkerSpec]],
         *,
         cap: RateLimit | None = None,
+        launcher: Launcher | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.executor = executor
         self.specs = specs
         self.cap = cap  # the run's whole attempt cap (each worker holds its share)
+        self.launcher: Launcher = launcher or LocalLauncher()
+        self.clock = clock or MonotonicClock()  # the run's: the one its start is given in
         self.workers: list[Worker] = []
         self._beats: asyncio.Task[None] | None = None
 
@@ -93,7 +171,7 @@ class WorkerPool:
 
     @property
     def pids(self) -> tuple[int, ...]:
-        return tuple(w.process.pid for w in self.workers)
+        return tuple(w.pid for w in self.workers if w.pid is not None)
 
     async def preflight(self) -> PromptSizing:
         """The coordinator's preflight; the workers start after the first, with the prompts it settled."""
@@ -106,14 +184,16 @@ class WorkerPool:
         Started, it finds those that died since their last run (nobody reads a stream between runs)."""
         if self.workers:
             for worker in self.workers:
-                if worker.failure is None and (worker.writer.is_closing() or worker.process.returncode is not None):
+                if worker.failure is None and (worker.writer.is_closing() or worker.process.gone()):
                     await worker.lost(WireBroken("its stream ended between runs"))
             return
         try:
-            for spec in self.specs(self.executor):
-                self.workers.append(await spawn_worker(spec))
+            self.workers = await self.launcher.launch(self.specs(self.executor))
             for worker in self.workers:
                 await _ready(worker)
+            for worker in self.workers:
+                if not worker.clock.same_clock:
+                    worker.clock = await self.agree_clock(worker)
         except BaseException:
             await self.close()
             raise
@@ -130,14 +210,14 @@ class WorkerPool:
             if not worker.writer.is_closing():
                 worker.writer.close()
         for worker in self.workers:
-            try:
-                async with asyncio.timeout(END_TIMEOUT_S):
-                    await worker.process.wait()
-            except TimeoutError:
-                log.warning("generator worker did not exit: killed", worker=worker.index + 1)
-                with contextlib.suppress(ProcessLookupError):
-                    worker.process.kill()
-                await worker.process.wait()
+            if await worker.process.ended(END_TIMEOUT_S) is None:
+                log.warning("generator worker did not exit: killed", worker=worker.index + 1, node=worker.node)
+                await worker.process.kill()
+        await self.launcher.close()
+
+    async def agree_clock(self, worker: Worker) -> ClockAgreement:
+        """The worker's clock against the run's (``agree_clock``)."""
+        return await agree_clock(worker, self.clock)
 
     async def _beat(self) -> None:
         while True:
@@ -160,15 +240,43 @@ async def spawn_worker(spec: WorkerSpec) -> Worker:
     finally:
         theirs.close()
     reader, writer = await asyncio.open_connection(sock=mine)
-    worker = Worker(index=spec.index, process=process, reader=reader, writer=writer)
+    worker = Worker(index=spec.index, process=LocalProcess(process), reader=reader, writer=writer)
+    await hand_spec(worker, spec)
+    return worker
+
+
+async def hand_spec(worker: Worker, spec: WorkerSpec) -> None:
+    """Sends a started worker its spec; one that cannot travel ends the worker and fails the run before any load."""
     try:
         worker.send(("spec", spec))
     except (pickle.PicklingError, TypeError, AttributeError) as exc:
-        writer.close()
-        process.kill()
-        await process.wait()
+        worker.writer.close()
+        await worker.process.kill()
         raise WorkersFailed(f"the run's set-up cannot be handed to a worker process: {exc}") from exc
-    return worker
+
+
+async def agree_clock(worker: Worker, clock: Clock) -> ClockAgreement:
+    """The worker's clock against ``clock`` by ``CLOCK_ROUNDS`` round trips (``domain.clock_agreement``); only
+    while nothing else reads its stream (before its first run, or after it said it was done)."""
+    samples = []
+    try:
+        async with asyncio.timeout(START_TIMEOUT_S):
+            for _ in range(CLOCK_ROUNDS):
+                sent_ns = clock.now_ns()
+                worker.send(("ping", sent_ns))
+                await worker.drain()
+                while (message := await receive(worker.reader))[0] != "pong" or message[1] != sent_ns:
+                    pass  # something it sent before it read the ping: not the answer
+                received_ns = clock.now_ns()
+                samples.append(ClockSample(
+                    sent_ns=sent_ns, their_ns=message[2], received_ns=received_ns,
+                    our_wall_ns=time.time_ns() - (received_ns - sent_ns) // 2, their_wall_ns=message[3],
+                ))  # fmt: skip
+    except TimeoutError as exc:
+        raise WorkersFailed(f"worker {worker.index + 1} did not answer its clock check") from exc
+    except (WireBroken, ConnectionError) as exc:
+        raise WorkersFailed(f"worker {worker.index + 1} {await worker.lost(exc)} during its clock check") from exc
+    return agreement(samples)
 
 
 async def _ready(worker: Worker) -> None:
@@ -184,3 +292,8 @@ async def _ready(worker: Worker) -> None:
         raise WorkersFailed(f"worker {worker.index + 1}: {message[1]}")
     if message[0] != "ready":
         raise WorkersFailed(f"worker {worker.index + 1} said {message[0]!r} instead of ready")
+    _, worker.pid, boot, node = message
+    if worker.remote:
+        worker.node = node
+    if boot is None or boot != this_boot():  # another machine (or one that cannot tell): its own clock
+        worker.clock = ClockAgreement(same_clock=False)  # measured by the pool once every worker is ready

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
 from cliffwatch.adapters.loadgen.token_prompts import TokenExactPrompts
-from cliffwatch.adapters.loadgen.workers.pool import WorkerPool
+from cliffwatch.adapters.loadgen.workers.pool import Launcher, WorkerPool
+from cliffwatch.adapters.loadgen.workers.ray_launcher import RayLauncher, connect
 from cliffwatch.adapters.loadgen.workers.spec import WorkerSpec
 from cliffwatch.adapters.target_access import Destinations
+from cliffwatch.domain.errors import WorkersFailed
 from cliffwatch.domain.rate_limit import RateLimit
 from cliffwatch.domain.redaction import DEFAULT_RULES, RedactionRules
-from cliffwatch.domain.scenario import MAX_WORKERS, Scenario
+from cliffwatch.domain.scenario import AUTO_WORKERS, MAX_WORKERS, Scenario
 from cliffwatch.domain.shards import cap_share, client_share, worker_count
 
 
@@ -47,6 +50,7 @@ def worker_pool(
     log_level: str = "warning",
     data_dirs: tuple[Path, ...] | None = None,
     count: int,
+    launcher: Launcher | None = None,
 ) -> WorkerPool:
     """``count`` workers for ``sent`` (the scenario as sent, secrets read), not started yet: they start at the
     pool's preflight, once the coordinator's client (``executor``) has settled the prompts."""
@@ -77,4 +81,32 @@ def worker_pool(
             for index in range(count)
         ]
 
-    return WorkerPool(executor, specs, cap=cap)
+    return WorkerPool(executor, specs, cap=cap, launcher=launcher)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Placement:
+    """Where a run's generator workers go: how many, started by what, and what the run says about it."""
+
+    count: int  # 0: the run's own process sends
+    launcher: Launcher | None = None  # None: processes on this machine
+    note: str | None = None
+
+
+async def placement(
+    scenario: Scenario, *, most: int = MAX_WORKERS, ray_address: str | None = None, ray_host: str | None = None
+) -> Placement:
+    """The workers ``scenario`` gets: none without ``client.workers``; on this machine's cores; or, with a Ray
+    address, actors on that cluster (``auto``: one per CPU it has free, within ``most``)."""
+    asked = scenario.client.workers
+    if asked is None:
+        return Placement(count=0)
+    if ray_address is None:
+        count = workers_for(scenario, most=most)
+        return Placement(count=count, note=None if count else AUTO_IN_PROCESS)
+    cluster = await asyncio.to_thread(connect, ray_address, host=ray_host)
+    count = min(most, cluster.free_cpus if asked == AUTO_WORKERS else asked)
+    if count < 1:
+        raise WorkersFailed(f"the Ray cluster at {ray_address} has no free CPU for a generator worker")
+    note = f"sending from {count} Ray actor(s) on a cluster of {cluster.nodes} node(s) at {ray_address}"
+    return Placement(count=count, launcher=RayLauncher(cluster), note=note)

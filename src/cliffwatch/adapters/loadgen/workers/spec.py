@@ -18,6 +18,7 @@ from cliffwatch.domain.rate_limit import RateLimit
 from cliffwatch.domain.redaction import DEFAULT_RULES, RedactionRules
 from cliffwatch.domain.scenario import Scenario
 
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 BEAT_INTERVAL_S = 0.5  # the coordinator says it is alive this often
 BEAT_TIMEOUT_S = 3.0  # a worker that hears nothing for this long fences itself: it stops sending and exits
 
@@ -40,3 +41,12 @@ class WorkerSpec:
     redaction: RedactionRules = DEFAULT_RULES
     log_level: str = "warning"
     beat_timeout_s: float = BEAT_TIMEOUT_S
+
+
+def this_boot() -> str | None:
+    """This machine's boot id: two processes under the same one read the same monotonic clock. None where the
+    system does not say (not Linux): the clock is then measured, as another machine's would be."""
+    try:
+        return BOOT_ID.read_text().strip() or None
+    except OSError:
+        return None

@@ -1,18 +1,24 @@
 """What the coordinator and its generator workers say to each other, and how it travels.
 
-One stream socket per worker (a socket pair made before the worker starts), both ways: each message is a
-4-byte big-endian length and a pickle of a tuple whose first item names it. Only the two ends of one run's
-pair ever read it, so pickle's trust model holds (no other process can write to the pair).
+One stream socket per worker, both ways: a socket pair made before a local worker starts, or a TCP
+connection a Ray actor opens back to its coordinator (its first bytes are the token the coordinator gave it,
+checked before anything it sends is read as a message). Each message is a 4-byte big-endian length and a
+pickle of a tuple whose first item names it. Only the two ends of one run's stream ever read it, so pickle's
+trust model holds: no other process can write to a socket pair, and a TCP peer that does not hold the token is
+closed unread.
 
 Planned requests and records travel as plain tuples of their fields, enums as their values: pickling the
 frozen dataclasses themselves costs about ten times as much (5 µs against 0.4 µs a request each way), and at
 thousands of requests a second that is the coordinator's whole budget.
 
-Coordinator to worker: ``("spec", WorkerSpec)`` (first, once), then for each run ``("go", start_ns, scenario,
-next_prompts)``, ``("plan", rows)``, ``("end",)`` (no more plan) and ``("stop", reason, cancel_in_flight)``;
-``("beat",)`` (the coordinator is alive) throughout. Worker to coordinator: ``("ready",
-pid)``, ``("batch", dispatched, finished, live)`` (``dispatched``: ``(id, at_ns)`` of a request the worker was
-dealt, ``(row, at_ns)`` of a conversation's later turn it made), ``("done", measures)``, ``("failed", why)``.
+Coordinator to worker: ``("spec", WorkerSpec)`` (first, once), ``("ping", sent_ns)`` (its clock is
+measured), then for each run ``("go", start_ns, scenario, next_prompts)`` (``start_ns`` on the worker's own
+clock), ``("plan", rows)``, ``("end",)`` (no more plan) and ``("stop", reason, cancel_in_flight)``;
+``("beat",)`` (the coordinator is alive) throughout. Worker to coordinator: ``("ready", pid, boot_id, node)``,
+``("pong", sent_ns, its_monotonic_ns, its_wall_ns)``, ``("batch", dispatched, finished, live)``
+(``dispatched``: ``(id, at_ns)`` of a request the worker was dealt, ``(row, at_ns)`` of a conversation's later
+turn it made), ``("done", measures)``, ``("failed", why)``. Times in plans and records are relative to the
+run's start, so they need no translation between clocks.
 """
 
 from __future__ import annotations

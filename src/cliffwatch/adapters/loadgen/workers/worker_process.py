@@ -24,7 +24,7 @@ from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.adapters.loadgen.engine import OpenLoopGenerator
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
 from cliffwatch.adapters.loadgen.prompt_setup import prompt_options
-from cliffwatch.adapters.loadgen.workers.spec import WorkerSpec
+from cliffwatch.adapters.loadgen.workers.spec import WorkerSpec, this_boot
 from cliffwatch.adapters.loadgen.workers.wire import WireBroken, pack, plan_row, planned, receive, record_row
 from cliffwatch.adapters.logs import configure_logging, remember_secrets
 from cliffwatch.adapters.target_access import Destinations
@@ -93,8 +93,24 @@ class _Outbox:
 
 
 async def serve(fd: int) -> int:
-    sock = socket.socket(fileno=fd)
-    reader, writer = await asyncio.open_connection(sock=sock)
+    """A worker started by ``spawn_worker``: its stream is the socket pair's end it inherited."""
+    reader, writer = await asyncio.open_connection(sock=socket.socket(fileno=fd))
+    return await serve_stream(reader, writer)
+
+
+async def serve_connection(host: str, port: int, token: bytes, *, node: str) -> int:
+    """A worker on another machine (a Ray actor): it connects to its coordinator and proves it was sent by it."""
+    reader, writer = await asyncio.open_connection(host, port)
+    writer.write(token)
+    await writer.drain()
+    try:
+        return await serve_stream(reader, writer, node=node)
+    finally:
+        writer.close()
+
+
+async def serve_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, node: str | None = None) -> int:
+    """Serves a coordinator for the stream's life: its spec, then every run it starts, until the stream ends."""
     first = await receive(reader)
     if first[0] != "spec" or not isinstance(first[1], WorkerSpec):
         raise WireBroken(f"expected the worker's spec, got {first[0]!r}")
@@ -109,9 +125,9 @@ async def serve(fd: int) -> int:
             options["prompts"] = prompt_options(spec.scenario, builtin=False, data_dirs=spec.data_dirs)["prompts"]
         client = HttpExecutor(spec.scenario, spec.base_url, destinations=destinations, cap=cap, **options)
         async with client as executor:
-            writer.write(pack(("ready", os.getpid())))
+            writer.write(pack(("ready", os.getpid(), this_boot(), node or socket.gethostname())))
             await writer.drain()
-            session = _Session(spec, reader, executor, cap)
+            session = _Session(spec, reader, writer, executor, cap)
             tasks = [asyncio.create_task(session.listen()), asyncio.create_task(session.watch_beats())]
             try:
                 await _send_shares(session, writer)
@@ -133,10 +149,16 @@ class _Session:
     fences the worker (the run in progress is cut short, no other starts)."""
 
     def __init__(
-        self, spec: WorkerSpec, reader: asyncio.StreamReader, executor: HttpExecutor, cap: TokenBucket | None
+        self,
+        spec: WorkerSpec,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        executor: HttpExecutor,
+        cap: TokenBucket | None,
     ) -> None:
         self.spec = spec
         self.reader = reader
+        self.writer = writer
         self.executor = executor
         self.cap = cap
         self.clock = MonotonicClock()
@@ -154,6 +176,8 @@ class _Session:
                 kind = message[0]
                 if kind == "go":
                     self._start(*message[1:])
+                elif kind == "ping":  # the coordinator measures this machine's clock against its own
+                    self.writer.write(pack(("pong", message[1], self.clock.now_ns(), time.time_ns())))
                 elif self.run is not None:
                     generator, feed = self.run
                     if kind == "plan":

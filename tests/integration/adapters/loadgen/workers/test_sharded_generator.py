@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -23,14 +24,16 @@ from loadgen_testkit import CHAT_NONSTREAM, Serve, scenario_for
 
 from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
+from cliffwatch.adapters.loadgen.workers import pool as pool_module
 from cliffwatch.adapters.loadgen.workers.coordinator import ShardedGenerator
-from cliffwatch.adapters.loadgen.workers.pool import WorkerPool, spawn_worker
+from cliffwatch.adapters.loadgen.workers.pool import Worker, WorkerPool, agree_clock, spawn_worker
 from cliffwatch.adapters.loadgen.workers.setup import worker_pool
 from cliffwatch.adapters.loadgen.workers.spec import WorkerSpec
 from cliffwatch.adapters.loadgen.workers.wire import plan_row, receive
 from cliffwatch.adapters.target_access import Destinations
 from cliffwatch.domain.allowlist import parse_allowlist
-from cliffwatch.domain.outcomes import NS_PER_S, Outcome, RequestRecord
+from cliffwatch.domain.errors import WorkersFailed
+from cliffwatch.domain.outcomes import NS_PER_MS, NS_PER_S, Outcome, RequestRecord
 from cliffwatch.domain.plan import PlannedRequest, iter_plan
 from cliffwatch.domain.scenario import Scenario
 
@@ -225,15 +228,14 @@ async def test_a_worker_that_hears_no_beat_fences_itself(serve: Serve) -> None:
         worker.send(("plan", [plan_row(r) for r in iter_plan(scenario)]))
         await served.until_received(10, within_s=10)
         # no beat ever comes: within the timeout (and a probe's period) the worker stops and exits
-        assert await asyncio.wait_for(worker.process.wait(), 10) == 0
+        assert await worker.process.ended(10) == "exit code 0"
         seen = len(served.requests)
         await asyncio.sleep(0.3)
         assert len(served.requests) == seen < 50 * 5
     finally:
         worker.writer.close()
-        if worker.process.returncode is None:
-            worker.process.kill()
-            await worker.process.wait()
+        if not worker.process.gone():
+            await worker.process.kill()
 
 
 COORDINATOR = textwrap.dedent(
@@ -313,3 +315,48 @@ def _alive(pid: int) -> bool:
             return stat.read().split(") ")[-1][0] != "Z"
     except FileNotFoundError:
         return False
+
+
+async def test_a_worker_on_another_clock_is_measured_sent_its_start_and_its_skew_reported(
+    serve: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker under another boot id (as on another machine: here this machine's, told apart by the test) has
+    its clock measured by round trips before the run and again after it; the run says how far off it could be."""
+    monkeypatch.setattr(pool_module, "this_boot", lambda: "another machine")
+    served = await serve(answer)
+    scenario = load(served.url, rate=100, duration_s=1.0, workers=2)
+    records = Records()
+    async with coordinator(scenario, served.url) as generator:
+        clocks = [w.clock for w in generator.pool.workers]
+        report = await generator.run(iter_plan(scenario), start_ns=start_soon(), listener=Listener(records))
+    assert all(not c.same_clock for c in clocks)
+    # the same kernel clock, measured: the offset is within its uncertainty of zero, and both are small
+    assert all(abs(c.offset_ns) <= c.uncertainty_ns < 5 * NS_PER_MS for c in clocks)
+    assert all(abs(c.wall_offset_ns) < 5 * NS_PER_MS for c in clocks)
+    assert all(r.outcome is Outcome.ON_TIME for r in records.once_each().values())
+    skews = [w.clock_skew_ms for w in report.workers]
+    assert all(s is not None and 0 < s < 5 for s in skews), skews
+    assert not report.limited, report.reasons
+
+
+async def test_a_worker_that_does_not_answer_its_clock_check_fails_the_run_before_any_load() -> None:
+    mine, theirs = socket.socketpair()
+    reader, writer = await asyncio.open_connection(sock=mine)
+
+    class Gone:
+        def gone(self) -> bool:
+            return True
+
+        async def ended(self, timeout_s: float) -> str | None:
+            return "exit code 1"
+
+        async def kill(self) -> None:
+            return None
+
+    worker = Worker(index=2, process=Gone(), reader=reader, writer=writer)
+    theirs.close()  # it ends its stream instead of answering
+    try:
+        with pytest.raises(WorkersFailed, match=r"worker 3 died \(exit code 1\) during its clock check"):
+            await agree_clock(worker, MonotonicClock())
+    finally:
+        writer.close()
