@@ -3,6 +3,7 @@
 ``toxiproxy``: a Toxiproxy server of the tests' own, so no test ever touches a shared one (such as a
 developer's on the default port 8474, whose toxics would be someone else's).
 ``postgres``: likewise a PostgreSQL server of the tests' own, for the stores' contract suite.
+``ray_cluster``: a local Ray cluster of two nodes, for the generator's Ray workers.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import structlog
 
 from cliffwatch.adapters.toxiproxy_server import ManagedToxiproxy, find_toxiproxy_server
 from postgres_kit import PostgresServer, postgres_cluster
+from ray_kit import LocalRay, local_ray
 
 
 @pytest.fixture(autouse=True)
@@ -63,6 +65,12 @@ def toxiproxy() -> Iterator[ToxiproxyServer]:
             yield ToxiproxyServer(url=managed.url, host=managed.host, port=managed.port, pid=managed.pid)
         finally:
             runner.run(managed.__aexit__(None, None, None))
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[LocalRay]:
+    with local_ray(nodes=2) as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="session")

@@ -167,7 +167,9 @@ def scorecard(result: RunResult) -> RenderableType:
     sent_from = ""
     if workers:
         coordinator = result.generator.coordinator_cpu_busy or 0.0
-        sent_from = f"{len(workers)} worker process{'es' if len(workers) > 1 else ''} sent it (coordinator CPU "
+        nodes = {w.node for w in workers if w.node is not None}
+        on = f" on {len(nodes)} node{'s' if len(nodes) > 1 else ''}" if nodes else ""
+        sent_from = f"{len(workers)} worker process{'es' if len(workers) > 1 else ''}{on} sent it (coordinator CPU "
         sent_from += f"{coordinator:.0%}); "
     lines.append(
         Text(

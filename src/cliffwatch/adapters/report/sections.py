@@ -160,25 +160,40 @@ def generator(doc: Mapping[str, Any]) -> str:
     cls = "warn" if limited else ""
     return (
         f'<section id="generator"><h2>Load generator</h2><p class="{cls}">The generator {_e(text)}.</p>'
-        f"{evidence(facts)}{_workers(_list(gen.get('workers')))}</section>"
+        f"{evidence(facts)}{_workers(_list(gen.get('workers')), _list(gen.get('nodes')))}</section>"
     )
 
 
-def _workers(workers: Sequence[Any]) -> str:
-    """What each worker process sent (``client.workers``); nothing for a run sent from its own process."""
+def _workers(workers: Sequence[Any], nodes: Sequence[Any]) -> str:
+    """What each worker process sent (``client.workers``), and each node when they ran on a cluster's (Ray);
+    nothing for a run sent from its own process."""
     if not workers:
         return ""
+    remote = any(_map(w).get("node") for w in workers)
     rows = []
     for worker in map(_map, workers):
         index = worker.get("index")
+        where = (_e(worker.get("node") or DASH), _num(worker.get("clock_skew_ms"), 2)) if remote else ()
         rows.append((
-            _num(index + 1 if isinstance(index, int) else None), _e(worker.get("pid") or DASH),
+            _num(index + 1 if isinstance(index, int) else None), *where, _e(worker.get("pid") or DASH),
             _num(worker.get("planned")), _num(worker.get("finished")), _num(worker.get("lost")),
             _num(worker.get("cpu_busy"), 2), _num(worker.get("max_event_loop_stall_ms"), 1),
             _e(worker.get("failure") or "finished"),
         ))  # fmt: skip
-    head = ("worker", "pid", "planned", "reported", "lost", "CPU (core)", "longest stall (ms)", "ended")
-    return f"<h3>Worker processes</h3>{_table(head, rows, cls='numbers')}"
+    where_head = ("node", "clock skew (ms)") if remote else ()
+    head = ("worker", *where_head, "pid", "planned", "reported", "lost", "CPU (core)", "longest stall (ms)", "ended")
+    table = f"<h3>Worker processes</h3>{_table(head, rows, cls='numbers')}"
+    if not nodes:
+        return table
+    node_rows = [
+        (_e(n.get("node") or DASH), _num(n.get("processes")), _num(n.get("planned")), _num(n.get("finished")),
+         _num(n.get("lost")), _num(n.get("max_cpu_busy"), 2), _num(n.get("max_event_loop_stall_ms"), 1),
+         _num(n.get("clock_skew_ms"), 2), _num(n.get("failed")))
+        for n in map(_map, nodes)
+    ]  # fmt: skip
+    node_head = ("node", "processes", "planned", "reported", "lost", "busiest CPU (core)", "longest stall (ms)",
+                 "clock skew (ms)", "ended early")  # fmt: skip
+    return f"{table}<h3>Nodes</h3>{_table(node_head, node_rows, cls='numbers')}"
 
 
 def faults(doc: Mapping[str, Any]) -> str:

@@ -334,3 +334,27 @@ def test_a_run_sent_from_worker_processes_tables_what_each_sent_and_how_it_ended
     assert re.search(r"<td>2</td><td>4243</td><td>500</td><td>120</td><td>380</td>", section), section
     assert "died (exit code -9)" in section
     assert "Worker processes" not in render_run_report(document)
+
+
+def test_a_run_sent_from_a_clusters_nodes_names_each_workers_node_and_tables_the_nodes(
+    document: dict[str, Any],
+) -> None:
+    doc = copy.deepcopy(document)
+    doc["generator"]["workers"] = [
+        {"index": 0, "pid": 31, "node": "10.0.0.7 (ab12cd34)", "planned": 500, "finished": 500, "lost": 0,
+         "cpu_busy": 0.4, "max_event_loop_stall_ms": 3.0, "failure": None, "clock_skew_ms": 0.42},
+        {"index": 1, "pid": 32, "node": "10.0.0.8 (ef56ab78)", "planned": 500, "finished": 500, "lost": 0,
+         "cpu_busy": 0.5, "max_event_loop_stall_ms": 2.0, "failure": None, "clock_skew_ms": 0.61},
+    ]  # fmt: skip
+    doc["generator"]["nodes"] = [
+        {"node": "10.0.0.7 (ab12cd34)", "processes": 1, "planned": 500, "dispatched": 500, "finished": 500,
+         "lost": 0, "max_cpu_busy": 0.4, "max_event_loop_stall_ms": 3.0, "clock_skew_ms": 0.42, "failed": 0},
+        {"node": "10.0.0.8 (ef56ab78)", "processes": 1, "planned": 500, "dispatched": 500, "finished": 500,
+         "lost": 0, "max_cpu_busy": 0.5, "max_event_loop_stall_ms": 2.0, "clock_skew_ms": 0.61, "failed": 0},
+    ]  # fmt: skip
+    page = render_run_report(doc)
+    section = page[page.index('<section id="generator">') :]
+    section = section[: section.index("</section>")]
+    assert re.search(r"<td>2</td><td>10\.0\.0\.8 \(ef56ab78\)</td><td>0\.61</td><td>32</td>", section), section
+    assert "<h3>Nodes</h3>" in section
+    assert re.search(r"<td>10\.0\.0\.7 \(ab12cd34\)</td><td>1</td><td>500</td>", section), section

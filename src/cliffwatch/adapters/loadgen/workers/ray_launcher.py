@@ -23,6 +23,7 @@ import contextlib
 import hmac
 import logging
 import secrets
+import socket
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -38,6 +39,7 @@ log = structlog.get_logger(__name__)
 TOKEN_BYTES = 32
 PLACE_TIMEOUT_S = 60.0  # the cluster has this long to find a CPU for every worker
 CONNECT_TIMEOUT_S = 120.0  # an actor starts a Python process, imports cliffwatch and connects back in this
+ANSWER_TIMEOUT_S = 5.0  # a Ray head's address must accept a connection within this
 INSTALL = "Ray is not installed here: pip install 'cliffwatch[ray]' (and cliffwatch on every node of the cluster)"
 
 
@@ -67,6 +69,7 @@ def connect(address: str, *, host: str | None = None) -> RayCluster:
     address as Ray sees it."""
     ray = ray_module()
     if not ray.is_initialized():
+        _answers(address)
         try:
             ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False, include_dashboard=False)
         except (ConnectionError, RuntimeError, ValueError) as exc:
@@ -77,6 +80,21 @@ def connect(address: str, *, host: str | None = None) -> RayCluster:
         host = "127.0.0.1" if all(n.get("NodeManagerAddress") == here for n in nodes) else here
     free = int(ray.available_resources().get("CPU", 0))
     return RayCluster(address=address, nodes=len(nodes), free_cpus=free, host=host)
+
+
+def _answers(address: str) -> None:
+    """A ``HOST:PORT`` where nothing listens is an error now: Ray itself would retry it for minutes."""
+    if address == "auto" or "://" in address:
+        return
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise WorkersFailed(f"the Ray address {address!r} is not HOST:PORT, ray://HOST:PORT or auto")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=ANSWER_TIMEOUT_S).close()
+    except OSError as exc:
+        raise WorkersFailed(
+            f"nothing answers at the Ray address {address} ({exc}): is a Ray head running there (ray start --head)?"
+        ) from exc
 
 
 class ShardActor:

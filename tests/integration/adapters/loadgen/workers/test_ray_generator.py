@@ -2,47 +2,32 @@
 two raylets on this machine, one CPU each): the shares of both nodes make the plan, an actor killed mid-run
 loses only its share and the run says so, a stop reaches every actor, and the result says which node sent what.
 
-The cluster is started once for the module (about ten seconds); each test places its own actors.
+The cluster (``ray_cluster``, tests/ray_kit.py) is started once for the session, in about ten seconds; each test
+places its own actors.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import pytest
 import ray
 from loadgen_testkit import Serve
-from ray.cluster_utils import Cluster
 from test_sharded_generator import Listener, Records, answer, load, start_soon
 
 from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
 from cliffwatch.adapters.loadgen.workers.coordinator import ShardedGenerator
-from cliffwatch.adapters.loadgen.workers.ray_launcher import RayActor, RayCluster, RayLauncher, connect
+from cliffwatch.adapters.loadgen.workers.ray_launcher import RayActor, RayCluster, RayLauncher
 from cliffwatch.adapters.loadgen.workers.setup import worker_pool
 from cliffwatch.domain.outcomes import Outcome
 from cliffwatch.domain.plan import iter_plan
 from cliffwatch.domain.scenario import Scenario
+from ray_kit import LocalRay
 
 pytestmark = pytest.mark.slow
-
-SMALL_STORE = 80 * 1024 * 1024  # the object store holds nothing of ours: the least Ray accepts
-
-
-@pytest.fixture(scope="module")
-def ray_cluster() -> Iterator[tuple[Cluster, RayCluster]]:
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": 1, "object_store_memory": SMALL_STORE, "include_dashboard": False},
-    )
-    cluster.add_node(num_cpus=1, object_store_memory=SMALL_STORE)
-    try:
-        yield cluster, connect(cluster.address)
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
 
 
 @asynccontextmanager
@@ -55,10 +40,8 @@ async def ray_coordinator(scenario: Scenario, url: str, found: RayCluster) -> As
             yield ShardedGenerator(pool, scenario, MonotonicClock())
 
 
-async def test_two_nodes_send_the_plan_exactly_and_the_result_names_them(
-    serve: Serve, ray_cluster: tuple[Cluster, RayCluster]
-) -> None:
-    _, found = ray_cluster
+async def test_two_nodes_send_the_plan_exactly_and_the_result_names_them(serve: Serve, ray_cluster: LocalRay) -> None:
+    found = ray_cluster.found
     assert found.nodes == 2
     assert found.host == "127.0.0.1"  # every node is this machine: the actors connect back over loopback
     served = await serve(answer)
@@ -83,10 +66,8 @@ async def test_two_nodes_send_the_plan_exactly_and_the_result_names_them(
     assert {w.clock_skew_ms for w in report.workers} == {None}
 
 
-async def test_an_actor_killed_mid_run_loses_only_its_share(
-    serve: Serve, ray_cluster: tuple[Cluster, RayCluster]
-) -> None:
-    _, found = ray_cluster
+async def test_an_actor_killed_mid_run_loses_only_its_share(serve: Serve, ray_cluster: LocalRay) -> None:
+    found = ray_cluster.found
     served = await serve(answer)
     scenario = load(served.url, rate=100, duration_s=2.0, workers=2)
     records = Records()
@@ -112,10 +93,8 @@ async def test_an_actor_killed_mid_run_loses_only_its_share(
     assert report.workers[1].lost == len(lost)
 
 
-async def test_a_stop_reaches_every_actor_and_nothing_more_is_sent(
-    serve: Serve, ray_cluster: tuple[Cluster, RayCluster]
-) -> None:
-    _, found = ray_cluster
+async def test_a_stop_reaches_every_actor_and_nothing_more_is_sent(serve: Serve, ray_cluster: LocalRay) -> None:
+    found = ray_cluster.found
     served = await serve(answer)
     scenario = load(served.url, rate=100, duration_s=3.0, workers=2)
     records = Records()
@@ -138,8 +117,8 @@ async def test_a_stop_reaches_every_actor_and_nothing_more_is_sent(
     assert {w.failure for w in report.workers} == {None}
 
 
-async def test_a_connection_without_a_worker_token_is_closed_unread(ray_cluster: tuple[Cluster, RayCluster]) -> None:
-    _, found = ray_cluster
+async def test_a_connection_without_a_worker_token_is_closed_unread(ray_cluster: LocalRay) -> None:
+    found = ray_cluster.found
     launcher = RayLauncher(found)
     waiting = asyncio.get_running_loop().create_future()
     launcher._waiting[b"k" * 32] = waiting
