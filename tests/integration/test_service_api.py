@@ -65,12 +65,14 @@ def call(base: str, token: str | None, method: str, path: str, body: object | No
 
 
 @contextlib.contextmanager
-def served_instance(database_url: str, tmp_path: Path) -> Iterator[tuple[str, str]]:
+def served_instance(
+    database_url: str, tmp_path: Path, *, settings: dict[str, str] | None = None
+) -> Iterator[tuple[str, str]]:
     """A `cliffwatch serve` process on ``database_url`` and a free port, listening: its base URL and an admin
-    token; stopped at the end of the block."""
+    token; stopped at the end of the block. ``settings``: more of its environment."""
     port = free_port()
     env = {**os.environ, "CLIFFWATCH_DATABASE_URL": database_url, "CLIFFWATCH_STATE_DIR": str(tmp_path / "state"),
-           "CLIFFWATCH_LISTEN_PORT": str(port), "CLIFFWATCH_LOG_FORMAT": "json"}  # fmt: skip
+           "CLIFFWATCH_LISTEN_PORT": str(port), "CLIFFWATCH_LOG_FORMAT": "json", **(settings or {})}  # fmt: skip
     admin = subprocess.run([sys.executable, "-m", "cliffwatch", "token", "create", "--role", "admin"], cwd=REPO,
                            env=env, capture_output=True, text=True, check=True, timeout=60).stdout.strip()  # fmt: skip
     process = subprocess.Popen([sys.executable, "-m", "cliffwatch", "serve"], cwd=REPO, env=env,
@@ -164,10 +166,16 @@ def test_every_endpoint_of_a_served_instance_on_postgresql(postgres: Any, tmp_pa
     walk_every_endpoint(url, tmp_path)
 
 
-def test_the_services_worker_sends_from_worker_processes_and_stop_all_reaches_them(tmp_path: Path) -> None:
-    """A run with ``client.workers`` through the service: its worker coordinates two processes that send the
-    plan between them; an emergency stop during a long one reaches both, and neither outlives the run."""
-    with served_instance(f"sqlite+aiosqlite:///{tmp_path / 'cw.db'}", tmp_path) as (base, admin):
+@pytest.mark.parametrize("on", ["processes", "ray"])
+def test_the_services_worker_sends_from_worker_processes_and_stop_all_reaches_them(
+    tmp_path: Path, on: str, request: pytest.FixtureRequest
+) -> None:
+    """A run with ``client.workers`` through the service: its worker coordinates two processes (local ones, or
+    Ray actors on a local cluster of two nodes, ``CLIFFWATCH_RAY_ADDRESS``) that send the plan between them; an
+    emergency stop during a long one reaches both, and neither outlives the run."""
+    settings = {"CLIFFWATCH_RAY_ADDRESS": request.getfixturevalue("ray_cluster").address} if on == "ray" else {}
+    database = f"sqlite+aiosqlite:///{tmp_path / 'cw.db'}"
+    with served_instance(database, tmp_path, settings=settings) as (base, admin):
         put = call(base, admin, "PUT", "/api/v1/scenarios/split", {**SMALL, "name": "split", "client": {"workers": 2}})
         assert put[0] in (200, 201), put
         current = _finished(base, admin, call(base, admin, "POST", "/api/v1/runs", {"scenario": "split"})[1]["id"])
@@ -177,6 +185,7 @@ def test_the_services_worker_sends_from_worker_processes_and_stop_all_reaches_th
         offered = sum(p["offered"] for p in current["result"]["phases"])
         assert sum(w["finished"] for w in workers) == offered > 0
         assert all(w["failure"] is None for w in workers)
+        assert len({w["node"] for w in workers}) == (2 if on == "ray" else 1)
 
         long_run = {**SMALL, "name": "split-long", "client": {"workers": 2},
                     "phases": [{**SMALL["phases"][0], "duration_s": 60}]}  # fmt: skip
@@ -192,9 +201,20 @@ def test_the_services_worker_sends_from_worker_processes_and_stop_all_reaches_th
         assert stopped["status"] != "succeeded"
         assert stopped["result"]["duration_s"] < 30
         for worker in stopped["result"]["generator"]["workers"]:
-            with pytest.raises(ProcessLookupError):
-                os.kill(worker["pid"], 0)
+            assert _gone_soon(worker["pid"]), f"worker {worker['index'] + 1} outlived its run"
         assert call(base, admin, "DELETE", "/api/v1/stop-all")[0] in (200, 204)
+
+
+def _gone_soon(pid: int, within_s: float = 10.0) -> bool:
+    """The process has exited (a Ray actor's within a few seconds of being killed by the run's end)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.1)
+    return False
 
 
 def _finished(base: str, token: str, run_id: str) -> Any:
