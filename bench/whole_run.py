@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -137,10 +137,11 @@ def from_result(path: str, rate: float, result: dict[str, Any], view: dict[str, 
 # --- the paths ----------------------------------------------------------------------------------------
 
 
-def run_cli(server: ArrivalsServer, rate: float, duration_s: float, latency_ms: float, workers: str | None = None
-            ) -> Pass:  # fmt: skip
+def run_cli(server: ArrivalsServer, rate: float, duration_s: float, latency_ms: float, workers: str | None = None,
+            ray: str | None = None) -> Pass:  # fmt: skip
     """``cliffwatch run`` pinned to the client's core; with ``workers`` (path ``cli-wN``, ``cli-wauto``) it
-    runs with ``client.workers`` and is not pinned: its workers may use every core, the server's too."""
+    runs with ``client.workers`` and is not pinned: its workers may use every core, the server's too. With
+    ``ray`` (path ``cli-rayN``) the workers are Ray actors on the bench's local cluster at that address."""
     with tempfile.TemporaryDirectory() as scratch:
         scenario = Path(scratch) / "scenario.json"  # YAML is a superset of JSON
         document = scenario_document(server.base_url, rate, duration_s, MODE.chunks, workers)
@@ -149,6 +150,7 @@ def run_cli(server: ArrivalsServer, rate: float, duration_s: float, latency_ms: 
         server.drain()
         before = children_cpu_s()
         argv = [str(REPO / ".venv/bin/cliffwatch"), "run", str(scenario), "--json", str(out)]
+        argv += ["--ray", ray] if ray else []
         command = argv if workers else pinned(argv, CLIENT_CORE)
         done = subprocess.run(command, cwd=REPO, env={**os.environ, **CAPS}, capture_output=True,
                               text=True, timeout=duration_s + 300)  # fmt: skip
@@ -156,8 +158,30 @@ def run_cli(server: ArrivalsServer, rate: float, duration_s: float, latency_ms: 
         if not out.exists():
             raise SystemExit(f"cliffwatch run wrote no result (exit {done.returncode}): {done.stderr[-2000:]}")
         view = judge_arrivals(server.drain(), rate, duration_s).to_dict()
-        path = f"cli-w{workers}" if workers else "cli"
-        return from_result(path, rate, json.loads(out.read_text()), view, cpu, latency_ms)
+        path = (f"cli-ray{workers}" if ray else f"cli-w{workers}") if workers else "cli"
+        result = json.loads(out.read_text())
+        if ray:  # Ray's actors are not this process's children: their CPU is what each measured over the run
+            workers_cpu = [w.get("cpu_busy") or 0.0 for w in (result.get("generator") or {}).get("workers") or []]
+            cpu += sum(workers_cpu) * float(result.get("duration_s") or duration_s)
+        return from_result(path, rate, result, view, cpu, latency_ms)
+
+
+@contextmanager
+def local_ray(nodes: int) -> Iterator[str]:
+    """A Ray cluster of ``nodes`` nodes of one CPU each on this machine (``ray.cluster_utils.Cluster``, as
+    cliffwatch's tests use): its address. The raylets are not pinned, as the workers of ``cli-wN`` are not."""
+    from ray.cluster_utils import Cluster
+
+    store = 80 * 1024 * 1024
+    head = {"num_cpus": 1, "object_store_memory": store, "include_dashboard": False}
+    cluster = Cluster(initialize_head=True, head_node_args=head)
+    try:
+        for _ in range(nodes - 1):
+            cluster.add_node(num_cpus=1, object_store_memory=store)
+        cluster.wait_for_nodes()
+        yield cluster.address
+    finally:
+        cluster.shutdown()
 
 
 @contextmanager
@@ -311,7 +335,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rates", default=",".join(str(r) for r in DEFAULT_RATES))
     parser.add_argument("--duration", type=float, default=20.0, help="seconds of load per pass")
     parser.add_argument("--paths", default="cli,vegeta",
-                        help="of cli, cli-wN (client.workers: N), cli-wauto, service, vegeta")  # fmt: skip
+                        help="of cli, cli-wN (client.workers: N), cli-wauto, cli-rayN (N Ray actors on a local "
+                        "cluster of N nodes), service, vegeta")  # fmt: skip
     parser.add_argument("--latency-ms", type=float, default=20.0)
     parser.add_argument("--chunks", type=int, default=0,
                         help="stream OpenAI chat answers of this many token chunks, 2 ms apart (0: plain HTTP); "
@@ -326,12 +351,19 @@ def main(argv: list[str] | None = None) -> int:
     if not (REPO / ".venv/bin/cliffwatch").exists():
         raise SystemExit("run `make check` first: the benchmark runs the repository's .venv/bin/cliffwatch")
     passes: list[Pass] = []
-    with tempfile.TemporaryDirectory() as scratch, arrivals_server(args.latency_ms, chunks=args.chunks or 16) as server:
+    ray_nodes = max((int(p.removeprefix("cli-ray")) for p in paths if p.startswith("cli-ray")), default=0)
+    with (
+        tempfile.TemporaryDirectory() as scratch,
+        arrivals_server(args.latency_ms, chunks=args.chunks or 16) as server,
+        local_ray(ray_nodes) if ray_nodes else nullcontext("") as ray_address,
+    ):
         runners: dict[str, Callable[[ArrivalsServer, float, float, float], Pass]] = {
             "cli": run_cli, "vegeta": run_vegeta}  # fmt: skip
         for path in paths:
             if path.startswith("cli-w"):
                 runners[path] = functools.partial(run_cli, workers=path.removeprefix("cli-w"))
+            elif path.startswith("cli-ray"):
+                runners[path] = functools.partial(run_cli, workers=path.removeprefix("cli-ray"), ray=ray_address)
         service = service_runner(Path(scratch)) if "service" in paths else None
         if service is not None:
             runners["service"] = next(service)

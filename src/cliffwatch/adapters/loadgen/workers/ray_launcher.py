@@ -2,8 +2,10 @@
 
 Ray places the workers and keeps them alive; nothing else about a run changes. A placement group asks the
 cluster for one CPU per worker, spread across its nodes; each worker is an actor that opens a TCP connection
-back to the coordinator (the cliffwatch process that owns the run) and from then on speaks exactly what a local
-worker speaks over its socket pair (``wire.py``): the coordinator deals the plan, stops, beats and reads the
+back to the coordinator (the cliffwatch process that owns the run) and hands it to a plain worker process it
+starts beside itself (sending from inside Ray's own worker process, with its threads, was measured to stall
+far more: docs/design.md), which from then on speaks exactly what a local worker speaks over its socket pair
+(``wire.py``): the coordinator deals the plan, stops, beats and reads the
 records, so faults, stop-all, leases, fencing and the store work as they do on one machine. A worker on another
 node has its clock measured (``domain.clock_agreement``) and is sent the start in its own clock.
 
@@ -24,13 +26,15 @@ import hmac
 import logging
 import secrets
 import socket
+import subprocess
+import sys
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 import structlog
 
-from cliffwatch.adapters.loadgen.workers.pool import Worker, hand_spec
+from cliffwatch.adapters.loadgen.workers.pool import WORKER_MODULE, Worker, hand_spec
 from cliffwatch.adapters.loadgen.workers.spec import WorkerSpec
 from cliffwatch.domain.errors import WorkersFailed
 
@@ -98,15 +102,20 @@ def _answers(address: str) -> None:
 
 
 class ShardActor:
-    """One generator worker as a Ray actor (made remote when launched: Ray is imported only then)."""
+    """One generator worker as a Ray actor (made remote when launched: Ray is imported only then): it connects
+    back, proves itself, and supervises the worker process it hands the connection to until that exits (the
+    child dies with it: ``PR_SET_PDEATHSIG``)."""
 
     def serve(self, host: str, port: int, token: bytes) -> int:
-        from cliffwatch.adapters.loadgen.workers.worker_process import serve_connection
-
         ray = ray_module()
         node_id = ray.get_runtime_context().get_node_id()
         node = f"{ray.util.get_node_ip_address()} ({node_id[:8]})"
-        return asyncio.run(serve_connection(host, port, token, node=node))
+        with socket.create_connection((host, port), timeout=CONNECT_TIMEOUT_S) as connection:
+            connection.sendall(token)
+            connection.settimeout(None)
+            argv = [sys.executable, "-m", WORKER_MODULE, str(connection.fileno()), node]
+            child = subprocess.Popen(argv, pass_fds=(connection.fileno(),), stdin=subprocess.DEVNULL)
+        return child.wait()
 
 
 class RayActor:

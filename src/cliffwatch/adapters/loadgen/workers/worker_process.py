@@ -92,10 +92,11 @@ class _Outbox:
                 await self.writer.drain()
 
 
-async def serve(fd: int) -> int:
-    """A worker started by ``spawn_worker``: its stream is the socket pair's end it inherited."""
+async def serve(fd: int, node: str | None = None) -> int:
+    """A worker started by ``spawn_worker`` (its stream is the socket pair's end it inherited) or by a Ray actor
+    (the connection the actor opened to the coordinator, ``node`` the actor's)."""
     reader, writer = await asyncio.open_connection(sock=socket.socket(fileno=fd))
-    return await serve_stream(reader, writer)
+    return await serve_stream(reader, writer, node=node)
 
 
 async def serve_connection(host: str, port: int, token: bytes, *, node: str) -> int:
@@ -246,7 +247,7 @@ def _die_with_parent() -> None:
 def main() -> int:
     _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle: it stops us
-    return asyncio.run(serve(int(sys.argv[1])))
+    return asyncio.run(serve(int(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else None))
 
 
 if __name__ == "__main__":
