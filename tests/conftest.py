@@ -3,7 +3,7 @@
 ``toxiproxy``: a Toxiproxy server of the tests' own, so no test ever touches a shared one (such as a
 developer's on the default port 8474, whose toxics would be someone else's).
 ``postgres``: likewise a PostgreSQL server of the tests' own, for the stores' contract suite.
-``ray_cluster``: a local Ray cluster of two nodes, for the generator's Ray workers.
+``ray_cluster``: a local Ray cluster of two nodes, for the generator's Ray workers (one per test module).
 """
 
 from __future__ import annotations
@@ -67,8 +67,10 @@ def toxiproxy() -> Iterator[ToxiproxyServer]:
             runner.run(managed.__aexit__(None, None, None))
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[LocalRay]:
+    # Per module, not per session: a live cluster and this process's Ray threads would otherwise stay for every
+    # later test, and the timing tests (a loop never blocked over 100 ms) measured them.
     with local_ray(nodes=2) as cluster:
         yield cluster
 

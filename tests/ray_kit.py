@@ -1,5 +1,5 @@
 """A local Ray cluster for the tests: two nodes on this machine (``ray.cluster_utils.Cluster``, one raylet each,
-one CPU each), started once per session by the ``ray_cluster`` fixture (tests/conftest.py) and joined by this
+one CPU each), started once per test module by the ``ray_cluster`` fixture (tests/conftest.py) and joined by this
 process, as the Ray docs advise for testing multi-node behaviour on one machine."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 two raylets on this machine, one CPU each): the shares of both nodes make the plan, an actor killed mid-run
 loses only its share and the run says so, a stop reaches every actor, and the result says which node sent what.
 
-The cluster (``ray_cluster``, tests/ray_kit.py) is started once for the session, in about ten seconds; each test
+The cluster (``ray_cluster``, tests/ray_kit.py) is started once for the module, in about ten seconds; each test
 places its own actors.
 """
 
