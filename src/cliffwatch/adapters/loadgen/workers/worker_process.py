@@ -93,25 +93,10 @@ class _Outbox:
 
 
 async def serve(fd: int, node: str | None = None) -> int:
-    """A worker started by ``spawn_worker`` (its stream is the socket pair's end it inherited) or by a Ray actor
-    (the connection the actor opened to the coordinator, ``node`` the actor's)."""
+    """Serves a coordinator for its stream's life (its spec, then every run it starts, until the stream ends).
+    ``fd``: the socket pair's end ``spawn_worker`` passed, or the connection a Ray actor opened to the
+    coordinator and handed over (``node``: the actor's)."""
     reader, writer = await asyncio.open_connection(sock=socket.socket(fileno=fd))
-    return await serve_stream(reader, writer, node=node)
-
-
-async def serve_connection(host: str, port: int, token: bytes, *, node: str) -> int:
-    """A worker on another machine (a Ray actor): it connects to its coordinator and proves it was sent by it."""
-    reader, writer = await asyncio.open_connection(host, port)
-    writer.write(token)
-    await writer.drain()
-    try:
-        return await serve_stream(reader, writer, node=node)
-    finally:
-        writer.close()
-
-
-async def serve_stream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, node: str | None = None) -> int:
-    """Serves a coordinator for the stream's life: its spec, then every run it starts, until the stream ends."""
     first = await receive(reader)
     if first[0] != "spec" or not isinstance(first[1], WorkerSpec):
         raise WireBroken(f"expected the worker's spec, got {first[0]!r}")
