@@ -54,8 +54,16 @@ class ArrivalsServer:
             return [int(ns) for ns in json.load(answer)["ns"]]
 
     def cpu_s(self) -> float:
+        return float(self._stats()["cpu_s"])
+
+    def requests(self) -> int:
+        """How many requests it has recorded since it started (drains do not reset it)."""
+        return int(self._stats()["requests"])
+
+    def _stats(self) -> dict[str, float]:
         with urllib.request.urlopen(f"{self.base_url}/__stats", timeout=30) as answer:
-            return float(json.load(answer)["cpu_s"])
+            stats: dict[str, float] = json.load(answer)
+            return stats
 
 
 @contextmanager

@@ -5,7 +5,7 @@ a user gets: ``cliffwatch run`` as a separate process (start-up, preflight, live
 its file included) and, with ``--paths service``, a run queued on a real ``cliffwatch serve`` and executed by
 its worker with the SQL sink — each against ``bench/arrivals_server`` (Go, one core, answering in 20 ms and
 recording every arrival), beside Vegeta (``--paths vegeta``, installed into ``bench/.build/peers`` with
-``go install``) measured in the same sitting on the same server.
+``go install`` by ``peers/install.py``) measured in the same sitting on the same server.
 
 For each path and constant rate it reports: the rate the **server** saw and its share of the intended
 requests, pacing as the server saw it (inter-arrival CV, and the p99 drift of arrivals from an even
@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from arrivals import BENCH, BUILD, ArrivalsServer, arrivals_server, judge_arrivals, pinned
+from arrivals import BENCH, ArrivalsServer, arrivals_server, judge_arrivals, pinned
+from peers import install
 
 REPO = BENCH.parent
 
@@ -49,7 +50,6 @@ class Mode:
 
 MODE = Mode()
 CLIENT_CORE = 0
-VEGETA = "github.com/tsenart/vegeta/v12@v12.13.0"
 DEFAULT_RATES = (250, 500, 1000, 1500, 2000, 3000, 4000)
 # the caps' defaults (1,000 req/s) are a safety net for users; the benchmark lifts them for its loopback server
 CAPS = {"CLIFFWATCH_MAX_OFFERED_RATE": "20000", "CLIFFWATCH_MAX_ATTEMPT_RATE": "20000",
@@ -264,16 +264,8 @@ def service_runner(scratch: Path) -> Iterator[Callable[[ArrivalsServer, float, f
         yield run_service
 
 
-def vegeta_binary() -> Path:
-    binary = BUILD / "peers" / "vegeta"
-    if not binary.exists():
-        env = {**os.environ, "GOBIN": str(binary.parent)}
-        subprocess.run(["go", "install", VEGETA], env=env, check=True)
-    return binary
-
-
 def run_vegeta(server: ArrivalsServer, rate: float, duration_s: float, latency_ms: float) -> Pass:
-    binary = str(vegeta_binary())
+    binary = str(install.vegeta())
     server.drain()
     before = children_cpu_s()
     attack = subprocess.run(

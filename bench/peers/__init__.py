@@ -1,0 +1,1 @@
+"""cliffwatch against real peers (Vegeta, GuideLLM, AIPerf) on one loopback server, measured in one run."""
