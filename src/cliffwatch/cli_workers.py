@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from cliffwatch.config import Settings
+from cliffwatch.config import Settings, SettingsInvalid
+from cliffwatch.domain.ray_address import ray_address_problem
 from cliffwatch.domain.scenario import Scenario, with_overrides
 
 WORKERS_HELP = "send from this many worker processes, or 'auto' (client.workers)"
@@ -25,7 +26,10 @@ def sent_from(args: argparse.Namespace, settings: Settings, scenario: Scenario) 
     overrides ``CLIFFWATCH_RAY_ADDRESS`` and, when nothing asked for workers, asks for ``auto``."""
     scenario = with_overrides(scenario, workers=args.workers)
     if args.ray is not None:
-        settings = replace(settings, ray_address=args.ray.strip())
+        address = args.ray.strip()
+        if (problem := ray_address_problem(address)) is not None:
+            raise SettingsInvalid([f"--ray: {problem}"])
+        settings = replace(settings, ray_address=address)
         if scenario.client.workers is None:
             scenario = with_overrides(scenario, workers="auto")
     return settings, scenario

@@ -23,6 +23,7 @@ from cliffwatch.adapters.documents import CONFIG_LIMITS, DocumentInvalid, load_y
 from cliffwatch.domain.allowlist import DEFAULT_ALLOWLIST, Allowlist, parse_allowlist
 from cliffwatch.domain.caps import Caps
 from cliffwatch.domain.errors import CliffwatchError
+from cliffwatch.domain.ray_address import ray_address_problem
 from cliffwatch.domain.redaction import RedactionRules
 from cliffwatch.domain.runs import Quotas
 from cliffwatch.domain.secrets import RESERVED_ENV_PREFIX, env_name_allowed
@@ -184,6 +185,14 @@ def _text(raw: Any) -> str:
     if isinstance(raw, bool) or not isinstance(raw, str | int | float):
         raise ValueError(f"must be a string, got {type(raw).__name__}")
     return str(raw).strip()
+
+
+def _ray_address(address: str) -> str | None:
+    if not address:
+        return None
+    if (problem := ray_address_problem(address)) is not None:
+        raise ValueError(problem)
+    return address
 
 
 def _allowlist(raw: Any, env: Mapping[str, str]) -> Allowlist:
@@ -388,7 +397,7 @@ SPECS: tuple[Spec, ...] = (
     Spec(field="max_workers", env="CLIFFWATCH_MAX_WORKERS", parse=_number(low=1, high=256, integer=True),
          help="Most generator worker processes one run may start (client.workers; auto takes the cores left, "
               "within this); default 16."),
-    Spec(field="ray_address", env="CLIFFWATCH_RAY_ADDRESS", parse=lambda raw, env: _text(raw) or None,
+    Spec(field="ray_address", env="CLIFFWATCH_RAY_ADDRESS", parse=lambda raw, env: _ray_address(_text(raw)),
          help="A Ray cluster (auto: the one `ray start` made on this machine, or HOST:PORT) whose actors send the "
               "load of every run that asks for client.workers (auto: one per free CPU), instead of this machine's "
               "processes; needs cliffwatch[ray] here and on every node. Unset: this machine."),

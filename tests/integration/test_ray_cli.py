@@ -39,3 +39,14 @@ def test_run_with_a_ray_address_where_nothing_answers_fails_before_any_load(tmp_
     result = cliffwatch("run", str(write(tmp_path, QUICK)), "--ray", address, timeout=60)
     assert result.returncode == 3, result.stdout + result.stderr
     assert f"nothing answers at the Ray address {address}" in result.stderr
+
+
+@pytest.mark.parametrize("address", ["", "head:port"])
+def test_a_malformed_ray_address_is_an_input_error(tmp_path: Path, address: str) -> None:
+    """Exit 2 (the user's input), before Ray is imported or any load: only a well-formed address where nothing
+    answers is the environment's (exit 3)."""
+    result = cliffwatch("run", str(write(tmp_path, QUICK)), "--ray", address, timeout=60)
+    assert result.returncode == 2, result.stdout + result.stderr
+    reason = "is not auto, HOST:PORT or ray://HOST:PORT" if not address else "the port must be a number"
+    assert f"--ray: {address!r}" in result.stderr, result.stderr
+    assert reason in result.stderr

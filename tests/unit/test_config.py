@@ -262,3 +262,12 @@ def test_a_hostile_config_file_is_one_clear_problem(tmp_path: Path, content: str
     assert len(caught.value.problems) == 1
     assert caught.value.problems[0].startswith(f"CLIFFWATCH_CONFIG: {config}: ")
     assert message in caught.value.problems[0]
+
+
+def test_a_malformed_ray_address_is_a_settings_problem_and_a_blank_one_means_none() -> None:
+    """CLIFFWATCH_RAY_ADDRESS: checked when read (exit 2), not when a run first tries to join it (exit 3)."""
+    with pytest.raises(SettingsInvalid) as caught:
+        Settings.from_env({"CLIFFWATCH_RAY_ADDRESS": "head:port"})
+    assert caught.value.problems == ["CLIFFWATCH_RAY_ADDRESS: 'head:port': the port must be a number from 1 to 65535"]
+    assert Settings.from_env({"CLIFFWATCH_RAY_ADDRESS": "  "}).ray_address is None
+    assert Settings.from_env({"CLIFFWATCH_RAY_ADDRESS": "ray://head:10001"}).ray_address == "ray://head:10001"

@@ -37,6 +37,7 @@ import structlog
 from cliffwatch.adapters.loadgen.workers.pool import WORKER_MODULE, Worker, hand_spec
 from cliffwatch.adapters.loadgen.workers.spec import WorkerSpec
 from cliffwatch.domain.errors import WorkersFailed
+from cliffwatch.domain.ray_address import ray_address_problem
 
 log = structlog.get_logger(__name__)
 
@@ -90,9 +91,9 @@ def _answers(address: str) -> None:
     """A ``HOST:PORT`` where nothing listens is an error now: Ray itself would retry it for minutes."""
     if address == "auto" or "://" in address:
         return
+    if (problem := ray_address_problem(address)) is not None:  # settings and --ray were checked: a caller's slip
+        raise WorkersFailed(f"the Ray address {problem}")
     host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        raise WorkersFailed(f"the Ray address {address!r} is not HOST:PORT, ray://HOST:PORT or auto")
     try:
         socket.create_connection((host.strip("[]"), int(port)), timeout=ANSWER_TIMEOUT_S).close()
     except OSError as exc:
