@@ -10,6 +10,7 @@
 - ``yaml``: a scenario, or a fragment of one (its top-level keys replace those of a small valid scenario),
   validated by ``cliffwatch validate``; files the example names (a tokenizer, a dataset, a trace) are the
   reader's, so "does not exist" for one of them is the only problem allowed.
+- ``http`` and ``json``: against the OpenAPI document (``api_examples_kit``).
 - anything else, or a block without a language: fails, unless a ``<!-- skip: next "why" -->`` comment
   before it marks it illustrative, with its reason.
 """
@@ -34,11 +35,12 @@ from sybil import Document, Example, Region, Sybil
 from sybil.parsers.markdown import CodeBlockParser, SkipParser
 from sybil.parsers.markdown.lexers import RawFencedCodeBlockLexer
 
+from api_examples_kit import ApiExamples
 from cliffwatch.adapters.scenario_files import load_scenario
 from cliffwatch.cli import _parser, main
 
 REPO = Path(__file__).resolve().parent.parent
-CHECKED = ("sh", "yaml")
+CHECKED = ("sh", "yaml", "http", "json")
 QUICK_COMMANDS = {("scenarios",), ("validate",), ("token", "create")}
 SCENARIO_COMMANDS = {"run", "sweep", "validate"}
 BASE_SCENARIO: dict[str, Any] = {
@@ -168,11 +170,14 @@ def _commands(source: str) -> list[str]:
 
 
 def docs_sybil(service: Service) -> Sybil:
+    api = ApiExamples()
     return Sybil(
         parsers=[
             SkipParser(),
             CodeBlockParser("sh", ShellExamples(service)),
             CodeBlockParser("yaml", scenario_example),
+            CodeBlockParser("http", api.http),
+            CodeBlockParser("json", api.json),
             UncheckedBlocks(),
         ]
     )
