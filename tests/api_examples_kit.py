@@ -6,7 +6,8 @@
   the page names last before it (a request line, or a `` `POST /api/v1/…` `` in a heading or the text); it
   must be a status the operation documents, with its required headers and a body valid against that
   status's schema.
-- ``json``: a problem (``"type": "tag:cliffwatch.dev,…"``) is checked against the problem schema; any other
+- ``json``: a problem (``"type": "tag:cliffwatch.dev,…"``) is checked against the problem schema, a sweep's
+  result file (``"kind": "sweep"`` with a ``format``) against the sweep branch of a run's ``result``; any other
   body is the success answer of the operation the page names last before it (a request line, or a
   `` `GET /api/v1/…` `` in a heading or the text).
 
@@ -136,6 +137,8 @@ class ApiExamples:
         body = json.loads(str(example.parsed))
         if isinstance(body, dict) and str(body.get("type", "")).startswith(_PROBLEM_TYPE):
             return _joined(schema_problems(body, _problem_schema()))
+        if isinstance(body, dict) and body.get("kind") == "sweep" and "format" in body:  # a sweep's result file
+            return _joined([f"sweep result: {p}" for p in schema_problems(body, _sweep_result_schema())])
         mentions = _MENTION.findall(example.document.text[: example.region.start])
         if not mentions:
             return "no operation is named before this body"
@@ -199,6 +202,12 @@ def _check_response(method: str, path: str, status: int, headers: dict[str, str]
 
 def _problem_schema() -> dict[str, Any]:
     return dict(resolve(DOCUMENT["components"]["responses"]["Error"])["content"]["application/problem+json"]["schema"])
+
+
+def _sweep_result_schema() -> dict[str, Any]:
+    """A sweep's result document: what ``cliffwatch sweep --json`` writes and the API's ``result`` holds."""
+    branches = DOCUMENT["components"]["schemas"]["RunDetail"]["properties"]["result"]["anyOf"]
+    return dict(next(b for b in branches if b.get("properties", {}).get("kind", {}).get("const") == "sweep"))
 
 
 def _joined(problems: list[str]) -> str | None:

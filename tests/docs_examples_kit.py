@@ -3,11 +3,17 @@
 - ``sh``: line by line. ``curl`` runs against a real ``cliffwatch serve`` (the port in the example is
   replaced by the test's, ``$TOKEN`` is a real admin token) with ``--fail-with-body``, so an error answer
   fails the example; ``cliffwatch serve`` is that service (it must answer ``/readyz``); quick ``cliffwatch``
-  commands (``scenarios``, ``validate``, ``token create``) run for real; every other ``cliffwatch`` command is
-  parsed by the real CLI parser and the scenario it names must load (a run takes minutes: its flags and
+  commands (``scenarios``, ``validate``, ``token create``, ``db upgrade``) run for real; every other
+  ``cliffwatch`` command is parsed by the real CLI parser and the scenario it names must load (unless it is
+  a bare file name such as ``my.yaml``: the reader's own) (a run takes minutes: its flags and
   its scenario are what drift); ``make T`` must be a target (``make -n``). Any other command fails: no rule
   checks it.
-- ``yaml``: a scenario, or a fragment of one (its top-level keys replace those of a small valid scenario),
+- ``CLIFFWATCH_X=value`` on its own line: a setting cliffwatch knows, with a value it accepts; ``pip install``:
+  this project and extras it declares; ``python bench/X.py --flag``: the script's ``--help`` lists the flag;
+  ``uptime``: run.
+- ``yaml``: a ``CLIFFWATCH_CONFIG`` file (its keys are settings) read by the settings loader; a fragment of
+  docker-compose.yml (it has ``services``) merged into the repository's file, valid against the Compose spec;
+  else a scenario, or a fragment of one (its top-level keys replace those of a small valid scenario),
   validated by ``cliffwatch validate``; files the example names (a tokenizer, a dataset, a trace) are the
   reader's, so "does not exist" for one of them is the only problem allowed.
 - ``http`` and ``json``: against the OpenAPI document (``api_examples_kit``).
@@ -19,17 +25,20 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import re
 import shlex
 import subprocess
 import sys
 import tempfile
+import tomllib
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import yaml
 from sybil import Document, Example, Region, Sybil
 from sybil.parsers.markdown import CodeBlockParser, SkipParser
@@ -38,10 +47,12 @@ from sybil.parsers.markdown.lexers import RawFencedCodeBlockLexer
 from api_examples_kit import ApiExamples
 from cliffwatch.adapters.scenario_files import load_scenario
 from cliffwatch.cli import _parser, main
+from cliffwatch.config import SPECS, Settings, SettingsInvalid
 
 REPO = Path(__file__).resolve().parent.parent
 CHECKED = ("sh", "yaml", "http", "json")
-QUICK_COMMANDS = {("scenarios",), ("validate",), ("token", "create")}
+QUICK_COMMANDS = {("scenarios",), ("validate",), ("token", "create"), ("db", "upgrade")}
+READ_ONLY_PROGRAMS = {"uptime"}  # run for real: they only read the machine's state
 SCENARIO_COMMANDS = {"run", "sweep", "validate"}
 BASE_SCENARIO: dict[str, Any] = {
     "name": "docs-example",
@@ -74,6 +85,8 @@ class ShellExamples:
 
     def check(self, line: str) -> str | None:
         words = shlex.split(line, comments=True)
+        if len(words) == 1 and re.fullmatch(r"CLIFFWATCH_[A-Z0-9_]*=.*", words[0]):  # a setting on its own
+            return _setting(line, words[0])
         while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0]):  # VAR=value before the command
             words = words[1:]
         if not words:
@@ -86,6 +99,15 @@ class ShellExamples:
             return None if done.returncode == 0 else f"{line}: not a make target: {done.stderr.strip()}"
         if program == "cliffwatch":
             return self.cliffwatch(line, words[1:])
+        if program in READ_ONLY_PROGRAMS:
+            done = subprocess.run(words, capture_output=True, text=True, timeout=30)
+            return None if done.returncode == 0 else f"{line}: exit {done.returncode}"
+        if program == "pip" and words[1:2] == ["install"]:
+            return _pip_install(line, words[2:])
+        if program.startswith("python") and len(words) > 1 and words[1].startswith("bench/"):
+            return _bench_script(line, words[1:])
+        if len(words) == 1 and "=" in words[0]:
+            return _setting(line, words[0])
         return f"{line}: no rule checks `{program}`: check it here or mark the block illustrative"
 
     def curl(self, line: str) -> str | None:
@@ -115,6 +137,8 @@ class ShellExamples:
             reference = parsed.scenario
             if not Path(reference).is_absolute() and (REPO / reference).exists():
                 reference = str(REPO / reference)
+            elif reference.endswith((".yaml", ".yml")) and "/" not in reference:
+                return None  # a bare file name (my.yaml) is the reader's own scenario: its flags were parsed
             try:
                 load_scenario(reference)
             except Exception as exc:  # the scenario the docs name must exist and load
@@ -122,11 +146,54 @@ class ShellExamples:
         return None
 
 
+def _setting(line: str, assignment: str) -> str | None:
+    """``CLIFFWATCH_X=value``: a setting cliffwatch knows, with a value it accepts."""
+    name, value = assignment.split("=", 1)
+    if name not in {spec.env for spec in SPECS}:
+        return f"{line}: {name} is not a cliffwatch setting"
+    try:
+        Settings.from_env({name: value})
+    except SettingsInvalid as exc:
+        return f"{line}: {exc}"
+    return None
+
+
+def _pip_install(line: str, args: list[str]) -> str | None:
+    """``pip install .`` or ``cliffwatch[extra,…]``: the project, with extras it declares."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    for target in (a for a in args if not a.startswith("-")):
+        name, _, extras = target.partition("[")
+        if name not in (".", project["name"]):
+            return f"{line}: {target} is not this project"
+        asked = {e.strip() for e in extras.rstrip("]").split(",") if e.strip()}
+        unknown = asked - set(project["optional-dependencies"])
+        if unknown:
+            return f"{line}: no such extra: {', '.join(sorted(unknown))}"
+    return None
+
+
+def _bench_script(line: str, args: list[str]) -> str | None:
+    """``python bench/X.py --flag …``: the script exists and its ``--help`` lists every flag used."""
+    script = REPO / args[0]
+    if not script.is_file():
+        return f"{line}: {args[0]} does not exist"
+    done = subprocess.run([sys.executable, str(script), "--help"], cwd=REPO, capture_output=True, text=True,
+                          timeout=120)  # fmt: skip
+    if done.returncode != 0:
+        return f"{line}: {args[0]} --help failed: {done.stderr[-500:]}"
+    unknown = [flag for flag in (a.split("=")[0] for a in args[1:] if a.startswith("--")) if flag not in done.stdout]
+    return f"{line}: {args[0]} has no {', '.join(unknown)}" if unknown else None
+
+
 def scenario_example(example: Example) -> str | None:
     """The ``yaml`` rule: the block, as a scenario or merged into ``BASE_SCENARIO``, passes ``cliffwatch validate``."""
     document = yaml.safe_load(str(example.parsed))
     if not isinstance(document, dict):
         return f"not a YAML mapping: {document!r}"
+    if "services" in document:
+        return _compose_fragment(document)
+    if document and set(document) <= {spec.key for spec in SPECS}:
+        return _config_file(str(example.parsed))
     whole = document if {"name", "phases"} <= document.keys() else {**BASE_SCENARIO, **document}
     with tempfile.TemporaryDirectory() as scratch:
         path = Path(scratch) / "example.yaml"
@@ -141,6 +208,33 @@ def scenario_example(example: Example) -> str | None:
     if problems and len(missing) == len(problems) and all(path in str(example.parsed) for path in missing):
         return None  # only the reader's own files (a tokenizer, a trace) are missing: the scenario itself is valid
     return f"cliffwatch validate: {out.getvalue().strip()}"
+
+
+def _config_file(text: str) -> str | None:
+    """A ``CLIFFWATCH_CONFIG`` file: every setting known and its value accepted."""
+    with tempfile.TemporaryDirectory() as scratch:
+        path = Path(scratch) / "cliffwatch.yaml"
+        path.write_text(text)
+        try:
+            Settings.from_env({"CLIFFWATCH_CONFIG": str(path)})
+        except SettingsInvalid as exc:
+            return f"as a CLIFFWATCH_CONFIG file: {exc}"
+    return None
+
+
+def _compose_fragment(document: dict[str, Any]) -> str | None:
+    """A fragment of docker-compose.yml: merged into the repository's file, valid against the Compose spec
+    (the schema tests/unit/test_docker_compose.py checks the file with)."""
+    compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    for key, value in document.items():
+        if key == "services":
+            for name, service in value.items():
+                compose["services"].setdefault(name, {}).update(service)
+        else:
+            compose[key] = {**compose.get(key, {}), **value}
+    schema = json.loads((REPO / "tests" / "fixtures" / "compose-spec.json").read_text())
+    errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(compose), key=str)
+    return "; ".join(f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in errors) or None
 
 
 class UncheckedBlocks:
