@@ -512,6 +512,35 @@ def test_the_trends_page_shows_a_point_for_each_run_and_a_capacity_point_for_eac
         context.close()
 
 
+def test_a_scenario_with_one_run_says_first_run_and_times_read_as_people_read_them(
+    browser: Browser, served: Served
+) -> None:
+    """One run is no trend: the page says "first run of this scenario" with its time and score, and draws no
+    lone point on an empty axis. The run's page shows its times in UTC to the second."""
+    name = served.scenario(short_scenario("first-ui"))
+    run = served.api("POST", "/api/v1/runs", {"scenario": name}, "operator")
+    assert served.wait_finished(run["id"])["status"] == "succeeded"
+    context, watched = log_in(browser, served, "viewer")
+    page = watched.page
+    try:
+        page.goto(f"{served.base}/ui/trends?scenario={name}")
+        page.wait_for_selector("body[data-charts-ready='0']", state="attached")
+        text = page.locator("#score-trends").inner_text()
+        first = r"First run of this scenario \(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} UTC\): score \d"
+        assert re.search(first, text), text
+        assert page.locator("#score-trends [data-trend]").count() == 0
+        watched.shot("trends-first-run")
+        page.goto(f"{served.base}/ui/runs/{run['id']}")
+        page.wait_for_selector("body[data-charts-ready='5']")
+        for label in ("Created", "Started", "Finished"):
+            shown = page.locator(f"dt:text-is('{label}') + dd").inner_text()
+            assert re.fullmatch(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2} UTC", shown), (label, shown)
+        watched.shot("run-times")
+        watched.clean()
+    finally:
+        context.close()
+
+
 def test_a_post_without_or_with_a_wrong_csrf_token_is_refused(browser: Browser, served: Served) -> None:
     context, watched = log_in(browser, served, "operator")
     page = watched.page

@@ -9,6 +9,7 @@ Screenshots (and a PDF print) go to ``$CLIFFWATCH_TEST_ARTIFACTS`` (default ``te
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -180,6 +181,58 @@ def test_in_print_every_chart_fits_an_a4_page(browser: Browser, real_run_report:
         background = page.evaluate("() => getComputedStyle(document.body).backgroundColor")
         assert background in ("rgb(255, 255, 255)", "rgba(0, 0, 0, 0)"), background
         page.pdf(path=str(artifacts_dir() / "report-print.pdf"), format="A4")
+        assert watched.problems == []
+    finally:
+        page.close()
+
+
+@pytest.fixture(scope="module")
+def collapsed_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The slow-backend result with three seconds of its stress phase collapsed: requests offered, none completed
+    (every one timed out), as a real collapse records them."""
+    document = json.loads(FIXTURE.read_text(encoding="utf-8"))
+    for row in document["timeseries"][14:17]:
+        timed_out = row["offered"]
+        row.update({key: None for key in row if key.endswith("_ms")})
+        row.update({"on_time": 0, "late": 0, "timeout": timed_out, "completions": 0, "on_time_completions": 0})
+    where = tmp_path_factory.mktemp("collapsed")
+    (where / "collapsed.json").write_text(json.dumps(document), encoding="utf-8")
+    output = where / "collapsed.html"
+    reported = cliffwatch("report", str(where / "collapsed.json"), "-o", str(output), state_dir=tempfile.mkdtemp())
+    assert reported.returncode == 0, reported.stdout + reported.stderr
+    return output
+
+
+@pytest.mark.slow
+def test_seconds_with_no_completion_are_marked_not_left_as_gaps(browser: Browser, collapsed_report: Path) -> None:
+    """The latency charts shade the collapsed seconds and name them; the legend says "no completion" there, and
+    the header's times read as people read them."""
+    watched = open_report(browser, collapsed_report)
+    page = watched.page
+    try:
+        said = page.evaluate(
+            "window.CliffwatchCharts.charts.filter(c => c.id.startsWith('latency-'))"
+            ".map(({plot}) => [14, 15, 16, 2].map(i => plot.series[1].value(plot, plot.data[1][i], 1, i)))"
+        )
+        assert [values[:3] for values in said] == [["no completion"] * 3] * 2
+        assert all(values[3] != "no completion" for values in said)
+        # Inside the same phase and fault bands, the collapsed seconds are painted more densely than the seconds
+        # before them (mean alpha of a row of pixels low in the plot, under the latency lines).
+        alpha = page.evaluate(
+            "(() => { const {plot} = window.CliffwatchCharts.charts.find(c => c.id === 'latency-e2e');"
+            " const ctx = readable(plot.ctx.canvas), b = plot.bbox;"
+            " const at = x => Math.round(plot.valToPos(x, 'x', true));"
+            " const mean = (x0, x1) => { const d = ctx.getImageData(x0, b.top + b.height * 0.6, x1 - x0, 1).data;"
+            "   let sum = 0; for (let i = 3; i < d.length; i += 4) sum += d[i]; return sum / (d.length / 4); };"
+            " return [mean(at(14.2), at(16.8)), mean(at(11.2), at(13.8))]; })()"
+        )
+        assert alpha[0] > alpha[1] + 20, alpha
+        header = page.locator("header dl.facts").inner_text()
+        assert re.search(r"started\s+2026-11-30 11:04:41 UTC", header), header
+        assert re.search(r"duration\s+33\.3 s", header), header
+        assert not re.search(r"\d{2}T\d{2}:", header), header  # not the raw ISO text
+        page.locator("#chart-latency-e2e").screenshot(path=str(artifacts_dir() / "report-no-completion.png"))
+        page.screenshot(path=str(artifacts_dir() / "report-collapsed.png"), full_page=True)
         assert watched.problems == []
     finally:
         page.close()

@@ -8,7 +8,6 @@ data block is not a script.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from functools import cache
 from typing import Any
 
@@ -18,24 +17,10 @@ from markupsafe import Markup
 
 from cliffwatch import __version__
 from cliffwatch.adapters.dashboard.context import maybe_user
+from cliffwatch.adapters.readable import when
 from cliffwatch.adapters.report.render import script_json
 
 PAGE_HEADERS = {"Cache-Control": "no-store"}
-
-
-def _when(value: Any) -> str:
-    """A stored time (a datetime, or its ISO 8601 text as the API's views give it) as the pages show it: UTC,
-    to the second."""
-    if isinstance(value, str):
-        text = value
-        try:
-            value = datetime.fromisoformat(text)
-        except ValueError:
-            return text
-    if not isinstance(value, datetime):
-        return "–" if value is None else str(value)
-    aware = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-    return aware.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _number(value: Any, digits: int = 1) -> str:
@@ -53,7 +38,7 @@ def environment() -> jinja2.Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters["when"] = _when
+    env.filters["when"] = when
     env.filters["num"] = _number
     env.filters["data_json"] = lambda value: Markup(script_json(value))
     return env

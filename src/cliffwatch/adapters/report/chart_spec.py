@@ -94,6 +94,9 @@ class Chart:
     series: tuple[Series, ...]
     stacked: bool = False
     fill_between: tuple[tuple[int, int], ...] = ()  # pairs of series (indexes in ``series``) shaded between
+    # Points (indexes of the shared x) where requests were offered and none completed: marked as such on the
+    # chart, so a collapsed second does not look like missing data.
+    no_completion: tuple[int, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         spec: dict[str, Any] = {
@@ -102,6 +105,8 @@ class Chart:
         }  # fmt: skip
         if self.fill_between:
             spec["fill_between"] = [list(pair) for pair in self.fill_between]
+        if self.no_completion:
+            spec["no_completion"] = list(self.no_completion)
         return spec
 
 

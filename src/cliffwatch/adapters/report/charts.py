@@ -84,10 +84,21 @@ def _latency(rows: Sequence[Mapping[str, Any]], key: str, title: str, slo_ms: fl
         key=key,
         title=title,
         caption=f"{title} of the requests offered each second, measured from their scheduled send time "
-        "(log scale). Seconds with no completion have no point.",
+        "(log scale). A second whose requests all failed (timed out, shed or errored: none completed) is "
+        "shaded and marked “no completion”; a second with nothing offered has no point.",
         slo_ms=slo_ms,
         percentile=lambda name: _column(rows, f"{key}_{name}_ms"),
         count=len(rows),
+        no_completion=no_completion(rows, f"{key}_p50_ms"),
+    )
+
+
+def no_completion(rows: Sequence[Mapping[str, Any]], latency_key: str) -> tuple[int, ...]:
+    """The seconds (row indexes) that offered requests and have no latency: none of them completed."""
+    return tuple(
+        i
+        for i, row in enumerate(rows)
+        if (_number(row.get("offered")) or 0) > 0 and _number(row.get(latency_key)) is None
     )
 
 
@@ -100,6 +111,7 @@ def latency_chart(
     slo_ms: float | None,
     percentile: Callable[[str], Sequence[float | None]],
     count: int,
+    no_completion: tuple[int, ...] = (),
 ) -> Chart:
     """A latency chart of ``count`` points on a log scale: ``key``'s percentiles (``percentile("p50")`` gives
     the p50's values, and so on) and the SLO, when there is one, as a line at ``slo_ms``."""
@@ -117,6 +129,7 @@ def latency_chart(
         caption=caption,
         axes=(Axis(scale="ms", label=f"{key.upper()} (ms, log scale)", log=True),),
         series=tuple(series),
+        no_completion=no_completion,
     )
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cliffwatch import __version__
+from cliffwatch.adapters.readable import when
 from cliffwatch.adapters.report import sections, sweep_sections
 from cliffwatch.adapters.report.assets import UPLOT_VERSION, load_assets
 from cliffwatch.adapters.report.charts import run_charts
@@ -139,8 +140,9 @@ def render_sweep_report(document: Mapping[str, Any]) -> str:
 def render_status_report(run: Mapping[str, Any]) -> str:
     """The page of a run or sweep that has no result yet (queued or running) or ended without one: what is
     known so far. ``run`` is the API's view of the stored run (its id, kind, scenario, status, times)."""
-    facts = [(key, run.get(key)) for key in ("id", "kind", "scenario", "status", "target_url", "created_at",
-                                               "started_at", "finished_at", "triggered_by", "reason")]  # fmt: skip
+    facts = [(key, when(run.get(key)) if key.endswith("_at") and run.get(key) else run.get(key))
+             for key in ("id", "kind", "scenario", "status", "target_url", "created_at", "started_at", "finished_at",
+                         "triggered_by", "reason")]  # fmt: skip
     listed = "".join(
         f"<div><dt>{html.escape(k)}</dt><dd>{html.escape(str(v))}</dd></div>" for k, v in facts if v is not None
     )

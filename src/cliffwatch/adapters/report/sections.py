@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from cliffwatch.adapters.readable import duration, when
 from cliffwatch.adapters.report.markup import DASH
 from cliffwatch.adapters.report.markup import as_list as _list
 from cliffwatch.adapters.report.markup import as_map as _map
@@ -32,8 +33,9 @@ def header(doc: Mapping[str, Any]) -> str:
     scenario, target = _map(doc.get("scenario")), _map(doc.get("target"))
     facts = [
         ("run", doc.get("run_id")), ("status", doc.get("status")), ("target", target.get("url")),
-        ("API", target.get("api")), ("started", doc.get("started_at")), ("finished", doc.get("finished_at")),
-        ("duration", f"{_num(doc.get('duration_s'), 1)} s"), ("cliffwatch", doc.get("cliffwatch_version")),
+        ("API", target.get("api")), ("started", when(doc.get("started_at"))),
+        ("finished", when(doc.get("finished_at"))), ("duration", duration(doc.get("duration_s"))),
+        ("cliffwatch", doc.get("cliffwatch_version")),
     ]  # fmt: skip
     listed = "".join(f"<div><dt>{_e(k)}</dt><dd>{_e(DASH if v is None else v)}</dd></div>" for k, v in facts)
     return f'<header><h1>{_e(scenario.get("name", "run"))}</h1><dl class="facts">{listed}</dl></header>'

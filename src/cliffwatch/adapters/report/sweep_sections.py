@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from cliffwatch.adapters.readable import duration, when
 from cliffwatch.adapters.report.markup import DASH, as_list, as_map, esc, ms, num, table
 from cliffwatch.adapters.report.sections import evidence
 from cliffwatch.domain.outcomes import FAILED, OUTCOME_TEXT
@@ -61,8 +62,8 @@ def header(doc: Mapping[str, Any]) -> str:
     scenario, target, spec = as_map(doc.get("scenario")), as_map(doc.get("target")), as_map(doc.get("spec"))
     facts = [
         ("sweep", doc.get("sweep_id")), ("status", doc.get("status")), ("target", target.get("url")),
-        ("API", target.get("api")), ("mode", spec.get("mode")), ("started", doc.get("started_at")),
-        ("finished", doc.get("finished_at")), ("duration", f"{num(doc.get('duration_s'), 1)} s"),
+        ("API", target.get("api")), ("mode", spec.get("mode")), ("started", when(doc.get("started_at"))),
+        ("finished", when(doc.get("finished_at"))), ("duration", duration(doc.get("duration_s"))),
         ("cliffwatch", doc.get("cliffwatch_version")),
     ]  # fmt: skip
     listed = "".join(f"<div><dt>{esc(k)}</dt><dd>{esc(DASH if v is None else v)}</dd></div>" for k, v in facts)

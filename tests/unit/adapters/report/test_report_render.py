@@ -358,3 +358,29 @@ def test_a_run_sent_from_a_clusters_nodes_names_each_workers_node_and_tables_the
     assert re.search(r"<td>2</td><td>10\.0\.0\.8 \(ef56ab78\)</td><td>0\.61</td><td>32</td>", section), section
     assert "<h3>Nodes</h3>" in section
     assert re.search(r"<td>10\.0\.0\.7 \(ab12cd34\)</td><td>1</td><td>500</td>", section), section
+
+
+def test_seconds_that_offered_requests_and_completed_none_are_marked_on_the_latency_charts(
+    document: dict[str, Any],
+) -> None:
+    """A collapsed second (everything timed out) is marked "no completion"; a second that offered nothing is not."""
+    rows = document["timeseries"]
+    rows[3] = {**rows[3], "offered": 5, "ttft_p50_ms": None, "ttft_p90_ms": None, "ttft_p99_ms": None,
+               "e2e_p50_ms": None, "e2e_p90_ms": None, "e2e_p99_ms": None}  # fmt: skip
+    rows[4] = {**rows[4], "offered": 0, "ttft_p50_ms": None, "e2e_p50_ms": None}
+    charts = {c["id"]: c for c in report_data(render_run_report(document))["charts"]}
+    expected = [i for i, r in enumerate(rows) if r["offered"] > 0 and r["ttft_p50_ms"] is None]
+    assert 3 in expected
+    assert 4 not in expected
+    assert charts["latency-ttft"]["no_completion"] == expected
+    assert "no completion" in charts["latency-ttft"]["caption"]
+    assert "no_completion" not in charts["throughput"]
+
+
+def test_the_header_shows_times_and_the_duration_as_people_read_them(document: dict[str, Any]) -> None:
+    document["started_at"] = "2026-12-01T18:32:53.481516+00:00"
+    document["duration_s"] = 48.46
+    page = render_run_report(document)
+    assert "<dd>2026-12-01 18:32:53 UTC</dd>" in page
+    assert "<dd>48.5 s</dd>" in page
+    assert "18:32:53.481516" not in page.split('<script type="application/json"')[0]  # the data keeps it

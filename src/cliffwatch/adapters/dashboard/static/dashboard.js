@@ -201,8 +201,9 @@
 
   function epoch(text) { return Date.parse(text) / 1000; }
 
-  // Times on the x axis in UTC, as the axis says and the tables show (not the browser's zone); a lone point gets
-  // an hour either side rather than uPlot's years. The legend draws each line with its dash, as the reports do.
+  // Times on the x axis in UTC, as the axis says and the tables show (not the browser's zone); a lone point (two
+  // runs in the same second) gets an hour either side rather than uPlot's years; a series of one point is not
+  // charted at all (the page says "first run"). The legend draws each line with its dash, as the reports do.
   function utc(ts) { return uPlot.tzDate(new Date(ts * 1e3), "Etc/UTC"); }
 
   // uPlot's time ticks with 24-hour times and ISO dates ("14:40", "2026-11-30"), not its 12-hour "2:40pm": per tick

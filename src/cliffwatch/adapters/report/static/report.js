@@ -8,6 +8,7 @@
   var PHASE_FILLS = ["rgba(0,0,0,0.035)", "rgba(0,0,0,0.085)"];
   var FAULT_STROKE = "rgba(213,94,0,0.55)"; // Okabe-Ito vermillion
   var FAULT_FILL = "rgba(213,94,0,0.07)";
+  var EMPTY_FILL = "rgba(90,90,90,0.16)"; // a second that offered requests and completed none
   var made = [];
 
   function alpha(hex, a) {
@@ -65,6 +66,30 @@
     }] } };
   }
 
+  // Latency charts: seconds that offered requests and completed none are shaded from the axis up and named,
+  // so a collapsed second reads as "no completion", not as a gap in the data.
+  function noCompletionPlugin(xs, indexes) {
+    return { hooks: { drawClear: [function (u) {
+      var ctx = u.ctx, b = u.bbox, px = uPlot.pxRatio, spans = [];
+      indexes.forEach(function (i) {
+        var last = spans[spans.length - 1];
+        if (last && last.to === i - 1) last.to = i; else spans.push({ from: i, to: i });
+      });
+      ctx.save();
+      ctx.beginPath(); ctx.rect(b.left, b.top, b.width, b.height); ctx.clip();
+      ctx.font = Math.round(11 * px) + "px system-ui, sans-serif";
+      ctx.textBaseline = "bottom";
+      spans.forEach(function (span) {
+        var x0 = u.valToPos(xs[span.from] - 0.5, "x", true), x1 = u.valToPos(xs[span.to] + 0.5, "x", true);
+        ctx.fillStyle = EMPTY_FILL;
+        ctx.fillRect(x0, b.top, x1 - x0, b.height);
+        ctx.fillStyle = "#444";
+        ctx.fillText("no completion", x0 + 3 * px, b.top + b.height - 16 * px, Math.max(x1 - x0 - 6 * px, 0));
+      });
+      ctx.restore();
+    }] } };
+  }
+
   function height(width) { return Math.max(220, Math.min(320, Math.round(width * 0.36))); }
 
   // The y scales and axes of a chart spec: from zero (or fixed bounds, or log) and labelled.
@@ -79,14 +104,18 @@
 
   // The y series of a chart spec and the bands filled between them (stacked, or named pairs).
   function seriesOf(spec, showPoints, gaps) {
-    var series = [], bands = [];
+    var series = [], bands = [], empty = {};
+    (spec.no_completion || []).forEach(function (i) { empty[i] = true; });
     spec.series.forEach(function (s, i) {
       var shown = s.shown;
       series.push({
         label: s.unit ? s.label + " (" + s.unit + ")" : s.label, scale: s.scale, stroke: s.color,
         width: s.width, dash: s.dash.length ? s.dash : undefined, spanGaps: gaps,
         fill: s.fill && (!spec.stacked || i === 0) ? alpha(s.color, 0.45) : undefined,
-        value: function (u, v, si, idx) { return fmt(shown && idx != null ? shown[idx] : v, s.unit); },
+        value: function (u, v, si, idx) {
+          if (v == null && idx != null && empty[idx]) return "no completion";
+          return fmt(shown && idx != null ? shown[idx] : v, s.unit);
+        },
         points: { show: s.points && showPoints, size: gaps ? 6 : 4, fill: s.color },
       });
       if (spec.stacked && i > 0) bands.push({ series: [i + 1, i], fill: alpha(s.color, 0.45) });
@@ -107,7 +136,8 @@
     var ys = seriesOf(spec, data.x.length <= 900, false);
     return { width: width, height: height(width), scales: scales, axes: axes, series: [x].concat(ys.series),
       bands: ys.bands, cursor: { sync: { key: "cliffwatch-" + (data.run_id || "") } },
-      legend: { live: true }, plugins: [bandsPlugin(data.bands)] };
+      legend: { live: true }, plugins: [bandsPlugin(data.bands)].concat(
+        spec.no_completion ? [noCompletionPlugin(data.x, spec.no_completion)] : []) };
   }
 
   // Sweeps: rates where the generator could not keep up hatched under the series; usable capacity (solid)
