@@ -25,31 +25,13 @@ from typing import Any
 import jsonschema
 from sybil import Example
 
-from cliffwatch.adapters.api.openapi import openapi_document
+from openapi_kit import DOCUMENT, operation, resolve
 
-DOCUMENT = openapi_document()
 ELLIPSIS = "…"
 _REQUEST = re.compile(r"^(GET|POST|PUT|PATCH|DELETE) (/\S*)( HTTP/1\.1)?$")
 _RESPONSE = re.compile(r"^HTTP/1\.1 (\d{3})( .*)?$")
 _MENTION = re.compile(r"(GET|POST|PUT|PATCH|DELETE) (/api/v1/[^\s`?]*)")
 _PROBLEM_TYPE = "tag:cliffwatch.dev,2026:problem:"
-
-
-def operation(method: str, path: str) -> tuple[str, dict[str, Any]] | None:
-    """The document's operation for ``method`` and a concrete (or templated) ``path``, query dropped."""
-    path = path.split("?")[0]
-    for template, item in DOCUMENT["paths"].items():
-        pattern = "^" + re.sub(r"\\{[^/]+?\\}", "[^/]+", re.escape(template)) + "$"
-        if (re.match(pattern, path) or path == template) and method.lower() in item:
-            return template, item[method.lower()]
-    return None
-
-
-def resolve(node: dict[str, Any]) -> dict[str, Any]:
-    while "$ref" in node and len(node) == 1:
-        *_, kind, name = node["$ref"].split("/")
-        node = DOCUMENT["components"][kind][name]
-    return node
 
 
 def elided(body: Any, elided_objects: set[int]) -> Any:

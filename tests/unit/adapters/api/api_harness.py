@@ -19,7 +19,6 @@ import yaml
 from aiohttp.test_utils import TestClient, TestServer
 
 from cliffwatch.adapters.api import ApiServices, ServiceMetrics, create_app
-from cliffwatch.adapters.api.openapi import openapi_document
 from cliffwatch.adapters.cron import ApschedulerCron
 from cliffwatch.adapters.documents import off_loop
 from cliffwatch.adapters.scenario_files import BUNDLED_DIR
@@ -48,9 +47,9 @@ from cliffwatch.services.sweep_progress import SweepProgress
 from cliffwatch.services.tokens import TokenService
 from cliffwatch.services.trends import TrendsService
 from cliffwatch.services.worker import run_end
+from openapi_kit import DOCUMENT, operation, resolve
 
 START = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
-DOCUMENT = openapi_document()
 PROBLEM_JSON = "application/problem+json"
 FORMATS = jsonschema.FormatChecker()
 
@@ -74,21 +73,6 @@ class Reply:
     operation: str | None  # "GET /api/v1/runs/{run_id}", None for paths the document does not have
 
 
-def _operation(method: str, path: str) -> tuple[str, dict[str, Any]] | None:
-    for template, item in DOCUMENT["paths"].items():
-        pattern = "^" + re.sub(r"\\{[^/]+?\\}", "[^/]+", re.escape(template)) + "$"
-        if re.match(pattern, path) and method.lower() in item:
-            return template, item[method.lower()]
-    return None
-
-
-def _resolve(node: dict[str, Any]) -> dict[str, Any]:
-    while "$ref" in node and len(node) == 1:
-        *_, kind, name = node["$ref"].split("/")
-        node = DOCUMENT["components"][kind][name]
-    return node
-
-
 def assert_conforms(method: str, path: str, status: int, headers: Mapping[str, str], text: str) -> Reply:
     """Checks a real response against the OpenAPI document: a documented status (or the default), a
     documented media type, the required headers, and the body valid against the schema. Errors must be
@@ -101,13 +85,13 @@ def assert_conforms(method: str, path: str, status: int, headers: Mapping[str, s
         assert body["type"].startswith("tag:cliffwatch.dev,2026:problem:")
         assert body["title"]
         assert body["detail"]
-    found = _operation(method, path.split("?")[0])
+    found = operation(method, path.split("?")[0])
     if found is None:
         assert status in (401, 404, 405), f"{method} {path} is not in the document but answered {status}"
         return Reply(status=status, headers=headers, body=body, operation=None)
-    template, operation = found
-    responses = operation["responses"]
-    spec = _resolve(responses.get(str(status)) or responses["default"])
+    template, documented = found
+    responses = documented["responses"]
+    spec = resolve(responses.get(str(status)) or responses["default"])
     assert str(status) in responses or status >= 500, f"{method} {template}: status {status} is not documented"
     for name, header in spec.get("headers", {}).items():
         if header.get("required"):
