@@ -541,6 +541,46 @@ def test_a_scenario_with_one_run_says_first_run_and_times_read_as_people_read_th
         context.close()
 
 
+# A single-slot target (about 3 req/s) sent 20 req/s for two seconds with a 700-ms timeout: once its queue holds
+# more than two requests every one of them times out, so whole seconds offer requests and complete none.
+COLLAPSE = {
+    **QUICK, "name": "collapse-ui", "description": "a stress phase in which whole seconds complete nothing",
+    "target": {"url": "builtin", "builtin": {"max_batch": 1, "decode_base_ms": 40, "decode_per_seq_ms": 0},
+               "request": {"model": "sim-llm", "prompt_tokens": 8, "max_tokens": 8}},
+    "slo": {"ttft_ms": 500, "e2e_ms": 700, "timeout_ms": 700},
+    "phases": [
+        {"name": "base", "role": "baseline", "duration_s": 2, "arrival": {"process": "constant", "rate": 1}},
+        {"name": "push", "role": "stress", "duration_s": 2, "arrival": {"process": "constant", "rate": 20}},
+        {"name": "calm", "role": "recovery", "duration_s": 2, "arrival": {"process": "constant", "rate": 1}},
+    ],
+}  # fmt: skip
+
+
+def test_a_run_page_marks_the_seconds_that_completed_nothing(browser: Browser, served: Served) -> None:
+    """The run page draws the report's latency charts: a second that offered requests and completed none is
+    shaded and named "no completion" (its legend says so), not left as a gap."""
+    name = served.scenario(COLLAPSE)
+    run = served.api("POST", "/api/v1/runs", {"scenario": name}, "operator")
+    assert served.wait_finished(run["id"])["status"] == "succeeded"
+    context, watched = log_in(browser, served, "viewer")
+    page = watched.page
+    try:
+        page.goto(f"{served.base}/ui/runs/{run['id']}")
+        page.wait_for_selector("body[data-charts-ready='5']")
+        marked = page.evaluate(
+            "window.CliffwatchCharts.charts.filter(c => c.id.startsWith('latency-')).map(({plot}) =>"
+            " plot.data[0].map((_, i) => plot.series[1].value(plot, plot.data[1][i], 1, i))"
+            "   .filter(v => v === 'no completion').length)"
+        )
+        assert len(marked) == 2
+        assert all(count >= 1 for count in marked), marked
+        page.locator("[data-chart='latency-e2e']").scroll_into_view_if_needed()
+        watched.shot("run-collapsed")
+        watched.clean()
+    finally:
+        context.close()
+
+
 def test_a_post_without_or_with_a_wrong_csrf_token_is_refused(browser: Browser, served: Served) -> None:
     context, watched = log_in(browser, served, "operator")
     page = watched.page
