@@ -89,16 +89,20 @@ def _latency(rows: Sequence[Mapping[str, Any]], key: str, title: str, slo_ms: fl
         slo_ms=slo_ms,
         percentile=lambda name: _column(rows, f"{key}_{name}_ms"),
         count=len(rows),
-        no_completion=no_completion(rows, f"{key}_p50_ms"),
+        no_completion=no_completion(rows),
     )
 
 
-def no_completion(rows: Sequence[Mapping[str, Any]], latency_key: str) -> tuple[int, ...]:
-    """The seconds (row indexes) that offered requests and have no latency: none of them completed."""
+def no_completion(rows: Sequence[Mapping[str, Any]]) -> tuple[int, ...]:
+    """The seconds (row indexes) that offered requests none of which succeeded (on time or late), counted in
+    the second they were scheduled, as the latencies are. Judged by outcomes, not by a missing latency: a
+    target without streams has no TTFT in any second, and that is no collapse."""
+
+    def count(row: Mapping[str, Any], key: str) -> float:
+        return _number(row.get(key)) or 0.0
+
     return tuple(
-        i
-        for i, row in enumerate(rows)
-        if (_number(row.get("offered")) or 0) > 0 and _number(row.get(latency_key)) is None
+        i for i, row in enumerate(rows) if count(row, "offered") > 0 and count(row, "on_time") + count(row, "late") == 0
     )
 
 

@@ -365,14 +365,26 @@ def test_seconds_that_offered_requests_and_completed_none_are_marked_on_the_late
 ) -> None:
     """A collapsed second (everything timed out) is marked "no completion"; a second that offered nothing is not."""
     rows = document["timeseries"]
-    rows[3] = {**rows[3], "offered": 5, "ttft_p50_ms": None, "ttft_p90_ms": None, "ttft_p99_ms": None,
-               "e2e_p50_ms": None, "e2e_p90_ms": None, "e2e_p99_ms": None}  # fmt: skip
-    rows[4] = {**rows[4], "offered": 0, "ttft_p50_ms": None, "e2e_p50_ms": None}
+    rows[3] = {
+        **rows[3],
+        "offered": 5,
+        "on_time": 0,
+        "late": 0,
+        "timeout": 5,
+        "ttft_p50_ms": None,
+        "ttft_p90_ms": None,
+        "ttft_p99_ms": None,
+        "e2e_p50_ms": None,
+        "e2e_p90_ms": None,
+        "e2e_p99_ms": None,
+    }
+    rows[4] = {**rows[4], "offered": 0, "on_time": 0, "late": 0, "ttft_p50_ms": None, "e2e_p50_ms": None}
     charts = {c["id"]: c for c in report_data(render_run_report(document))["charts"]}
-    expected = [i for i, r in enumerate(rows) if r["offered"] > 0 and r["ttft_p50_ms"] is None]
+    expected = [i for i, r in enumerate(rows) if r["offered"] > 0 and r["on_time"] + r["late"] == 0]
     assert 3 in expected
     assert 4 not in expected
     assert charts["latency-ttft"]["no_completion"] == expected
+    assert charts["latency-e2e"]["no_completion"] == expected
     assert "no completion" in charts["latency-ttft"]["caption"]
     assert "no_completion" not in charts["throughput"]
 
@@ -384,3 +396,14 @@ def test_the_header_shows_times_and_the_duration_as_people_read_them(document: d
     assert "<dd>2026-12-01 18:32:53 UTC</dd>" in page
     assert "<dd>48.5 s</dd>" in page
     assert "18:32:53.481516" not in page.split('<script type="application/json"')[0]  # the data keeps it
+
+
+def test_a_target_without_streams_has_no_ttft_and_no_second_is_marked_for_it(document: dict[str, Any]) -> None:
+    """No TTFT in any second (plain HTTP) is not a collapse: only seconds whose requests all failed are marked."""
+    for row in document["timeseries"]:
+        row.update({"ttft_p50_ms": None, "ttft_p90_ms": None, "ttft_p99_ms": None})
+    charts = {c["id"]: c for c in report_data(render_run_report(document))["charts"]}
+    rows = document["timeseries"]
+    collapsed = [i for i, r in enumerate(rows) if r["offered"] > 0 and r["on_time"] + r["late"] == 0]
+    assert charts["latency-ttft"].get("no_completion", []) == collapsed
+    assert len(collapsed) < len(rows) / 2
