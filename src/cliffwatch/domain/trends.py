@@ -158,6 +158,8 @@ def _judge(points: list[TrendPoint], margin: float) -> tuple[float | None, bool,
     if not points:
         return None, False, "no scored runs"
     latest, earlier = points[-1], [p.score for p in points[:-1]][-TRAILING_POINTS:]
+    if not earlier:
+        return None, False, f"first run of this scenario: score {latest.score:.1f}; too little history to judge"
     if len(earlier) < MIN_HISTORY:
         return None, False, f"latest score {latest.score:.1f}; too little history to judge ({len(earlier)} earlier)"
     median = statistics.median(earlier)
@@ -264,6 +266,8 @@ def _rate(value: Any) -> float | None:
 def _judge_capacity(points: list[CapacityPoint], unit: str) -> tuple[float | None, bool, str]:
     latest, earlier = points[-1], points[:-1][-TRAILING_POINTS:]
     shown = "none" if latest.usable is None else f"{latest.usable:.3g} {unit}"
+    if not earlier:
+        return None, False, f"first sweep of this scenario: usable capacity {shown}; too little history to judge"
     if len(earlier) < CAPACITY_MIN_HISTORY:
         return None, False, f"latest usable capacity {shown}; too little history to judge ({len(earlier)} earlier)"
     median = statistics.median(p.usable or 0.0 for p in earlier)

@@ -59,6 +59,12 @@ def test_too_little_history_is_never_called_a_regression() -> None:
     assert "too little history" in series.summary
 
 
+def test_a_single_run_is_called_the_first_run_of_its_scenario() -> None:
+    [series] = trend_series([run(0, 90)], bucket=Bucket.RUN, margin=5)
+    assert series.summary == "first run of this scenario: score 90.0; too little history to judge"
+    assert series.regression is False
+
+
 def test_day_and_week_buckets_average_scores_and_components() -> None:
     """Two runs on one day make one point of their mean; a week bucket starts on the Monday."""
     runs = [run(0, 60, preservation=0.2), run(1, 80, preservation=0.6), run(2, 90, days=2, preservation=None)]
