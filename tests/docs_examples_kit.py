@@ -85,12 +85,12 @@ class ShellExamples:
 
     def check(self, line: str) -> str | None:
         words = shlex.split(line, comments=True)
-        if len(words) == 1 and re.fullmatch(r"CLIFFWATCH_[A-Z0-9_]*=.*", words[0]):  # a setting on its own
+        if len(words) == 1 and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", words[0]):  # an assignment on its own
             return _setting(line, words[0])
         while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0]):  # VAR=value before the command
             words = words[1:]
         if not words:
-            return None
+            return f"{line}: only variable assignments: no rule checks them"
         program = Path(words[0]).name
         if program == "curl":
             return self.curl(line)
@@ -106,8 +106,6 @@ class ShellExamples:
             return _pip_install(line, words[2:])
         if program.startswith("python") and len(words) > 1 and words[1].startswith("bench/"):
             return _bench_script(line, words[1:])
-        if len(words) == 1 and "=" in words[0]:
-            return _setting(line, words[0])
         return f"{line}: no rule checks `{program}`: check it here or mark the block illustrative"
 
     def curl(self, line: str) -> str | None:
@@ -252,8 +250,8 @@ class UncheckedBlocks:
 
 
 def _unchecked(example: Example) -> str:
-    return (f"a ```{example.parsed} block nothing checks: make it a checked language (sh, yaml), or mark it "
-            '<!-- skip: next "why it is illustrative" -->')  # fmt: skip
+    return (f"a ```{example.parsed} block nothing checks: make it a checked language ({', '.join(CHECKED)}), or "
+            'mark it <!-- skip: next "why it is illustrative" -->')  # fmt: skip
 
 
 def _commands(source: str) -> list[str]:
@@ -299,7 +297,10 @@ def check_document(path: Path, service: Service) -> Checked:
         try:
             example.evaluate()
         except SkipTest as skipped:
-            found.illustrative.append((example.line, str(skipped)))
+            if str(skipped).strip():
+                found.illustrative.append((example.line, str(skipped)))
+            else:
+                found.failures.append(f"{path.name}:{example.line}: marked illustrative with a blank reason")
         except Exception as exc:
             found.failures.append(f"{path.name}:{example.line}: {exc}")
         else:

@@ -51,11 +51,12 @@ def test_an_unmarked_block_nothing_checks_fails_and_a_reasonless_skip_too(tmp_pa
         "```\nsome output\n```\n\n"
         "```text\nmore output\n```\n\n"
         "<!-- skip: next -->\n```\nskipped without a reason\n```\n\n"
+        '<!-- skip: next "  " -->\n```\nskipped with a blank reason\n```\n\n'
         '<!-- skip: next "the output of one run: its figures differ every time" -->\n```\nfigures\n```\n'
     )
     found = check_document(page, service)
-    assert [f.split(": ", 1)[0] for f in found.failures] == ["page.md:1", "page.md:5", "page.md:9"]
-    assert found.illustrative == [(15, "the output of one run: its figures differ every time")]
+    assert [f.split(": ", 1)[0] for f in found.failures] == ["page.md:1", "page.md:5", "page.md:9", "page.md:15"]
+    assert found.illustrative == [(20, "the output of one run: its figures differ every time")]
 
 
 def test_shell_and_yaml_examples_fail_when_they_drift(tmp_path: Path, service: Service) -> None:
@@ -100,7 +101,7 @@ def test_api_examples_fail_when_they_drift(tmp_path: Path) -> None:
 def test_settings_installs_bench_commands_and_config_files_fail_when_they_drift(tmp_path: Path) -> None:
     page = tmp_path / "page.md"
     page.write_text(
-        "```sh\nCLIFFWATCH_NO_SUCH_SETTING=1\n```\n\n"
+        "```sh\nCLIFFWATCH_NO_SUCH_SETTING=1\nFOO=1\n```\n\n"
         "```sh\nCLIFFWATCH_MAX_WORKERS=0\n```\n\n"
         "```sh\npip install 'cliffwatch[no-such-extra]'\n```\n\n"
         "```sh\n.venv/bin/python bench/whole_run.py --no-such-flag 3\n```\n\n"
@@ -112,9 +113,10 @@ def test_settings_installs_bench_commands_and_config_files_fail_when_they_drift(
     found = check_document(page, Service("http://127.0.0.1:1", "unused"))
     assert len(found.failures) == 6, found.failures
     assert "CLIFFWATCH_NO_SUCH_SETTING is not a cliffwatch setting" in found.failures[0]
+    assert "FOO is not a cliffwatch setting" in found.failures[0]
     assert "CLIFFWATCH_MAX_WORKERS" in found.failures[1]
     assert "no such extra: no-such-extra" in found.failures[2]
     assert "has no --no-such-flag" in found.failures[3]
     assert "log_format" in found.failures[4]
     assert "ports" in found.failures[5]
-    assert found.checked == [27]
+    assert found.checked == [28]
