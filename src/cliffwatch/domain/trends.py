@@ -158,8 +158,9 @@ def _judge(points: list[TrendPoint], margin: float) -> tuple[float | None, bool,
     if not points:
         return None, False, "no scored runs"
     latest, earlier = points[-1], [p.score for p in points[:-1]][-TRAILING_POINTS:]
-    if not earlier:
-        return None, False, f"first run of this scenario: score {latest.score:.1f}; too little history to judge"
+    if not earlier:  # a day or week bucket may already hold several runs: only one run is a "first run"
+        first = "first run of this scenario" if len(latest.run_ids) == 1 else f"first {len(latest.run_ids)} runs"
+        return None, False, f"{first}: score {latest.score:.1f}; too little history to judge"
     if len(earlier) < MIN_HISTORY:
         return None, False, f"latest score {latest.score:.1f}; too little history to judge ({len(earlier)} earlier)"
     median = statistics.median(earlier)

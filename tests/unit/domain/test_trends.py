@@ -65,6 +65,12 @@ def test_a_single_run_is_called_the_first_run_of_its_scenario() -> None:
     assert series.regression is False
 
 
+def test_a_single_day_of_several_runs_is_not_called_a_first_run() -> None:
+    [series] = trend_series([run(0, 90), run(1, 80)], bucket=Bucket.DAY, margin=5)
+    assert len(series.points) == 1
+    assert series.summary == "first 2 runs: score 85.0; too little history to judge"
+
+
 def test_day_and_week_buckets_average_scores_and_components() -> None:
     """Two runs on one day make one point of their mean; a week bucket starts on the Monday."""
     runs = [run(0, 60, preservation=0.2), run(1, 80, preservation=0.6), run(2, 90, days=2, preservation=None)]
