@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-DASH = "–"
+DASH = "–"  # what every page shows for a value it does not have
 
 
 def when(value: Any) -> str:
