@@ -24,7 +24,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import heapq
 import json
+import math
 import random
 import statistics
 import subprocess
@@ -34,10 +36,11 @@ from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from cliffwatch.bootstrap_sweep import prepare_sweep
 from cliffwatch.config import Settings
+from cliffwatch.domain.arrival_luck import ReferenceSlot, WindowRequest
 from cliffwatch.domain.capacity import CapacitySearch, SearchConfig, StepStats, summarize
 from cliffwatch.domain.growth import Growth, latency_trend
 from cliffwatch.domain.queueing import dd1_usable_rate, md1_usable_rate
@@ -165,41 +168,93 @@ def analyse(path: Path) -> None:
 # -- simulation: the same search on modelled steps -----------------------------------------------------------
 
 
-def simulated_step(rate: float, trial: int, *, service_s: float, slo_s: float, window_s: float, warmup_s: float,
-                   poisson: bool, seed: str) -> StepStats:  # fmt: skip
-    """A step of a single FIFO server with a fixed service time, every request's wait exact (Lindley)."""
+class Server(NamedTuple):
+    """A simulated FIFO server: ``slots`` requests at once, each served in ``service_s`` on average (lognormal
+    with coefficient of variation ``cv``; 0: always exactly)."""
+
+    service_s: float
+    slots: int = 1
+    cv: float = 0.0
+
+    def services(self, rng: random.Random, count: int) -> list[float]:
+        if self.cv == 0:
+            return [self.service_s] * count
+        sigma2 = math.log(1 + self.cv**2)
+        mu = math.log(self.service_s) - sigma2 / 2
+        return [rng.lognormvariate(mu, math.sqrt(sigma2)) for _ in range(count)]
+
+    def ends(self, arrivals: list[float], services: list[float]) -> list[tuple[float, float]]:
+        """(start of service, end) of each arrival, every slot free at 0, first come first served."""
+        free = [0.0] * self.slots
+        out = []
+        for at, service in zip(arrivals, services, strict=True):
+            start = max(at, heapq.heappop(free))
+            heapq.heappush(free, start + service)
+            out.append((start, start + service))
+        return out
+
+    def truth(self, arrival: str, slo_s: float) -> float:
+        """The usable rate: analytic for one exact slot (``domain/queueing.py``), else bisected on a long run
+        (400,000 arrivals: the 1 % tail within about 2 %)."""
+        if self.slots == 1 and self.cv == 0:
+            return truth(arrival, slo_s / self.service_s, self.service_s)
+        low, high = 0.05 / self.service_s, self.slots / self.service_s
+        for _ in range(16):
+            middle = (low + high) / 2
+            rng = random.Random(7)
+            at, arrivals = 0.0, []
+            for _ in range(400_000):
+                at += rng.expovariate(middle) if arrival == "poisson" else 1 / middle
+                arrivals.append(at)
+            spans = self.ends(arrivals, self.services(rng, len(arrivals)))
+            late = sum(1 for a, (_, end) in zip(arrivals, spans, strict=True) if end - a > slo_s)
+            low, high = (middle, high) if late <= (1 - TARGET) * len(arrivals) else (low, middle)
+        return low
+
+
+def simulated_step(rate: float, trial: int, *, server: Server, slo_s: float, window_s: float, warmup_s: float,
+                   poisson: bool, seed: str, reference: ReferenceSlot | None) -> StepStats:  # fmt: skip
+    """A step of ``server``, every request's wait exact (Lindley's recursion), read beside the sweep's
+    reference slot (``domain/arrival_luck.py``) when ``reference`` is given and the arrivals are Poisson."""
     rng = random.Random(seed)
-    at = free = 0.0
-    waits, ends = [], []
+    at, arrivals = 0.0, []
     while True:
         at += rng.expovariate(rate) if poisson else 1 / rate
         if at >= warmup_s + window_s:
             break
-        start = max(at, free)
-        free = start + service_s
-        waits.append((at, start - at + 0.005))  # the first token comes a little after the request starts
-        ends.append((at, free - at))
-    window = [(t, e) for t, e in ends if t >= warmup_s]
-    offered, on_time = len(window), sum(1 for _, e in window if e <= slo_s)
+        arrivals.append(at)
+    spans = server.ends(arrivals, server.services(rng, len(arrivals)))
+    # the first token comes a little after the request starts
+    waits = [(a, start - a + 0.005) for a, (start, _) in zip(arrivals, spans, strict=True)]
+    requests = [
+        WindowRequest(a, end, a >= warmup_s, end - a <= slo_s) for a, (_, end) in zip(arrivals, spans, strict=True)
+    ]
+    offered = sum(1 for r in requests if r.measured)
+    on_time = sum(1 for r in requests if r.measured and r.on_time)
     floor = min((w for _, w in waits), default=None)
     trend = latency_trend(waits, start_s=warmup_s, end_s=warmup_s + window_s, floor_s=floor)
+    reading = reference.read(requests, rate=rate, e2e_slo_s=slo_s) if reference is not None and poisson else None
     none = {"p50": None, "p90": None, "p99": None}
     return StepStats(rate=rate, trial=trial, duration_s=window_s, offered=offered, on_time=on_time,
                      late=offered - on_time, shed=0, fast_shed=0, timeout=0, error=0, not_sent=0,
                      sent_rate=offered / window_s, goodput_rps=on_time / window_s, completions_per_s=offered / window_s,
                      tokens_per_s=TOKENS * offered / window_s, amplification=1.0, ttft_ms=none, itl_ms=none,
-                     e2e_ms=none, generator_limited=False, growth=Growth(latency=trend, queue=None))  # fmt: skip
+                     e2e_ms=none, generator_limited=False, growth=Growth(latency=trend, queue=None),
+                     reference=reading)  # fmt: skip
 
 
 def simulate(
     reps: int,
-    service_s: float,
+    server: Server,
     *,
     step_s: float | None = None,
     trials: int | None = None,
     warmup_s: float | None = None,
+    growth_check: bool = True,
+    arrivals: tuple[str, ...] = ("constant", "poisson"),
 ) -> None:
-    """The default sweep (or one with ``step_s`` windows and up to ``trials`` trials a rate) on simulated queues."""
+    """The default sweep (or one with ``step_s`` windows and up to ``trials`` trials a rate) on simulated queues,
+    with the arrival-luck correction and without it."""
     spec = SweepSpec(auto=True)
     if step_s is not None:
         spec = replace(spec, step_s=step_s)
@@ -207,35 +262,46 @@ def simulate(
         spec = replace(spec, trials=trials)
     if warmup_s is not None:
         spec = replace(spec, warmup_s=warmup_s)
-    print(f"| SLO | arrivals | growth check | truth (req/s) | within ±10 % | median error | error range | "
-          f"growth alarms at ≤ 90 % |  (service {service_s * 1000:g} ms, {spec.warmup_s:g} + {spec.step_s:g} s "
-          f"steps, up to {spec.trials} trials, {reps} sweeps each)")  # fmt: skip
-    print("|---|---|---|---:|---:|---:|---|---:|")
+    service_s = server.service_s
+    print(f"| SLO | arrivals | luck correction | truth (req/s) | within ±10 % | median error | error range | "
+          f"growth alarms at ≤ 90 % | corrected | minutes |  ({server.slots} slot(s), {service_s * 1000:g} ms, "
+          f"CV {server.cv:g}; {spec.warmup_s:g} + {spec.step_s:g} s steps, up to {spec.trials} trials, "
+          f"growth check {'on' if growth_check else 'off'}, {reps} sweeps each)")  # fmt: skip
+    print("|---|---|---|---:|---:|---:|---|---:|---:|---:|")
     for factor in (5.0, 10.0):
-        for arrival in ("constant", "poisson"):
-            expected = truth(arrival, factor, service_s)
-            for check in (True, False):
-                errors, alarms, below = [], 0, 0
+        slo_s = factor * service_s
+        for arrival in arrivals:
+            expected = server.truth(arrival, slo_s)
+            for luck in (True, False):
+                if arrival == "constant" and not luck:
+                    continue  # constant steps carry no reading: the same sweep twice
+                errors, alarms, below, corrected, minutes = [], 0, 0, 0, []
                 for rep in range(reps):
                     search = CapacitySearch(SearchConfig.from_spec(spec))
+                    reference = ReferenceSlot() if luck else None
+                    seconds = 0.0
                     while (asked := search.next_rate()) is not None:
                         window = spec.extended_s if asked.extended else spec.step_s
-                        step = simulated_step(asked.rate, asked.trial, service_s=service_s, slo_s=factor * service_s,
-                                              window_s=window, warmup_s=spec.warmup_s, poisson=arrival == "poisson",
-                                              seed=f"{rep}:{asked.rate}:{asked.trial}")  # fmt: skip
+                        seconds += spec.warmup_s + window
+                        step = simulated_step(asked.rate, asked.trial, server=server, slo_s=slo_s, window_s=window,
+                                              warmup_s=spec.warmup_s, poisson=arrival == "poisson",
+                                              seed=f"{rep}:{asked.rate}:{asked.trial}",
+                                              reference=reference)  # fmt: skip
                         step = replace(step, extended=asked.extended)
                         if step.rate <= 0.9 * expected and step.growth and step.growth.latency:
                             below += 1
                             alarms += step.growing
-                        search.record(step if check else replace(step, growth=None))
-                    found = summarize(search.steps, target=TARGET, e2e_slo_ms=factor * service_s * 1000,
-                                      finished_because="").usable_rps  # fmt: skip
-                    errors.append((found or 0.0) / expected - 1)
+                        search.record(step if growth_check else replace(step, growth=None))
+                    result = summarize(search.steps, target=TARGET, e2e_slo_ms=slo_s * 1000, finished_because="")
+                    corrected += result.luck is not None and result.luck.applied
+                    errors.append((result.usable_rps or 0.0) / expected - 1)
+                    minutes.append(seconds / 60)
                 within = sum(1 for e in errors if abs(e) <= 0.10)
-                print(f"| {factor:g} × S | {arrival} | {'on' if check else 'off'} | {expected:.3f} | "
+                print(f"| {factor:g} × S | {arrival} | {'on' if luck else 'off'} | {expected:.3f} | "
                       f"{within}/{reps} | {statistics.median(errors) * 100:+.1f} % | "
                       f"{min(errors) * 100:+.0f} … {max(errors) * 100:+.0f} % | "
-                      f"{alarms}/{below} |")  # fmt: skip
+                      f"{alarms}/{below} | {corrected}/{reps} | {statistics.median(minutes):.1f} |",
+                      flush=True)  # fmt: skip
 
 
 def main() -> None:
@@ -248,6 +314,14 @@ def main() -> None:
     parser.add_argument("--step-seconds", type=float, help="--simulate only: the measured window (default 10)")
     parser.add_argument("--trials", type=int, help="--simulate only: most trials a rate (default 3)")
     parser.add_argument("--warmup-seconds", type=float, help="--simulate only: the warm-up (default 4)")
+    parser.add_argument("--slots", type=int, default=1, help="--simulate only: requests the server serves at once")
+    parser.add_argument(
+        "--service-cv",
+        type=float,
+        default=0.0,
+        help="--simulate only: the service time's coefficient of variation (lognormal; 0: exact)",
+    )
+    parser.add_argument("--no-growth-check", action="store_true", help="--simulate only")
     parser.add_argument("--targets", default="builtin,slot")
     parser.add_argument("--slo-factors", default="5,10")
     parser.add_argument("--arrivals", default="constant,poisson")
@@ -257,10 +331,12 @@ def main() -> None:
     elif args.simulate:
         simulate(
             args.reps,
-            args.service_ms / 1000,
+            Server(args.service_ms / 1000, args.slots, args.service_cv),
             step_s=args.step_seconds,
             trials=args.trials,
             warmup_s=args.warmup_seconds,
+            growth_check=not args.no_growth_check,
+            arrivals=tuple(args.arrivals.split(",")),
         )
     elif args.out:
         asyncio.run(measure(args.out, args.reps, args.targets.split(","),

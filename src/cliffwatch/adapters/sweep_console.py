@@ -98,8 +98,10 @@ def step_table(report: SweepReport) -> Table:
     title = f"{report.variant} (retry: {report.policy_description})"
     table = Table(title=title, title_justify="left", show_edge=False, caption_justify="left")
     by_class = any(step.classes for step in result.steps)
+    corrected = any(r.pooled.corrected_on_time is not None for r in result.rates)
     headers = (
-        *(result.unit, "#", "n", "sent/s", "good/s", "on time", "95% CI", "tokens/s", "done/s"),
+        *(result.unit, "#", "n", "sent/s", "good/s", "on time", "95% CI", *(("luck-corr.",) if corrected else ())),
+        *("tokens/s", "done/s"),
         *("p99 TTFT", "p99 e2e", *(OUTCOME_TEXT[o].short for o in FAILED), "amp", "queue"),
         *(("by class",) if by_class else ()),
         "verdict",
@@ -111,9 +113,11 @@ def step_table(report: SweepReport) -> Table:
     estimated = False
     for step in result.steps:
         rate = settled.get(step.rate)
+        luck = "–"
         if step.trial < last_trial[step.rate] or rate is None:
             verdict = "[dim]unsure: again[/]" if step.trial < last_trial[step.rate] else "–"
         else:
+            luck = _pct(rate.pooled.judged_attainment, 1) if rate.pooled.corrected_on_time is not None else "–"
             style = _VERDICT_STYLE.get(rate.verdict, "")
             grew = " (queue grew)" if rate.on_growth else ""
             verdict = f"[{style}]{verdict_text(rate.verdict)}{grew}{'*' if rate.on_point_estimate else ''}[/]"
@@ -127,6 +131,7 @@ def step_table(report: SweepReport) -> Table:
             _num(step.goodput_rps),
             _pct(step.attainment, 1),
             f"{interval.low * 100:.1f}–{interval.high * 100:.1f}",
+            *((luck,) if corrected else ()),
             _num(step.tokens_per_s),
             _num(step.completions_per_s),
             _ms(step.ttft_ms.get("p99")),
@@ -141,6 +146,9 @@ def step_table(report: SweepReport) -> Table:
              "extended window"]  # fmt: skip
     if by_class:
         notes.append("by class: each traffic class's share on time against its own SLO (the step is judged on all)")
+    if corrected:
+        notes.append("luck-corr.: the rate's attainment over all its trials, corrected for the luck of its Poisson "
+                     "draws; its verdict is judged on it (docs/sweep.md, \"Arrival luck\")")  # fmt: skip
     if estimated:
         notes.append("* settled on the point estimate: no further trial could clear the 95% interval (docs/sweep.md)")
     table.caption = "\n".join(notes)
@@ -183,6 +191,9 @@ def capacity_lines(result: CapacityResult) -> list[RenderableType]:
         Text.from_markup(f"[bold]verdict:[/] {result.verdict}"),
         Text(f"search ended: {result.finished_because}", style="dim"),
     ]
+    if result.luck is not None and result.luck.steps:
+        applied = "corrected" if result.luck.applied else "not corrected"
+        lines.append(Text(f"arrival luck: {applied}: {result.luck.reason}", style="dim"))
     return lines
 
 

@@ -10,18 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import replace
 
 from cliffwatch.adapters.loadgen.closed_loop import ClosedLoopGenerator
 from cliffwatch.adapters.loadgen.engine import AttemptExecutor, OpenLoopGenerator
 from cliffwatch.adapters.loadgen.workers.coordinator import ShardedGenerator
 from cliffwatch.adapters.loadgen.workers.pool import WorkerPool
+from cliffwatch.domain.arrival_luck import ReferenceSlot
 from cliffwatch.domain.capacity_stats import StepStats
 from cliffwatch.domain.ports import Clock, LoadGenerator, Progress, ProgressObserver, ServerWatcher
 from cliffwatch.domain.rate_limit import TokenBucket
 from cliffwatch.domain.retry import RetryPolicy
 from cliffwatch.domain.scenario import Scenario
 from cliffwatch.domain.sweep_plan import WindowRecords, measured_index, step_scenario, step_stats
-from cliffwatch.domain.sweep_spec import SweepMode, SweepSpec
+from cliffwatch.domain.sweep_spec import SweepArrival, SweepMode, SweepSpec
 from cliffwatch.services.memory import NoFaultInjector
 from cliffwatch.services.runner import RunService
 from cliffwatch.services.sweep import StepStopped
@@ -78,6 +80,9 @@ class HttpStepRunner:
         self._service: RunService | None = None
         self._stopped = asyncio.Event()
         self._steps = 0
+        # Poisson rate steps are read beside one reference slot for the whole variant (domain.arrival_luck)
+        poisson = spec.mode is SweepMode.RATE and spec.arrival is SweepArrival.POISSON
+        self._reference = ReferenceSlot() if poisson else None
 
     def stop(self, reason: str, *, aborted: bool) -> None:
         self._stopped.set()
@@ -125,8 +130,14 @@ class HttpStepRunner:
         growth = window.growth(measured.window, rate=rate, server=result.server) if checked else None
         index = measured_index(step)
         classes = [(name, metrics.phases[index]) for name, metrics in result.metrics.classes]
-        return step_stats(measured, result.generator, rate=rate, trial=trial, late_by=window.counts, growth=growth,
-                          extended=extended, server=result.server, classes=classes)  # fmt: skip
+        stats = step_stats(measured, result.generator, rate=rate, trial=trial, late_by=window.counts, growth=growth,
+                           extended=extended, server=result.server, classes=classes)  # fmt: skip
+        reading = None if self._reference is None else window.reference(self._reference, rate=rate)
+        # Only a reading of exactly the step's requests may correct its verdict: one that counts otherwise (a
+        # record the sink never saw) is left out rather than trusted.
+        if reading is not None and (reading.requests, reading.missed) == (stats.offered, stats.offered - stats.on_time):
+            stats = replace(stats, reference=reading)
+        return stats
 
     async def _cool_down(self) -> None:
         """Waits until nothing is in flight, then ``cooldown_s`` more, so the target's queues drain before

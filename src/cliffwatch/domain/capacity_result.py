@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from cliffwatch.domain.arrival_luck import LuckCorrection
 from cliffwatch.domain.capacity_search import round_sig
 from cliffwatch.domain.capacity_steps import (
     LATE_BOUNDS,
@@ -26,6 +27,7 @@ from cliffwatch.domain.capacity_steps import (
     SettledRate,
     StepStats,
     StepVerdict,
+    fit_luck,
     pool_rates,
     settle,
 )
@@ -43,14 +45,15 @@ NO_CLIFF = (
     "{sizing}"
 )
 TTFT_HELD = ", p99 TTFT within the {slo} ms TTFT SLO"
-SIZING = "size for {usable} (attainment {attainment} %, {confidence} % CI {low}–{high} %{estimate})"
+SIZING = "size for {usable} (attainment {attainment} %{corrected}, {confidence} % CI {low}–{high} %{estimate})"
 NO_SIZING = "no rate met the {target} % attainment target"
 ON_ESTIMATE = ", on the point estimate"
 E2E_SIGNAL = "p99 e2e crossed the {slo} ms SLO"
 TTFT_SIGNAL = "p99 TTFT crossed the {slo} ms TTFT SLO"
 TIMEOUT_SIGNAL = "timeouts reached {share} % (budget {budget} %)"
 # The first BAD rate showed none of the signals above: what made it bad, largest share first.
-ATTAINMENT_SIGNAL = "attainment fell to {attainment} %"
+ATTAINMENT_SIGNAL = "attainment fell to {attainment} %{corrected}"
+CORRECTED = " corrected for the luck of its Poisson draws"
 FAILURES = " ({failures})"
 LATE_ON = "{share} % late on the {bound} SLO"  # every late request broke this bound
 LATE_MOSTLY = "{share} % late, mostly on the {bound} SLO"  # most of them did
@@ -100,6 +103,7 @@ class CapacityResult:
     evidence: Mapping[str, Any]
     finished_because: str
     confidence: float = 0.95
+    luck: LuckCorrection | None = None  # the arrival-luck correction fitted on the steps (None: an older document)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "steps", tuple(self.steps))
@@ -128,6 +132,7 @@ class CapacityResult:
             "verdict": self.verdict,
             "evidence": dict(self.evidence),
             "finished_because": self.finished_because,
+            "luck_correction": None if self.luck is None else self.luck.to_dict(),
             "rates": [r.to_dict() for r in self.rates],
             "steps": [s.to_dict() for s in self.steps],
         }
@@ -154,6 +159,7 @@ class CapacityResult:
             verdict=str(data["verdict"]),
             evidence=dict(data["evidence"]),
             finished_because=str(data["finished_because"]),
+            luck=None if data.get("luck_correction") is None else LuckCorrection.from_dict(data["luck_correction"]),
         )
 
 
@@ -162,13 +168,20 @@ def _float(value: Any) -> float | None:
 
 
 def settle_all(
-    steps: Sequence[StepStats], *, target: float, confidence: float = 0.95, max_trials: int = 3
+    steps: Sequence[StepStats],
+    *,
+    target: float,
+    confidence: float = 0.95,
+    max_trials: int = 3,
+    luck: LuckCorrection | None = None,
 ) -> tuple[SettledRate, ...]:
     """Every rate in ``steps`` settled for good, lowest first: a rate still straddling the target when the
-    sweep ended is settled on its point estimate."""
+    sweep ended is settled on its point estimate. ``luck``: the sweep's arrival-luck correction (None: fitted
+    on ``steps``)."""
+    luck = fit_luck(steps) if luck is None else luck
     found = (
         settle(p, target=target, max_trials=max_trials, confidence=confidence, final=True)
-        for p in pool_rates(steps, target=target, confidence=confidence)
+        for p in pool_rates(steps, target=target, confidence=confidence, luck=luck)
     )
     return tuple(s for s in found if s is not None)
 
@@ -191,7 +204,8 @@ def summarize(
     Usable capacity is the highest GOOD rate below the lowest BAD or INVALID one. Peaks and the crossing
     leave out INVALID rates, whose numbers describe the client rather than the target.
     """
-    rates = settle_all(steps, target=target, confidence=confidence, max_trials=max_trials)
+    luck = fit_luck(steps)
+    rates = settle_all(steps, target=target, confidence=confidence, max_trials=max_trials, luck=luck)
     failing = [r.rate for r in rates if r.verdict is not StepVerdict.GOOD]
     ceiling = min(failing, default=math.inf)
     usable = max((r for r in rates if r.verdict is StepVerdict.GOOD and r.rate < ceiling), default=None, key=_rate)
@@ -229,7 +243,12 @@ def summarize(
         verdict=verdict,
         evidence=evidence,
         finished_because=finished_because,
+        luck=luck,
     )
+
+
+def _corrected(pooled: PooledRate) -> str:
+    return "" if pooled.corrected_on_time is None else CORRECTED
 
 
 def _rate(settled: SettledRate) -> float:
@@ -330,7 +349,8 @@ def _decide(
         interval = usable.pooled.interval
         sizing = SIZING.format(
             usable=f"{num(usable.rate)} {unit}",
-            attainment=pct(usable.pooled.attainment or 0.0),
+            attainment=pct(usable.pooled.judged_attainment or 0.0),
+            corrected=_corrected(usable.pooled),
             confidence=num(confidence * 100),
             low=pct(interval.low),
             high=pct(interval.high),
@@ -352,7 +372,8 @@ def _decide(
         # Bad below every latency and timeout signal: it failed by shedding, errors, or late requests too few
         # to move a p99. Never "no cliff" while a rate failed: that failure is the cliff.
         crossing, signal_key = first_bad, "attainment"
-        signal = ATTAINMENT_SIGNAL.format(attainment=pct(first_bad.attainment or 0.0))
+        signal = ATTAINMENT_SIGNAL.format(attainment=pct(first_bad.judged_attainment or 0.0),
+                                          corrected=_corrected(first_bad))  # fmt: skip
         failures = describe_failures(first_bad)
         detail = FAILURES.format(failures=failures) if failures else ""
         evidence.update(failures=failure_shares(first_bad), late_by=late_bounds(first_bad))

@@ -13,7 +13,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
-from cliffwatch.domain.capacity_steps import SettledRate, StepStats, StepVerdict, pool_rates, settle
+from cliffwatch.domain.arrival_luck import LuckCorrection
+from cliffwatch.domain.capacity_steps import SettledRate, StepStats, StepVerdict, fit_luck, pool_rates, settle
 
 if TYPE_CHECKING:
     from cliffwatch.domain.sweep_spec import SweepSpec
@@ -147,6 +148,7 @@ class CapacitySearch:
         self._good: float | None = None  # the highest GOOD rate below the ceiling
         self._ceiling: SettledRate | None = None  # the lowest BAD or INVALID rate
         self._finished: str | None = None
+        self._luck = fit_luck(())
 
     @property
     def config(self) -> SearchConfig:
@@ -155,6 +157,12 @@ class CapacitySearch:
     @property
     def steps(self) -> tuple[StepStats, ...]:
         return tuple(self._steps)
+
+    @property
+    def luck(self) -> LuckCorrection:
+        """The arrival-luck correction fitted on the steps so far (``arrival_luck``): refitted at every step, so
+        a verdict may move as the sweep learns whether the reference fits."""
+        return self._luck
 
     @property
     def finished(self) -> bool:
@@ -198,6 +206,7 @@ class CapacitySearch:
             raise ValueError(f"expected the step at {rate:g}, trial {trial}; got {step.rate:g}, trial {step.trial}")
         self._pending = None
         self._steps.append(step)
+        self._luck = fit_luck(self._steps)
         # From every settled rate, not just this one: a rate confirmed again may have turned bad.
         settled = [s for s in self.settled() if s.verdict is not StepVerdict.UNSURE]
         failing = [s for s in settled if s.verdict is not StepVerdict.GOOD]
@@ -241,7 +250,10 @@ class CapacitySearch:
 
     def _settle(self, rate: float, *, final: bool = False) -> SettledRate | None:
         (pooled,) = pool_rates(
-            [s for s in self._steps if s.rate == rate], target=self._config.target, confidence=self._config.confidence
+            [s for s in self._steps if s.rate == rate],
+            target=self._config.target,
+            confidence=self._config.confidence,
+            luck=self._luck,
         )
         config = self._config
         return settle(

@@ -15,6 +15,7 @@ from statistics import NormalDist
 from types import MappingProxyType
 from typing import Any
 
+from cliffwatch.domain.arrival_luck import ReferenceReading
 from cliffwatch.domain.growth import Growth
 from cliffwatch.domain.outcomes import OUTCOMES
 
@@ -46,8 +47,9 @@ class Interval:
         return cls(low=float(data["low"]), high=float(data["high"]))
 
 
-def wilson(successes: int, trials: int, *, confidence: float = 0.95) -> Interval:
+def wilson(successes: float, trials: int, *, confidence: float = 0.95) -> Interval:
     """The two-sided Wilson score interval of ``successes / trials``; ``Interval(0.0, 1.0)`` when trials == 0.
+    ``successes`` may be fractional: a count corrected for a Poisson draw's luck (``arrival_luck``).
 
     Raises ``ValueError`` for negative counts, more successes than trials, or a confidence outside (0, 1).
     """
@@ -154,6 +156,9 @@ class StepStats:
     # Each traffic class's share of the window (``ClassStep``), by class name; empty without classes. The step
     # is judged on every class's requests together, each against its own SLO; these say who lost.
     classes: Mapping[str, ClassStep] = field(default_factory=dict)
+    # The window's requests beside a reference queue fed the same arrivals (``arrival_luck``): what corrects a
+    # Poisson step's verdict for the luck of its draw. None for constant arrivals, classes, no e2e SLO.
+    reference: ReferenceReading | None = None
 
     def __post_init__(self) -> None:
         where = f"step at {self.rate} req/s, trial {self.trial}"
@@ -194,6 +199,10 @@ class StepStats:
         object.__setattr__(self, "classes", MappingProxyType(dict(self.classes)))
         if sum(c.offered for c in self.classes.values()) not in (0, self.offered):
             raise ValueError(f"{where}: the classes' requests do not add up to offered={self.offered}")
+        ref, missed = self.reference, self.offered - self.on_time
+        if ref is not None and (ref.requests, ref.missed) != (self.offered, missed):
+            raise ValueError(f"{where}: the reference reading counts {ref.requests} requests, {ref.missed} missed; "
+                             f"the step {self.offered}, {missed}")  # fmt: skip
 
     @property
     def growing(self) -> bool:
@@ -244,6 +253,7 @@ class StepStats:
             workers=self.workers,
             server={name: dict(stats) for name, stats in self.server.items()},
             classes={name: c.to_dict() for name, c in self.classes.items()},
+            reference=None if self.reference is None else self.reference.to_dict(),
             attainment=self.attainment,
             interval=self.interval().to_dict(),  # at 95 %: the table's column; other levels via ``interval()``
             shed_share=self.shed_share,
@@ -279,4 +289,5 @@ class StepStats:
             workers=int(data.get("workers") or 0),
             server={str(k): dict(v) for k, v in (data.get("server") or {}).items()},
             classes={str(k): ClassStep.from_dict(v) for k, v in (data.get("classes") or {}).items()},
+            reference=None if data.get("reference") is None else ReferenceReading.from_dict(data["reference"]),
         )

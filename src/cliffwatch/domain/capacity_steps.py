@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from cliffwatch.domain.arrival_luck import LuckCorrection, fit
 from cliffwatch.domain.capacity_stats import (
     LATE_BOUNDS,
     PERCENTILES,
@@ -34,6 +35,7 @@ __all__ = [
     "SettledRate",
     "StepStats",
     "StepVerdict",
+    "fit_luck",
     "judge",
     "pool_rates",
     "settle",
@@ -48,8 +50,25 @@ class StepVerdict(StrEnum):
     INVALID = "invalid"  # the generator could not keep its schedule (or nothing was offered): neither good nor bad
 
 
-def judge(steps_at_rate: Sequence[StepStats], target: float, confidence: float = 0.95) -> StepVerdict:
-    """The verdict on one rate, from every trial at it pooled (sums of on_time and offered) before judging.
+def fit_luck(steps: Sequence[StepStats]) -> LuckCorrection:
+    """The sweep's arrival-luck correction, fitted on every step with a reference reading whose generator kept
+    its schedule (``arrival_luck.fit``)."""
+    return fit(s.reference for s in steps if s.reference is not None and not s.generator_limited)
+
+
+def judged_on_time(steps_at_rate: Sequence[StepStats], luck: LuckCorrection | None) -> float:
+    """The on-time requests a rate is judged on: counted, or corrected for the luck of its draws when ``luck``
+    applies to every trial at the rate."""
+    counted = sum(s.on_time for s in steps_at_rate)
+    missed = None if luck is None else luck.corrected_missed(s.reference for s in steps_at_rate)
+    return float(counted) if missed is None else sum(s.offered for s in steps_at_rate) - missed
+
+
+def judge(
+    steps_at_rate: Sequence[StepStats], target: float, confidence: float = 0.95, luck: LuckCorrection | None = None
+) -> StepVerdict:
+    """The verdict on one rate, from every trial at it pooled (sums of on_time and offered) before judging,
+    the on-time count corrected by ``luck`` when it applies (``judged_on_time``).
 
     INVALID when any trial was generator-limited: that trial's requests left late, so its numbers describe
     the client, and pooling it with good trials would hide that. Raises ``ValueError`` for no steps, steps
@@ -64,9 +83,7 @@ def judge(steps_at_rate: Sequence[StepStats], target: float, confidence: float =
         raise ValueError(f"judge pools one rate; got {sorted({s.rate for s in steps_at_rate})}")
     if any(s.generator_limited for s in steps_at_rate):
         return StepVerdict.INVALID
-    interval = wilson(
-        sum(s.on_time for s in steps_at_rate), sum(s.offered for s in steps_at_rate), confidence=confidence
-    )
+    interval = wilson(judged_on_time(steps_at_rate, luck), sum(s.offered for s in steps_at_rate), confidence=confidence)
     if interval.low >= target:
         return StepVerdict.GOOD
     if interval.high < target:
@@ -79,6 +96,8 @@ class PooledRate:
     """Every trial at one rate pooled: the row the search and the summary reason about.
 
     ``verdict`` is ``judge``'s, on the interval alone (it may be UNSURE); ``settle`` turns it into a final one.
+    ``interval`` is of the judged attainment: ``corrected_on_time`` when the sweep's arrival-luck correction
+    applied to the rate, else the counted ``on_time``.
     """
 
     rate: float
@@ -92,10 +111,20 @@ class PooledRate:
     timeout_share: float | None
     p99_e2e_ms: float | None  # the worst trial's: percentiles cannot be pooled from percentiles
     p99_ttft_ms: float | None = None  # likewise the worst trial's
+    corrected_on_time: float | None = None  # on time, corrected for the luck of the draws (``arrival_luck``)
 
     @property
     def attainment(self) -> float | None:
         return share(self.on_time, self.offered)
+
+    @property
+    def judged_on_time(self) -> float:
+        return float(self.on_time) if self.corrected_on_time is None else self.corrected_on_time
+
+    @property
+    def judged_attainment(self) -> float | None:
+        """The attainment the rate was judged on: corrected for luck when it was, else counted."""
+        return self.judged_on_time / self.offered if self.offered else None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -105,6 +134,8 @@ class PooledRate:
             "offered": self.offered,
             "on_time": self.on_time,
             "attainment": self.attainment,
+            "corrected_on_time": self.corrected_on_time,
+            "corrected_attainment": None if self.corrected_on_time is None else self.judged_attainment,
             "interval": self.interval.to_dict(),
             "tokens_per_s": self.tokens_per_s,
             "completions_per_s": self.completions_per_s,
@@ -121,6 +152,7 @@ class PooledRate:
         if len(trials) != int(data["trials"]):
             raise ValueError(f"the rate {rate:g} pooled {data['trials']} trials, but {len(trials)} steps are at it")
         timeout_share, p99, ttft = data["timeout_share"], data["p99_e2e_ms"], data.get("p99_ttft_ms")
+        corrected = data.get("corrected_on_time")
         return cls(
             rate=rate,
             trials=trials,
@@ -133,6 +165,7 @@ class PooledRate:
             timeout_share=None if timeout_share is None else float(timeout_share),
             p99_e2e_ms=None if p99 is None else float(p99),
             p99_ttft_ms=None if ttft is None else float(ttft),
+            corrected_on_time=None if corrected is None else float(corrected),
         )
 
 
@@ -143,8 +176,11 @@ def _weighted(values: Sequence[float], weights: Sequence[float]) -> float:
     return math.fsum(v * w for v, w in zip(values, weights, strict=True)) / total
 
 
-def pool_rates(steps: Sequence[StepStats], *, target: float, confidence: float = 0.95) -> tuple[PooledRate, ...]:
-    """The steps grouped by rate and pooled, lowest rate first."""
+def pool_rates(
+    steps: Sequence[StepStats], *, target: float, confidence: float = 0.95, luck: LuckCorrection | None = None
+) -> tuple[PooledRate, ...]:
+    """The steps grouped by rate and pooled, lowest rate first; each rate judged with ``luck`` (the sweep's
+    correction, ``fit_luck`` of all its steps) where it applies."""
     by_rate: dict[float, list[StepStats]] = {}
     for step in steps:
         by_rate.setdefault(step.rate, []).append(step)
@@ -155,19 +191,22 @@ def pool_rates(steps: Sequence[StepStats], *, target: float, confidence: float =
         durations = [s.duration_s for s in trials]
         p99s = [p for s in trials if (p := s.e2e_ms.get("p99")) is not None]
         ttfts = [p for s in trials if (p := s.ttft_ms.get("p99")) is not None]
+        missed = None if luck is None else luck.corrected_missed(s.reference for s in trials)
+        corrected = None if missed is None else offered - missed
         pooled.append(
             PooledRate(
                 rate=rate,
                 trials=tuple(trials),
-                verdict=judge(trials, target, confidence),
+                verdict=judge(trials, target, confidence, luck),
                 offered=offered,
                 on_time=on_time,
-                interval=wilson(on_time, offered, confidence=confidence),
+                interval=wilson(on_time if corrected is None else corrected, offered, confidence=confidence),
                 tokens_per_s=_weighted([s.tokens_per_s for s in trials], durations),
                 completions_per_s=_weighted([s.completions_per_s for s in trials], durations),
                 timeout_share=share(sum(s.timeout for s in trials), offered),
                 p99_e2e_ms=max(p99s, default=None),
                 p99_ttft_ms=max(ttfts, default=None),
+                corrected_on_time=corrected,
             )
         )
     return tuple(pooled)
@@ -253,14 +292,15 @@ def settle(
         return None
     if verdict is not StepVerdict.UNSURE:
         return SettledRate(rate=pooled.rate, verdict=verdict, on_point_estimate=False, pooled=pooled)
-    leans_good = pooled.on_time >= target * pooled.offered
+    on_time = pooled.judged_on_time
+    leans_good = on_time >= target * pooled.offered
     remaining = max_trials - len(pooled.trials)
     if remaining > 0 and not final:
         more = remaining * round(pooled.offered / len(pooled.trials))
         if leans_good:
-            could_settle = wilson(pooled.on_time + more, pooled.offered + more, confidence=confidence).low >= target
+            could_settle = wilson(on_time + more, pooled.offered + more, confidence=confidence).low >= target
         else:
-            could_settle = wilson(pooled.on_time, pooled.offered + more, confidence=confidence).high < target
+            could_settle = wilson(on_time, pooled.offered + more, confidence=confidence).high < target
         if could_settle:
             return None
     verdict = StepVerdict.GOOD if leans_good else StepVerdict.BAD

@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
+from cliffwatch.domain.arrival_luck import ReferenceReading, ReferenceSlot, WindowRequest
 from cliffwatch.domain.arrivals import Arrival, Constant, Mix, Poisson
 from cliffwatch.domain.capacity_stats import PERCENTILES, ClassStep, StepStats
 from cliffwatch.domain.generator_health import GeneratorReport
@@ -197,7 +198,9 @@ class WindowRecords:
     """A record sink for one phase (a step's measured window): its late requests counted by the SLO bound each
     broke (what made a rate fail when no percentile shows it: ``StepStats.late_by``), and each answered
     request's wait against its scheduled time, for the latency trend (``domain.growth``). The wait is the time
-    to the first token when the answer streamed one, else the whole answer's: a queue delays both alike."""
+    to the first token when the answer streamed one, else the whole answer's: a queue delays both alike. And
+    every request of the step (warm-up included), for the reference queue that corrects a Poisson step's
+    verdict for the luck of its draw (``domain.arrival_luck``, ``reference``)."""
 
     def __init__(self, phase: int, slos: Sequence[Slo]) -> None:
         self.phase = phase
@@ -205,9 +208,14 @@ class WindowRecords:
         self.counts: Counter[str] = Counter()
         self.waits: list[tuple[float, float]] = []  # (scheduled, wait), seconds from the step's start
         self.floor: float | None = None
+        self.requests: list[WindowRequest] = []
 
     def add(self, record: RequestRecord) -> None:
         final = record.final
+        self.requests.append(
+            WindowRequest(record.scheduled_ns / NS_PER_S, None if final is None else final.end_ns / NS_PER_S,
+                          record.phase == self.phase, record.outcome is Outcome.ON_TIME)
+        )  # fmt: skip
         if final is None:
             return
         wait: float | None = None
@@ -226,6 +234,13 @@ class WindowRecords:
 
     async def flush(self) -> None:
         return None
+
+    def reference(self, slot: ReferenceSlot, *, rate: float) -> ReferenceReading | None:
+        """The step beside the sweep's reference slot; None when the step has traffic classes (their SLOs
+        differ) or ``slot`` has nothing to say (``ReferenceSlot.read``)."""
+        if len(self.slos) != 1:
+            return None
+        return slot.read(self.requests, rate=rate, e2e_slo_s=self.slos[0].e2e_ms / 1000)
 
     def growth(self, window: PhaseWindow, *, rate: float, server: ServerView | None) -> Growth:
         """Whether the queue grew inside ``window``: the latency trend of its requests, and the server's own

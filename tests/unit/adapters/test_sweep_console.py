@@ -26,6 +26,7 @@ from cliffwatch.adapters.sweep_console import (
 from cliffwatch.cli import main
 from cliffwatch.config import Settings
 from cliffwatch.domain.allowlist import DEFAULT_ALLOWLIST, parse_allowlist
+from cliffwatch.domain.arrival_luck import ReferenceReading
 from cliffwatch.domain.capacity import StepStats, StepVerdict, summarize
 from cliffwatch.domain.capacity_stats import ClassStep
 from cliffwatch.domain.growth import Growth, GrowthSignal, Trend
@@ -217,6 +218,29 @@ def test_the_capacity_lines_give_usable_capacity_peaks_cliff_ratio_and_the_verdi
     assert f"verdict: {result.verdict}" in " ".join(lines.split())
     assert result.verdict.startswith("p99 e2e crossed the 4000 ms SLO at 14 req/s")
     assert "search ended: bracketed within 5 %" in lines
+
+
+def test_a_rate_judged_on_its_luck_corrected_attainment_shows_it_and_the_correction_is_explained() -> None:
+    def luck(rate: float, missed: int, reference_late: int, expected: float) -> StepStats:
+        reading = ReferenceReading(service_s=0.32, busy_s=0.32, budget_s=1.28, requests=400, missed=missed,
+                                   reference_late=reference_late, both=min(missed, reference_late),
+                                   expected_share=expected)  # fmt: skip
+        return replace(step(rate, offered=400, on_time=400 - missed), reference=reading)
+
+    # the server is late exactly when its reference is: 1.5 and 1.75 drew no queue; at 2 their long-run share shows
+    steps = [luck(1.5, 0, 0, 0.002), luck(1.75, 0, 0, 0.008), luck(2.0, 12, 12, 0.03), luck(2.25, 20, 20, 0.05)]
+    result = report("as-written", "no retries", steps).result
+    table = text(step_table(report("as-written", "no retries", steps)))
+    found = rows(table)
+    assert "luck-corr." in table
+    assert found["1.75#1"][5:8] == ["100.0%", "99.0–100.0", "99.2%"]  # 3.2 of 400 expected late: still good
+    assert found["2#1"][7] == "97.0%"
+    assert "corrected for the luck of its Poisson draws; its verdict is judged on it" in " ".join(table.split())
+    lines = "".join(text(line) for line in capacity_lines(result))
+    assert result.luck is not None
+    assert result.luck.applied
+    assert "arrival luck: corrected: a 320-ms single-slot reference fits the steps (correlation 1.00" in lines
+    assert "(attainment 99.2 % corrected for the luck of its Poisson draws" in result.verdict
 
 
 def test_without_a_usable_rate_the_capacity_line_says_none() -> None:

@@ -13,7 +13,7 @@ from cliffwatch.domain.outcomes import Attempt
 from cliffwatch.domain.plan import PlannedRequest
 from cliffwatch.domain.prompt_sizing import WORDS_SIZING, PromptSizing
 from cliffwatch.domain.scenario import parse_scenario
-from cliffwatch.domain.sweep_spec import SweepSpec
+from cliffwatch.domain.sweep_spec import SweepArrival, SweepSpec
 from cliffwatch.services.memory import CollectingObserver
 from cliffwatch.services.sweep import StepRunner, SweepService
 
@@ -95,6 +95,27 @@ async def test_a_step_reports_its_window_with_late_requests_by_the_bound_they_br
     assert p99_ttft is not None
     assert p99_ttft > 40
     assert executor.prompt_rounds == 1  # each step asks for prompts no earlier step sent
+
+
+async def test_a_poisson_step_is_read_beside_the_sweeps_reference_slot_and_a_constant_one_is_not() -> None:
+    executor = Executor(MonotonicClock(), service_s=0.05)
+    spec = SweepSpec(start=1, stop=2, step_s=1, warmup_s=0.5, cooldown_s=0)
+    steps = runner(executor, spec)
+
+    first = await steps.run_step(8.0, trial=1)
+    second = await steps.run_step(12.0, trial=1)
+
+    assert first.reference is not None
+    assert second.reference is not None
+    assert (first.reference.requests, first.reference.missed) == (first.offered, first.offered)  # late on TTFT
+    # at most each answer's 50 ms and the client's time around it; less where answers overlapped (the scripted
+    # executor serves every request at once: no single slot)
+    assert 0.01 < first.reference.busy_s < 0.06
+    assert second.reference.service_s == first.reference.busy_s  # the first step's, for the whole variant
+    assert second.reference.budget_s == 1.0 - second.reference.service_s  # the e2e SLO less one service
+    constant = await runner(executor, SweepSpec(start=1, stop=2, step_s=1, warmup_s=0.5, cooldown_s=0,
+                                                arrival=SweepArrival.CONSTANT)).run_step(8.0, trial=1)  # fmt: skip
+    assert constant.reference is None
 
 
 async def test_a_stop_during_a_steps_preflight_cuts_the_step_at_once_and_it_is_not_counted() -> None:

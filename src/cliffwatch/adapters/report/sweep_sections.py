@@ -150,6 +150,10 @@ def variant_facts(result: Mapping[str, Any]) -> str:
         ("decision rule", esc(rule_outcome(result))),
         ("finished because", esc(result.get("finished_because", DASH))),
     ]  # fmt: skip
+    luck = as_map(result.get("luck_correction"))
+    if luck.get("steps"):
+        applied = "corrected" if luck.get("applied") else "not corrected"
+        facts.append(("arrival luck", esc(f"{applied}: {luck.get('reason', DASH)}")))
     listed = "".join(f"<div><dt>{esc(k)}</dt><dd>{v}</dd></div>" for k, v in facts)
     return f'<dl class="facts sweep-facts">{listed}</dl>'
 
@@ -196,17 +200,23 @@ def _classes_cell(step: Mapping[str, Any]) -> str:
 def rates_table(result: Mapping[str, Any]) -> str:
     unit = _unit(result)
     rows = []
-    for rate in sorted(map(as_map, as_list(result.get("rates"))), key=lambda r: r.get("rate") or 0):
+    rates = sorted(map(as_map, as_list(result.get("rates"))), key=lambda r: r.get("rate") or 0)
+    corrected = any(as_map(r.get("pooled")).get("corrected_attainment") is not None for r in rates)
+    for rate in rates:
         pooled = as_map(rate.get("pooled"))
         rows.append((
             f"{num(rate.get('rate'))}", num(pooled.get("trials")), num(pooled.get("offered")),
-            pct1(pooled.get("attainment")), interval(pooled.get("interval")), num(pooled.get("tokens_per_s"), 1),
+            pct1(pooled.get("attainment")), *((pct1(pooled.get("corrected_attainment")),) if corrected else ()),
+            interval(pooled.get("interval")), num(pooled.get("tokens_per_s"), 1),
             num(pooled.get("completions_per_s"), 2), pct1(pooled.get("timeout_share")),
             ms(pooled.get("p99_e2e_ms")), _verdict_cell(rate),
         ))  # fmt: skip
-    head = (f"rate ({esc(unit)})", "trials", "offered", "attainment", "CI", "tokens/s", "completions/s", "timeouts",
-            "p99 e2e (worst)", "verdict")  # fmt: skip
-    return f"<h3>Rates, trials pooled</h3>{table(head, rows, cls='numbers rates')}"
+    head = (f"rate ({esc(unit)})", "trials", "offered", "attainment", *(("luck-corrected",) if corrected else ()),
+            "CI", "tokens/s", "completions/s", "timeouts", "p99 e2e (worst)", "verdict")  # fmt: skip
+    note = ("<p class='muted'><em>luck-corrected</em>: the attainment corrected for the luck of the rate's Poisson "
+            "draws by a reference queue fed the same arrivals; the CI and the verdict are of it (docs/sweep.md, "
+            "\"Arrival luck\").</p>") if corrected else ""  # fmt: skip
+    return f"<h3>Rates, trials pooled</h3>{table(head, rows, cls='numbers rates')}{note}"
 
 
 def steps_table(result: Mapping[str, Any]) -> str:

@@ -262,3 +262,23 @@ def test_each_traffic_classs_attainment_is_charted_and_tabled_per_rate(document:
     assert series(spec, "batch on time") == [0.0] * len(points)
     assert "on time by class" in page
     assert "chat 90.0 % · batch 0.0 %" in page
+
+
+def test_a_luck_corrected_rate_shows_its_corrected_attainment_and_the_correction_is_explained(
+    document: dict[str, Any],
+) -> None:
+    assert "luck-corrected" not in render_sweep_report(document)  # nothing corrected: no column, no note
+    document = copy.deepcopy(document)
+    result = document["variants"][0]["result"]
+    pooled = result["rates"][0]["pooled"]
+    pooled["corrected_on_time"], pooled["corrected_attainment"] = pooled["offered"] * 0.987, 0.987
+    reason = "a 320-ms single-slot reference fits the steps (correlation 0.98, …)"
+    result["luck_correction"] = {"applied": True, "slope": 1.0, "correlation": 0.98, "events": 31, "steps": 9,
+                                 "reason": reason}  # fmt: skip
+    page = render_sweep_report(document)
+    section = page[page.index('id="variant-0"') : page.index('id="variant-1"')]
+    rates = section[section.index('table class="numbers rates"') :]
+    assert "<th>luck-corrected</th>" in rates
+    assert "98.7 %" in rates
+    assert "<em>luck-corrected</em>: the attainment corrected for the luck" in section
+    assert "<dt>arrival luck</dt><dd>corrected: a 320-ms single-slot reference fits the steps" in section
