@@ -64,8 +64,8 @@ class ReferenceReading:
     expected_share: float  # μ: the reference's long-run share late at the step's rate
 
     def __post_init__(self) -> None:
-        if not (self.service_s > 0 and self.busy_s >= 0 and self.budget_s > 0):
-            raise ValueError("a reference needs a service time and a budget > 0 and a busy time >= 0")
+        if not (self.service_s > 0 and self.busy_s >= 0 and self.budget_s > 0 and self.requests > 0):
+            raise ValueError("a reference reading needs a service time, a budget and requests > 0, a busy time >= 0")
         if not 0 <= self.both <= min(self.missed, self.reference_late) or max(self.missed, self.reference_late) > (
             self.requests
         ):
