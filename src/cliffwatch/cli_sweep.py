@@ -62,6 +62,10 @@ def add_parser(commands: Any) -> None:
         help="judge each rate by its SLO attainment alone, not also by whether its queue grew within the step",
     )  # fmt: skip
     sweep.add_argument(
+        "--no-luck-correction", dest="luck_correction", action="store_false", default=None,
+        help="judge Poisson steps on their counted attainment, not corrected for the luck of their draws",
+    )  # fmt: skip
+    sweep.add_argument(
         "--concurrency", dest="mode", action="store_const", const="concurrency",
         help="steps are numbers of closed-loop clients instead of arrival rates",
     )  # fmt: skip
@@ -78,7 +82,7 @@ def add_parser(commands: Any) -> None:
 def sweep_spec_from(args: argparse.Namespace) -> SweepSpec:
     """The sweep's parameters from the options; raises ``SweepInvalid`` naming each bad option."""
     names = ("start", "stop", "auto", "target", "trials", "step_s", "warmup_s", "cooldown_s", "arrival", "extend_s",
-             "growth_check")  # fmt: skip
+             "growth_check", "luck_correction")  # fmt: skip
     options: dict[str, Any] = {name: getattr(args, name) for name in names}
     options["mode"] = args.mode
     options["max_rate"] = args.max_rate

@@ -82,7 +82,7 @@ class HttpStepRunner:
         self._steps = 0
         # Poisson rate steps are read beside one reference slot for the whole variant (domain.arrival_luck)
         poisson = spec.mode is SweepMode.RATE and spec.arrival is SweepArrival.POISSON
-        self._reference = ReferenceSlot() if poisson else None
+        self._reference = ReferenceSlot() if poisson and spec.luck_correction else None
 
     def stop(self, reason: str, *, aborted: bool) -> None:
         self._stopped.set()

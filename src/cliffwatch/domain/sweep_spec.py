@@ -59,6 +59,9 @@ class SweepSpec:
     # SLO attainment alone, as before the check existed.
     extend_s: float | None = None
     growth_check: bool = True
+    # Poisson rate steps judged on their attainment corrected for the luck of their draws, where a reference
+    # queue fits the target (domain.arrival_luck); False: on the counted attainment alone.
+    luck_correction: bool = True
 
     @property
     def extended_s(self) -> float:
@@ -107,6 +110,7 @@ class SweepSpec:
             "confidence": self.confidence,
             "extend_s": self.extend_s,
             "growth_check": self.growth_check,
+            "luck_correction": self.luck_correction,
         }
 
 
@@ -142,6 +146,7 @@ def parse_sweep_spec(data: object, path: str = "sweep") -> SweepSpec:
     extend_s = None if reader.data.get("extend_s") is None else reader.number("extend_s", gt=0, le=1800)
     reader.raw("extend_s", None)
     growth_check = reader.boolean("growth_check", True)
+    luck_correction = reader.boolean("luck_correction", True)
     reader.done()
     if extend_s is not None and step_s is not None and not extend_s > step_s:
         reader.error("extend_s", f"must be > step_s ({step_s:g}): an extended step measures longer")
@@ -177,6 +182,7 @@ def parse_sweep_spec(data: object, path: str = "sweep") -> SweepSpec:
         confidence=confidence,
         extend_s=extend_s,
         growth_check=growth_check,
+        luck_correction=luck_correction,
     )
 
 
@@ -235,6 +241,7 @@ def parse_sweep_options(options: Mapping[str, Any]) -> SweepSpec:
             "variants": "--retry-variants",
             "extend_s": "--extend-seconds",
             "growth_check": "--no-growth-check",
+            "luck_correction": "--no-luck-correction",
         }
 
         def flag(path: str) -> str:

@@ -116,6 +116,9 @@ async def test_a_poisson_step_is_read_beside_the_sweeps_reference_slot_and_a_con
     constant = await runner(executor, SweepSpec(start=1, stop=2, step_s=1, warmup_s=0.5, cooldown_s=0,
                                                 arrival=SweepArrival.CONSTANT)).run_step(8.0, trial=1)  # fmt: skip
     assert constant.reference is None
+    counted = await runner(executor, SweepSpec(start=1, stop=2, step_s=1, warmup_s=0.5, cooldown_s=0,
+                                               luck_correction=False)).run_step(8.0, trial=1)  # fmt: skip
+    assert counted.reference is None  # --no-luck-correction: judged on the counted attainment alone
 
 
 async def test_a_stop_during_a_steps_preflight_cuts_the_step_at_once_and_it_is_not_counted() -> None:

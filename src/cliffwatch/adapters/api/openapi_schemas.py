@@ -89,6 +89,9 @@ SWEEP_SPEC = obj(
         "growth_check": {"type": "boolean", "default": True,
                          "description": "false: judge a rate by its SLO attainment alone, not also by whether its "
                                         "queue grew within the step"},
+        "luck_correction": {"type": "boolean", "default": True,
+                            "description": "false: judge Poisson steps on their counted attainment, not corrected "
+                                           "for the luck of their draws by a reference queue (docs/sweep.md)"},
     },
     required=(),
 )  # fmt: skip
