@@ -119,6 +119,7 @@ async def one_sweep(target: str, url: str | None, slo_factor: float, arrival: st
             "usable": usable, "error": None if usable is None else usable / expected - 1,
             "status": outcome.status.value, "minutes": (time.monotonic() - started) / 60,
             "verdict": document["variants"][0]["result"]["verdict"] if document.get("variants") else None,
+            "luck": document["variants"][0]["result"].get("luck_correction") if document.get("variants") else None,
             "steps": step_rows(document)}  # fmt: skip
 
 
@@ -146,8 +147,8 @@ def analyse(path: Path) -> None:
     for row in rows:
         groups[(row["target"], row["slo_factor"], row["arrival"])].append(row)
     print("| target | SLO | arrivals | truth (req/s) | usable found | error | within ±10 % | growth alarms at ≤ 90 % | "
-          "extended steps | minutes |")  # fmt: skip
-    print("|---|---|---|---:|---|---|---:|---:|---:|---:|")
+          "extended steps | luck corrected | minutes |")  # fmt: skip
+    print("|---|---|---|---:|---|---|---:|---:|---:|---:|---:|")
     for (target, factor, arrival), members in sorted(groups.items()):
         found = [m["usable"] for m in members]
         errors = [m["error"] for m in members if m["error"] is not None]
@@ -158,9 +159,12 @@ def analyse(path: Path) -> None:
         within = sum(1 for e in errors if abs(e) <= 0.10)
         shown = ", ".join("–" if u is None else f"{u:g}" for u in found)
         spread = ", ".join(f"{e * 100:+.0f} %" for e in errors)
+        # older rows lack "luck": their verdict says when the usable rate was judged corrected
+        corrected = sum(1 for m in members if (m.get("luck") or {}).get("applied")
+                        or "corrected for the luck" in (m.get("verdict") or ""))  # fmt: skip
         print(
             f"| {target} | {factor:g} × S | {arrival} | {members[0]['truth']:.3f} | {shown} | {spread} | "
-            f"{within}/{len(members)} | {alarms}/{len(below)} | {extended} | "
+            f"{within}/{len(members)} | {alarms}/{len(below)} | {extended} | {corrected}/{len(members)} | "
             f"{statistics.median(m['minutes'] for m in members):.1f} |"
         )
 

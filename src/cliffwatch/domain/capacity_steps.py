@@ -1,7 +1,9 @@
 """Whether a capacity sweep's steps met the SLO attainment target: judging, pooling and settling a rate.
 
 A rate is judged on the Wilson score interval of its attainment (``capacity_stats``), pooled over every
-trial at the rate, so the verdict reflects how many requests were measured as well as their ratio. Where the
+trial at the rate, so the verdict reflects how many requests were measured as well as their ratio. Poisson
+steps read beside a reference queue that fits the sweep are judged on their attainment corrected for the luck
+of their draws (``arrival_luck``, fitted on every step of the sweep: ``fit_luck``). Where the
 interval straddles the target and no further trial could move it clear, the rate is settled on its point
 estimate, and says so (``settle``). The step itself (``StepStats``, ``Interval``, ``wilson``) lives in
 ``capacity_stats`` and is re-exported here. ``capacity`` re-exports everything here; import from there. The
