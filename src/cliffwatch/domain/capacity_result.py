@@ -76,10 +76,13 @@ def num(value: float) -> str:
     return text.rstrip("0").rstrip(".") if "." in text else text
 
 
-def pct(share: float) -> str:
-    """A share as a percentage with one decimal, or two where one would round a shortfall up to 100."""
+def pct(share: float, *, against: float | None = None) -> str:
+    """A share as a percentage with one decimal, or two where one would round a shortfall up to 100 (or, given
+    ``against``, a share below it up to it: "98.96", not "99.0", for a rate that missed a 99 % target)."""
     text = f"{share * 100:.1f}"
-    return f"{share * 100:.2f}" if text == "100.0" and share < 1 else text
+    if share < 1 and (text == "100.0" or (against is not None and share < against and text == f"{against * 100:.1f}")):
+        return f"{math.floor(round(share * 10_000, 6)) / 100:.2f}"  # cut, not rounded: a shortfall stays one
+    return text
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -372,7 +375,7 @@ def _decide(
         # Bad below every latency and timeout signal: it failed by shedding, errors, or late requests too few
         # to move a p99. Never "no cliff" while a rate failed: that failure is the cliff.
         crossing, signal_key = first_bad, "attainment"
-        signal = ATTAINMENT_SIGNAL.format(attainment=pct(first_bad.judged_attainment or 0.0),
+        signal = ATTAINMENT_SIGNAL.format(attainment=pct(first_bad.judged_attainment or 0.0, against=target),
                                           corrected=_corrected(first_bad))  # fmt: skip
         failures = describe_failures(first_bad)
         detail = FAILURES.format(failures=failures) if failures else ""

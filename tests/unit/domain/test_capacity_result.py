@@ -353,6 +353,12 @@ def test_shares_read_as_percentages_that_never_round_a_shortfall_up_to_100(share
     assert pct(share) == text
 
 
+def test_a_share_that_missed_its_target_never_reads_as_the_target() -> None:
+    assert pct(0.98996, against=0.99) == "98.99"  # not "99.0": the rate failed a 99 % target
+    assert pct(0.9904, against=0.99) == "99.0"  # met it
+    assert pct(0.97, against=0.99) == "97.0"
+
+
 def test_a_rate_whose_queue_kept_growing_is_the_cliff_and_the_verdict_says_so() -> None:
     """Every request on time at 3.5 req/s, but its queue grew through the extended step: not sustainable."""
     steps = [
