@@ -36,6 +36,12 @@ BUSY_TOLERANCE = 0.15  # every step's busy time per request within this share of
 MIN_EVENTS = 10  # requests late at the server or in the reference, over the sweep, before a slope is fitted
 MIN_CORRELATION = 0.7  # of the server's lateness with the reference's, within steps
 SLOPE_RANGE = (0.5, 2.0)  # β: the server is late about when the reference is
+# One slot serves a request that arrived while another was in hand after that one ends: it ends a whole service
+# time later. A server that serves several at once ends many such requests sooner. Over the sweep, at least
+# MIN_QUEUED of them must have been seen, and at most MAX_OVERLAPPED of them may end within OVERLAP_SERVICES.
+MIN_QUEUED = 5
+MAX_OVERLAPPED = 0.1
+OVERLAP_SERVICES = 0.5
 MAX_SERVICES = 50  # a budget of more service times than this: the reference is never late below ρ ≈ 0.9
 # (and the M/D/1 sum loses precision beyond it: queueing.md1_wait_cdf)
 
@@ -57,39 +63,50 @@ class ReferenceReading:
     service_s: float  # the reference slot's service time: the sweep's busy time per request, read on its first step
     busy_s: float  # this step's own busy time per request
     budget_s: float  # the longest wait that still ends within the e2e SLO: the SLO minus the service time
+    queued: int  # requests (warm-up included) that arrived while an earlier one was still in hand
+    overlapped: int  # of them, ended within OVERLAP_SERVICES service times of it: served beside it, not after
     requests: int  # the window's requests
     missed: int  # of them not on time at the server (late, shed, timed out, failed: every failure)
     reference_late: int  # of them waiting longer than the budget in the reference queue
     both: int  # of them both
-    expected_share: float  # μ: the reference's long-run share late at the step's rate
+    # μ: the reference's long-run share late at the step's rate (1 at or above its saturation: its queue grows
+    # without end); None where no share can be trusted (a budget of more than MAX_SERVICES service times)
+    expected_share: float | None
 
     def __post_init__(self) -> None:
         if not (self.service_s > 0 and self.busy_s >= 0 and self.budget_s > 0 and self.requests > 0):
             raise ValueError("a reference reading needs a service time, a budget and requests > 0, a busy time >= 0")
+        if not 0 <= self.overlapped <= self.queued:
+            raise ValueError(f"overlapped requests ({self.overlapped}) must be within 0..queued ({self.queued})")
         if not 0 <= self.both <= min(self.missed, self.reference_late) or max(self.missed, self.reference_late) > (
             self.requests
         ):
             raise ValueError(f"reference counts out of range: {self.to_dict()}")
-        if not 0 <= self.expected_share <= 1:
+        if self.expected_share is not None and not 0 <= self.expected_share <= 1:
             raise ValueError(f"the expected share must be within [0, 1], got {self.expected_share}")
 
     @property
-    def luck(self) -> float:
-        """The reference's late requests above (below: negative) what its long-run share makes of the window."""
+    def luck(self) -> float | None:
+        """The reference's late requests above (below: negative) what its long-run share makes of the window;
+        None without a long-run share."""
+        if self.expected_share is None:
+            return None
         return self.reference_late - self.requests * self.expected_share
 
     def to_dict(self) -> dict[str, Any]:
         return {"service_s": self.service_s, "busy_s": self.busy_s, "budget_s": self.budget_s,
-                "requests": self.requests, "missed": self.missed, "reference_late": self.reference_late,
-                "both": self.both, "expected_share": self.expected_share}  # fmt: skip
+                "queued": self.queued, "overlapped": self.overlapped, "requests": self.requests,
+                "missed": self.missed, "reference_late": self.reference_late, "both": self.both,
+                "expected_share": self.expected_share}  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ReferenceReading:
         return cls(
             service_s=float(data["service_s"]), busy_s=float(data["busy_s"]), budget_s=float(data["budget_s"]),
+            queued=int(data["queued"]), overlapped=int(data["overlapped"]),
             requests=int(data["requests"]), missed=int(data["missed"]),
             reference_late=int(data["reference_late"]), both=int(data["both"]),
-            expected_share=float(data["expected_share"]),
+            expected_share=None if data.get("expected_share") is None else float(data["expected_share"]),
         )  # fmt: skip
 
 
@@ -112,8 +129,9 @@ def read_reference(
     """The step's reading beside a reference slot of ``service_s`` (None: this step's busy time per request,
     for the sweep's first step) fed its requests' scheduled times, in order, from empty.
 
-    None when the reference says nothing: nothing measured or ended, the reference at or above saturation at
-    ``rate`` (no long-run share), or an SLO under one service time or over ``MAX_SERVICES`` of them.
+    None when nothing was measured or ended, or the SLO is under one service time. At or above the reference's
+    saturation its long-run share late is 1; over ``MAX_SERVICES`` service times of budget it is not known (the
+    reading still carries the step's busy time, which ``fit`` checks).
     """
     busy = busy_per_request(requests)
     service = busy if service_s is None else service_s
@@ -121,9 +139,16 @@ def read_reference(
     if busy is None or service is None or not service > 0 or measured == 0:
         return None
     budget = e2e_slo_s - service
-    if not (rate * service < 1 and 0 < budget <= MAX_SERVICES * service):
+    if not budget > 0:
         return None
-    missed = reference_late = both = 0
+    missed = reference_late = both = queued = overlapped = 0
+    reach = -math.inf  # when the target last had a request in hand, of those scheduled so far
+    for request in sorted((r for r in requests if r.end_s is not None), key=lambda r: r.scheduled_s):
+        assert request.end_s is not None
+        if request.scheduled_s < reach:
+            queued += 1
+            overlapped += request.end_s - reach < OVERLAP_SERVICES * service
+        reach = max(reach, request.end_s)
     free = -math.inf
     for request in sorted(requests, key=lambda r: r.scheduled_s):
         start = max(request.scheduled_s, free)
@@ -133,10 +158,14 @@ def read_reference(
             missed += not request.on_time
             reference_late += late
             both += late and not request.on_time
-    expected = 1.0 - md1_wait_cdf(budget, rate=rate, service_s=service)
-    return ReferenceReading(service_s=service, busy_s=busy, budget_s=budget, requests=measured, missed=missed,
-                            reference_late=reference_late, both=both,
-                            expected_share=min(1.0, max(0.0, expected)))  # fmt: skip
+    expected: float | None = None
+    if rate * service >= 1:
+        expected = 1.0
+    elif budget <= MAX_SERVICES * service:
+        expected = min(1.0, max(0.0, 1.0 - md1_wait_cdf(budget, rate=rate, service_s=service)))
+    return ReferenceReading(service_s=service, busy_s=busy, budget_s=budget, queued=queued, overlapped=overlapped,
+                            requests=measured, missed=missed,
+                            reference_late=reference_late, both=both, expected_share=expected)  # fmt: skip
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -147,6 +176,9 @@ class LuckCorrection:
     correlation: float | None
     events: int  # requests late at the server or in the reference, over the fitted steps
     steps: int  # steps with a reading
+    # Too few late requests to fit a slope on one queue: slope 1, and a draw's luck is only ever charged (its
+    # late requests short of the long-run share added), never credited: conservative, not fitted.
+    one_sided: bool = False
     reason: str  # why it is applied, or why not
 
     @property
@@ -160,20 +192,28 @@ class LuckCorrection:
         if self.slope is None or not found or any(r is None for r in found):
             return None
         present = [r for r in found if r is not None]
+        lucks = [r.luck for r in present]
+        if any(luck is None for luck in lucks):
+            return None
         total = sum(r.requests for r in present)
-        value = sum(r.missed for r in present) - self.slope * math.fsum(r.luck for r in present)
+        missed = sum(r.missed for r in present)
+        value = missed - self.slope * math.fsum(luck for luck in lucks if luck is not None)
+        if self.one_sided:
+            value = max(float(missed), value)
         return min(float(total), max(0.0, value))
 
     def to_dict(self) -> dict[str, Any]:
         return {"applied": self.applied, "slope": self.slope, "correlation": self.correlation,
-                "events": self.events, "steps": self.steps, "reason": self.reason}  # fmt: skip
+                "events": self.events, "steps": self.steps, "one_sided": self.one_sided,
+                "reason": self.reason}  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> LuckCorrection:
         slope, correlation = data.get("slope"), data.get("correlation")
         return cls(slope=None if slope is None else float(slope),
                    correlation=None if correlation is None else float(correlation),
-                   events=int(data["events"]), steps=int(data["steps"]), reason=str(data["reason"]))  # fmt: skip
+                   events=int(data["events"]), steps=int(data["steps"]), reason=str(data["reason"]),
+                   one_sided=bool(data.get("one_sided", False)))  # fmt: skip
 
 
 def fit(readings: Iterable[ReferenceReading]) -> LuckCorrection:
@@ -198,8 +238,21 @@ def fit(readings: Iterable[ReferenceReading]) -> LuckCorrection:
         busy = sorted(r.busy_s for r in found)
         return refused(f"not one queue: the busy time per request ranged {busy[0] * 1000:.0f}–{busy[-1] * 1000:.0f}"
                        f" ms across steps against the reference's {service * 1000:.0f} ms")  # fmt: skip
+    queued, overlapped = sum(r.queued for r in found), sum(r.overlapped for r in found)
+    if queued < MIN_QUEUED:
+        return refused(f"not yet seen queueing: one queue shows in the requests that arrive while another is in "
+                       f"hand ({queued} < {MIN_QUEUED})")  # fmt: skip
+    if overlapped > MAX_OVERLAPPED * queued:
+        return refused(f"not one queue: {overlapped} of {queued} requests that arrived while another was in hand "
+                       f"ended within {OVERLAP_SERVICES:g} service times of it (beside it, not after)")  # fmt: skip
     if events < MIN_EVENTS:
-        return refused(f"too few late requests to fit on ({events} < {MIN_EVENTS})")
+        # One queue, by its busy time and its queued requests, but too little lateness to fit a slope on: a lucky
+        # draw (the reference late less often than its long-run share) is still charged, at slope 1; an unlucky one
+        # is not credited.
+        return LuckCorrection(slope=1.0, correlation=correlation, events=events, steps=len(found), one_sided=True,
+                              reason=f"too few late requests to fit on ({events} < {MIN_EVENTS}): a lucky draw is "
+                                     "charged its shortfall against the reference's long-run share, an unlucky "
+                                     "one is not credited")  # fmt: skip
     if correlation is None or correlation < MIN_CORRELATION:
         shown = "none" if correlation is None else f"{correlation:.2f}"
         return refused(f"the server's lateness does not follow the reference's (correlation {shown})")

@@ -222,7 +222,8 @@ def test_the_capacity_lines_give_usable_capacity_peaks_cliff_ratio_and_the_verdi
 
 def test_a_rate_judged_on_its_luck_corrected_attainment_shows_it_and_the_correction_is_explained() -> None:
     def luck(rate: float, missed: int, reference_late: int, expected: float) -> StepStats:
-        reading = ReferenceReading(service_s=0.32, busy_s=0.32, budget_s=1.28, requests=400, missed=missed,
+        reading = ReferenceReading(service_s=0.32, busy_s=0.32, budget_s=1.28, queued=40, overlapped=0,
+                                   requests=400, missed=missed,
                                    reference_late=reference_late, both=min(missed, reference_late),
                                    expected_share=expected)  # fmt: skip
         return replace(step(rate, offered=400, on_time=400 - missed), reference=reading)

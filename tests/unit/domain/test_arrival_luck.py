@@ -45,9 +45,10 @@ def as_step(rate: float, trial: int, requests: list[WindowRequest], reading: Ref
                         duration_s=10.0), reference=reading)  # fmt: skip
 
 
-def reading(**changes: float) -> ReferenceReading:
-    values: dict[str, float] = {"service_s": 0.32, "busy_s": 0.32, "budget_s": 1.28, "requests": 100, "missed": 3,
-                                    "reference_late": 3, "both": 3, "expected_share": 0.01}  # fmt: skip
+def reading(**changes: float | None) -> ReferenceReading:
+    values: dict[str, float | None] = {"service_s": 0.32, "busy_s": 0.32, "budget_s": 1.28, "queued": 20,
+                                       "overlapped": 0, "requests": 100, "missed": 3, "reference_late": 3, "both": 3,
+                                       "expected_share": 0.01}  # fmt: skip
     values.update(changes)
     return ReferenceReading(**values)  # type: ignore[arg-type]
 
@@ -71,12 +72,29 @@ def test_one_exact_slot_is_late_exactly_when_its_reference_is_and_the_expected_s
     assert found.expected_share == pytest.approx(1 - md1_wait_cdf(4 * SERVICE_S, rate=2.2, service_s=SERVICE_S))
 
 
-def test_no_reading_where_the_reference_has_nothing_to_say() -> None:
+def test_where_the_reference_has_no_long_run_share_the_reading_keeps_what_the_fit_checks() -> None:
     requests = served(2.0, "none", slo_s=5 * SERVICE_S)
-    assert read_reference(requests, rate=3.5, e2e_slo_s=1.6) is None  # at or above the slot's saturation
+    saturated = read_reference(requests, rate=3.5, e2e_slo_s=1.6)
+    assert saturated is not None
+    assert saturated.expected_share == 1.0  # at or above its saturation the reference's queue grows without end
+    unknown = read_reference(requests, rate=2.0, e2e_slo_s=60 * SERVICE_S)  # a budget of over MAX_SERVICES
+    assert unknown is not None
+    assert unknown.expected_share is None
+    assert unknown.luck is None
+    assert unknown.busy_s == pytest.approx(SERVICE_S)  # still checked by the fit
     assert read_reference(requests, rate=2.0, e2e_slo_s=0.2) is None  # an SLO under one service time
-    assert read_reference(requests, rate=2.0, e2e_slo_s=60 * SERVICE_S) is None  # over MAX_SERVICES of them
     assert read_reference([r._replace(measured=False) for r in requests], rate=2.0, e2e_slo_s=1.6) is None
+
+
+def test_requests_served_beside_one_another_are_told_from_requests_served_after_one_another() -> None:
+    one = read_reference(served(2.5, "q", slo_s=100.0), rate=2.5, e2e_slo_s=100.0)
+    several = read_reference(served(2.5, "q", slots=4, slo_s=100.0), rate=2.5, e2e_slo_s=100.0, service_s=SERVICE_S)
+    assert one is not None
+    assert several is not None
+    assert one.queued > 5
+    assert one.overlapped == 0  # each ended a whole service time after the one it waited for
+    assert several.queued > 5
+    assert several.overlapped > several.queued / 2  # most ended sooner: served beside it
 
 
 def test_the_slot_keeps_the_first_steps_service_time_for_the_whole_sweep() -> None:
@@ -92,6 +110,7 @@ def test_the_slot_keeps_the_first_steps_service_time_for_the_whole_sweep() -> No
 def test_a_reference_that_matches_the_server_is_fitted_with_slope_one() -> None:
     readings = [reading(requests=40, missed=4, reference_late=4, both=4), reading(missed=2, reference_late=2, both=2),
                 reading(missed=5, reference_late=5, both=5)]  # fmt: skip
+    assert not fit(readings).one_sided
     luck = fit(readings)
     assert luck.applied
     assert luck.slope == pytest.approx(1.0)
@@ -104,9 +123,12 @@ def test_the_correction_is_refused_when_the_server_is_not_one_queue_or_does_not_
     drifting = fit([*matching, reading(busy_s=0.2, missed=0, reference_late=0, both=0)])
     assert not drifting.applied
     assert drifting.reason.startswith("not one queue: the busy time per request ranged 200–320")
-    few = fit([reading(missed=2, reference_late=2, both=2), reading(missed=1, reference_late=1, both=1)])
-    assert not few.applied
-    assert "too few late requests" in few.reason
+    beside = fit([*matching, reading(queued=30, overlapped=12)])
+    assert not beside.applied
+    assert beside.reason.startswith("not one queue: 12 of 70 requests that arrived while another was in hand")
+    unseen = fit([reading(queued=2, missed=6, reference_late=6, both=6), reading(queued=2)])
+    assert not unseen.applied
+    assert unseen.reason.startswith("not yet seen queueing")
     apart = fit([reading(missed=6, reference_late=6, both=0), reading(missed=5, reference_late=5, both=0)])
     assert not apart.applied
     assert "does not follow" in apart.reason
@@ -119,14 +141,29 @@ def test_a_rates_missed_requests_are_corrected_by_the_luck_of_every_trial() -> N
     unlucky = reading(missed=7, reference_late=7, both=7, expected_share=0.02)
     assert luck.corrected_missed([lucky]) == pytest.approx(2.0)
     assert luck.corrected_missed([lucky, unlucky]) == pytest.approx(4.0)
+    assert luck.corrected_missed([unlucky]) == pytest.approx(2.0)  # five of its seven were the draw's
     assert luck.corrected_missed([lucky, None]) is None  # a trial without a reading cannot be corrected
+    assert luck.corrected_missed([reading(expected_share=None)]) is None  # nor one without a long-run share
     assert replace(luck, slope=None).corrected_missed([lucky]) is None
+    charged_only = replace(luck, one_sided=True)  # too few late requests to fit: luck charged, never credited
+    assert charged_only.corrected_missed([lucky]) == pytest.approx(2.0)
+    assert charged_only.corrected_missed([unlucky]) == pytest.approx(7.0)
+
+
+def test_one_queue_with_too_few_late_requests_to_fit_is_corrected_one_sided() -> None:
+    luck = fit([reading(missed=2, reference_late=2, both=2), reading(missed=1, reference_late=1, both=1)])
+    assert luck.applied
+    assert luck.one_sided
+    assert luck.slope == 1.0
+    assert luck.reason.startswith("too few late requests to fit on (3 < 10): a lucky draw is charged")
+    assert LuckCorrection.from_dict(luck.to_dict()) == luck
 
 
 def test_a_step_carries_its_reading_to_its_document_and_back_and_refuses_one_of_other_requests() -> None:
     counted = step(2.0, offered=20, on_time=19)
     stepped = replace(counted, reference=reading(requests=20, missed=1, reference_late=0, both=0))
     assert StepStats.from_dict(stepped.to_dict()) == stepped
+    assert ReferenceReading.from_dict(reading(expected_share=None).to_dict()) == reading(expected_share=None)
     with pytest.raises(ValueError, match="the reference reading counts 21 requests"):
         replace(counted, reference=reading(requests=21, missed=1, reference_late=0, both=0))
 
