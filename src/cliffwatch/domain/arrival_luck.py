@@ -17,10 +17,13 @@ with ȳ the server's share not on time and β the slope of the server's lateness
 within steps over the whole sweep. L is unbiased whatever the server (μ is exact); its variance falls by the
 square of their correlation, and the drained start is corrected with the luck. A server that is not one queue
 (a batching one serves many at once) gains nothing from it and must not be moved by it, so the correction is
-applied only when the sweep's own steps show the reference fits (``fit``): the busy time per request stays
-within ``BUSY_TOLERANCE`` of the reference's at every rate (one slot's is its service time at any load; a
-batching server's falls as requests overlap), enough late requests to fit on, a correlation of at least
-``MIN_CORRELATION`` and a slope near 1. Pure: counts in, a correction out.
+applied only when the sweep's own steps show one queue (``fit``): the busy time per request stays within
+``BUSY_TOLERANCE`` of the reference's at every rate (a batching server's falls as requests overlap), and the
+requests that arrived while another was in hand ended a whole service time after it, not beside it. Then, with
+enough late requests, the slope is fitted and must show the server following the reference (a correlation of
+at least ``MIN_CORRELATION``, a slope near 1); with too few, the slope is 1 and luck is only charged (a draw
+that queued less than the long-run share pays the difference), never credited: conservative. Pure: counts in,
+a correction out.
 """
 
 from __future__ import annotations
