@@ -17,6 +17,11 @@ recursion, no HTTP), many times over, in seconds: the spread a few real sweeps c
     .venv/bin/python bench/sweep_accuracy.py --analyse /tmp/accuracy.jsonl
     .venv/bin/python bench/sweep_accuracy.py --simulate --reps 200
     .venv/bin/python bench/sweep_accuracy.py --simulate --reps 100 --step-seconds 60 --trials 5   # what it takes
+    .venv/bin/python bench/sweep_accuracy.py --simulate --reps 50 --arrivals poisson --slots 16 --service-ms 2000
+
+Simulated sweeps run with the arrival-luck correction (``domain/arrival_luck.py``) and without it, on a
+server of ``--slots`` slots whose service time varies by ``--service-cv`` (lognormal; its truth bisected on a
+long run when it is not one exact slot).
 """
 
 from __future__ import annotations
