@@ -146,12 +146,11 @@ def read_reference(
         return None
     missed = reference_late = both = queued = overlapped = 0
     reach = -math.inf  # when the target last had a request in hand, of those scheduled so far
-    for request in sorted((r for r in requests if r.end_s is not None), key=lambda r: r.scheduled_s):
-        assert request.end_s is not None
-        if request.scheduled_s < reach:
+    for scheduled, end in sorted((r.scheduled_s, r.end_s) for r in requests if r.end_s is not None):
+        if scheduled < reach:
             queued += 1
-            overlapped += request.end_s - reach < OVERLAP_SERVICES * service
-        reach = max(reach, request.end_s)
+            overlapped += end - reach < OVERLAP_SERVICES * service
+        reach = max(reach, end)
     free = -math.inf
     for request in sorted(requests, key=lambda r: r.scheduled_s):
         start = max(request.scheduled_s, free)
