@@ -12,6 +12,8 @@ import asyncio
 import contextlib
 from dataclasses import replace
 
+import structlog
+
 from cliffwatch.adapters.loadgen.closed_loop import ClosedLoopGenerator
 from cliffwatch.adapters.loadgen.engine import AttemptExecutor, OpenLoopGenerator
 from cliffwatch.adapters.loadgen.workers.coordinator import ShardedGenerator
@@ -27,6 +29,8 @@ from cliffwatch.domain.sweep_spec import SweepArrival, SweepMode, SweepSpec
 from cliffwatch.services.memory import NoFaultInjector
 from cliffwatch.services.runner import RunService
 from cliffwatch.services.sweep import StepStopped
+
+log = structlog.get_logger(__name__)
 
 NO_FAULTS = "a sweep measures the target as it is: it applies no faults"
 DRAIN_POLL_S = 0.05
@@ -106,7 +110,8 @@ class HttpStepRunner:
             generator = ShardedGenerator(self.pool, step, self.clock, next_prompts=True)
         else:
             generator = OpenLoopGenerator(step, self.executor, self.clock, cap=self.cap)
-        window = WindowRecords(measured_index(step), [step.slo_for(k) for k in range(len(step.traffic_classes))])
+        slos = [step.slo_for(k) for k in range(len(step.traffic_classes))]
+        window = WindowRecords(measured_index(step), slos, keep_requests=self._reference is not None)
         service = RunService(
             clock=self.clock,
             generator=generator,
@@ -134,10 +139,14 @@ class HttpStepRunner:
                            extended=extended, server=result.server, classes=classes)  # fmt: skip
         reading = None if self._reference is None else window.reference(self._reference, rate=rate)
         # Only a reading of exactly the step's requests may correct its verdict: one that counts otherwise (a
-        # record the sink never saw) is left out rather than trusted.
-        if reading is not None and (reading.requests, reading.missed) == (stats.offered, stats.offered - stats.on_time):
-            stats = replace(stats, reference=reading)
-        return stats
+        # record the sink never saw) is left out rather than trusted, and said.
+        if reading is None:
+            return stats
+        if (reading.requests, reading.missed) != (stats.offered, stats.offered - stats.on_time):
+            log.warning("sweep step read beside its reference queue counted other requests: not corrected",
+                        rate=rate, trial=trial, offered=stats.offered, read=reading.requests)  # fmt: skip
+            return stats
+        return replace(stats, reference=reading)
 
     async def _cool_down(self) -> None:
         """Waits until nothing is in flight, then ``cooldown_s`` more, so the target's queues drain before

@@ -136,9 +136,10 @@ def read_reference(
     saturation its long-run share late is 1; over ``MAX_SERVICES`` service times of budget it is not known (the
     reading still carries the step's busy time, which ``fit`` checks).
     """
-    busy = busy_per_request(requests)
+    ordered = sorted(requests, key=lambda r: r.scheduled_s)
+    busy = busy_per_request(ordered)
     service = busy if service_s is None else service_s
-    measured = sum(1 for r in requests if r.measured)
+    measured = sum(1 for r in ordered if r.measured)
     if busy is None or service is None or not service > 0 or measured == 0:
         return None
     budget = e2e_slo_s - service
@@ -146,13 +147,13 @@ def read_reference(
         return None
     missed = reference_late = both = queued = overlapped = 0
     reach = -math.inf  # when the target last had a request in hand, of those scheduled so far
-    for scheduled, end in sorted((r.scheduled_s, r.end_s) for r in requests if r.end_s is not None):
+    for scheduled, end in ((r.scheduled_s, r.end_s) for r in ordered if r.end_s is not None):
         if scheduled < reach:
             queued += 1
             overlapped += end - reach < OVERLAP_SERVICES * service
         reach = max(reach, end)
     free = -math.inf
-    for request in sorted(requests, key=lambda r: r.scheduled_s):
+    for request in ordered:
         start = max(request.scheduled_s, free)
         free = start + service
         if request.measured:

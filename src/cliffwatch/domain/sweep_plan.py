@@ -198,24 +198,26 @@ class WindowRecords:
     """A record sink for one phase (a step's measured window): its late requests counted by the SLO bound each
     broke (what made a rate fail when no percentile shows it: ``StepStats.late_by``), and each answered
     request's wait against its scheduled time, for the latency trend (``domain.growth``). The wait is the time
-    to the first token when the answer streamed one, else the whole answer's: a queue delays both alike. And
-    every request of the step (warm-up included), for the reference queue that corrects a Poisson step's
-    verdict for the luck of its draw (``domain.arrival_luck``, ``reference``)."""
+    to the first token when the answer streamed one, else the whole answer's: a queue delays both alike. With
+    ``keep_requests``, every request of the step (warm-up included), for the reference queue that corrects a
+    Poisson step's verdict for the luck of its draw (``domain.arrival_luck``, ``reference``)."""
 
-    def __init__(self, phase: int, slos: Sequence[Slo]) -> None:
+    def __init__(self, phase: int, slos: Sequence[Slo], *, keep_requests: bool = False) -> None:
         self.phase = phase
         self.slos = tuple(slos)  # by traffic class (``Scenario.slo_for``)
         self.counts: Counter[str] = Counter()
         self.waits: list[tuple[float, float]] = []  # (scheduled, wait), seconds from the step's start
         self.floor: float | None = None
+        self.keep_requests = keep_requests
         self.requests: list[WindowRequest] = []
 
     def add(self, record: RequestRecord) -> None:
         final = record.final
-        self.requests.append(
-            WindowRequest(record.scheduled_ns / NS_PER_S, None if final is None else final.end_ns / NS_PER_S,
-                          record.phase == self.phase, record.outcome is Outcome.ON_TIME)
-        )  # fmt: skip
+        if self.keep_requests:  # one small tuple a request, only when a reference slot will read them
+            self.requests.append(
+                WindowRequest(record.scheduled_ns / NS_PER_S, None if final is None else final.end_ns / NS_PER_S,
+                              record.phase == self.phase, record.outcome is Outcome.ON_TIME)
+            )  # fmt: skip
         if final is None:
             return
         wait: float | None = None
@@ -237,8 +239,8 @@ class WindowRecords:
 
     def reference(self, slot: ReferenceSlot, *, rate: float) -> ReferenceReading | None:
         """The step beside the sweep's reference slot; None when the step has traffic classes (their SLOs
-        differ) or ``slot`` has nothing to say (``ReferenceSlot.read``)."""
-        if len(self.slos) != 1:
+        differ), when the requests were not kept, or when ``slot`` has nothing to say (``ReferenceSlot.read``)."""
+        if len(self.slos) != 1 or not self.keep_requests:
             return None
         return slot.read(self.requests, rate=rate, e2e_slo_s=self.slos[0].e2e_ms / 1000)
 
