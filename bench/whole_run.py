@@ -138,10 +138,12 @@ def from_result(path: str, rate: float, result: dict[str, Any], view: dict[str, 
 
 
 def run_cli(server: ArrivalsServer, rate: float, duration_s: float, latency_ms: float, workers: str | None = None,
-            ray: str | None = None) -> Pass:  # fmt: skip
+            ray: str | None = None, loop: bool = False) -> Pass:  # fmt: skip
     """``cliffwatch run`` pinned to the client's core; with ``workers`` (path ``cli-wN``, ``cli-wauto``) it
     runs with ``client.workers`` and is not pinned: its workers may use every core, the server's too. With
-    ``ray`` (path ``cli-rayN``) the workers are Ray actors on the bench's local cluster at that address."""
+    ``ray`` (path ``cli-rayN``) the workers are Ray actors on the bench's local cluster at that address. With
+    ``loop`` (path ``loop``) the same scenario is sent by the generator loop alone (``bench/loop_pass.py``),
+    pinned the same way: the yardstick for the run path's own cost."""
     with tempfile.TemporaryDirectory() as scratch:
         scenario = Path(scratch) / "scenario.json"  # YAML is a superset of JSON
         document = scenario_document(server.base_url, rate, duration_s, MODE.chunks, workers)
@@ -151,6 +153,8 @@ def run_cli(server: ArrivalsServer, rate: float, duration_s: float, latency_ms: 
         before = children_cpu_s()
         argv = [str(REPO / ".venv/bin/cliffwatch"), "run", str(scenario), "--json", str(out)]
         argv += ["--ray", ray] if ray else []
+        if loop:
+            argv = [sys.executable, str(BENCH / "loop_pass.py"), str(scenario), str(out)]
         command = argv if workers else pinned(argv, CLIENT_CORE)
         done = subprocess.run(command, cwd=REPO, env={**os.environ, **CAPS}, capture_output=True,
                               text=True, timeout=duration_s + 300)  # fmt: skip
@@ -158,7 +162,7 @@ def run_cli(server: ArrivalsServer, rate: float, duration_s: float, latency_ms: 
         if not out.exists():
             raise SystemExit(f"cliffwatch run wrote no result (exit {done.returncode}): {done.stderr[-2000:]}")
         view = judge_arrivals(server.drain(), rate, duration_s).to_dict()
-        path = (f"cli-ray{workers}" if ray else f"cli-w{workers}") if workers else "cli"
+        path = (f"cli-ray{workers}" if ray else f"cli-w{workers}") if workers else ("loop" if loop else "cli")
         result = json.loads(out.read_text())
         if ray:  # Ray's actors are not this process's children: their CPU is what each measured over the run
             workers_cpu = [w.get("cpu_busy") or 0.0 for w in (result.get("generator") or {}).get("workers") or []]
@@ -328,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=20.0, help="seconds of load per pass")
     parser.add_argument("--paths", default="cli,vegeta",
                         help="of cli, cli-wN (client.workers: N), cli-wauto, cli-rayN (N Ray actors on a local "
-                        "cluster of N nodes), service, vegeta")  # fmt: skip
+                        "cluster of N nodes), service, vegeta, loop (the generator loop alone)")  # fmt: skip
     parser.add_argument("--latency-ms", type=float, default=20.0)
     parser.add_argument("--chunks", type=int, default=0,
                         help="stream OpenAI chat answers of this many token chunks, 2 ms apart (0: plain HTTP); "
@@ -350,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
         local_ray(ray_nodes) if ray_nodes else nullcontext("") as ray_address,
     ):
         runners: dict[str, Callable[[ArrivalsServer, float, float, float], Pass]] = {
-            "cli": run_cli, "vegeta": run_vegeta}  # fmt: skip
+            "cli": run_cli, "loop": functools.partial(run_cli, loop=True), "vegeta": run_vegeta}  # fmt: skip
         for path in paths:
             if path.startswith("cli-w"):
                 runners[path] = functools.partial(run_cli, workers=path.removeprefix("cli-w"))
@@ -384,6 +388,11 @@ def main(argv: list[str] | None = None) -> int:
         for path in (p for p in paths if p != "vegeta"):
             held = summary[path]["highest_held"] or 0
             print(f"{path} / vegeta, highest held rate: {held / summary['vegeta']['highest_held']:.3f}")
+    if "loop" in summary and "cli" in summary:
+        for figure in ("highest_held", "highest_faithful_10ms"):
+            loop_rate, cli_rate = summary["loop"][figure], summary["cli"][figure] or 0
+            if loop_rate:
+                print(f"cli / loop, {figure.replace('_', ' ')}: {cli_rate / loop_rate:.3f}")
     if args.json_path:
         document = {"rates": rates, "duration_s": args.duration, "latency_ms": args.latency_ms, "chunks": args.chunks,
                     "python": sys.version.split()[0], "cores": os.cpu_count(), "taskset": bool(shutil.which("taskset")),

@@ -38,17 +38,21 @@ class Histogram:
 
     def add(self, value: float) -> None:
         """Records one finite, non-negative value; raises ``ValueError`` (recording nothing) for any other."""
-        if not (math.isfinite(value) and value >= 0):
+        # On every request's path, several times: plain comparisons, not min()/max()/isfinite() calls.
+        if not 0 <= value < math.inf:  # NaN fails every comparison
             raise ValueError(f"histogram values must be finite and >= 0, got {value}")
         self.count += 1
         self.total += value
-        self.min = min(self.min, value)
-        self.max = max(self.max, value)
+        if value < self.min:
+            self.min = value
+        if value > self.max:
+            self.max = value
         if value <= _MIN_VALUE:
             self.zero += 1
             return
         index = math.ceil(math.log(value) / self._gamma_log)
-        self._bins[index] = self._bins.get(index, 0) + 1
+        bins = self._bins
+        bins[index] = bins.get(index, 0) + 1
 
     def merge(self, other: Histogram) -> None:
         """Adds every value recorded in ``other`` (which must share this histogram's accuracy)."""

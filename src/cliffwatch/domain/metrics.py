@@ -19,7 +19,16 @@ from dataclasses import dataclass, field
 
 from cliffwatch.domain.conversations import ConversationBook, ConversationStats
 from cliffwatch.domain.histogram import Histogram
-from cliffwatch.domain.outcomes import NS_PER_MS, NS_PER_S, OUTCOMES, Attempt, Outcome, RequestRecord
+from cliffwatch.domain.outcomes import (
+    NS_PER_MS,
+    NS_PER_S,
+    OUTCOMES,
+    Attempt,
+    Outcome,
+    RequestRecord,
+    TokenSource,
+    time_per_output_token_ms,
+)
 from cliffwatch.domain.scenario import Role
 
 LATENCY_METRICS = (
@@ -33,6 +42,7 @@ LATENCY_METRICS = (
     "schedule_lag",
     "pool_wait",
 )
+_SOURCE_NAMES = {source: source.value for source in TokenSource}  # a dict lookup, not an enum property per record
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -237,63 +247,75 @@ class RunAggregator:
                                     phase=record.phase, on_time=record.outcome is Outcome.ON_TIME,
                                     succeeded=final is not None and final.succeeded,
                                     attempted=bool(record.attempts))  # fmt: skip
+        # Every finished request passes here, on the generator's event loop: one lookup of each second and
+        # attribute, no properties (docs/performance.md, "the whole run path").
+        outcome, scheduled_ns = record.outcome, record.scheduled_ns
         phase = self._phases[record.phase]
-        scheduled = self._second(record.scheduled_ns)
+        scheduled = self._second(scheduled_ns)
         phase.offered += 1
-        phase.outcomes[record.outcome] += 1
+        phase.outcomes[outcome] += 1
         phase.capped += record.capped
         scheduled.offered += 1
-        scheduled.outcomes[record.outcome] += 1
-        final = record.final
-        if final is None:
+        scheduled.outcomes[outcome] += 1
+        attempts = record.attempts
+        if not attempts:
             return
-        self._add_attempts(record.attempts, phase)
+        final = attempts[-1]
+        self._add_attempts(attempts, phase)
         if final.server_prompt_tokens is not None and record.prompt_tokens > 0 and record.sized_alone:
             error = 100.0 * (final.server_prompt_tokens - record.prompt_tokens) / record.prompt_tokens
             phase.prompt_error.add(abs(error))
             phase.prompt_error_signed += error
-        lag_ms = record.schedule_lag_ms
-        if lag_ms is not None:
-            phase.latency["schedule_lag"].add(max(0.0, lag_ms))
-        self._second(final.end_ns).finished[record.outcome] += 1
+        latency = phase.latency
+        latency["schedule_lag"].add(max(0.0, (attempts[0].sent_ns - scheduled_ns) / NS_PER_MS))
+        end_ns = final.end_ns
+        finish_second = self._second(end_ns)
+        finish_second.finished[outcome] += 1
         # A send timer may fire a little early, so a quick refusal can end before its scheduled time;
         # that is 0 ms of latency, not a negative one (which the histograms refuse).
-        e2e_ms = max(0.0, (final.end_ns - record.scheduled_ns) / NS_PER_MS)
-        if final.succeeded:
-            self._add_success(record, final, e2e_ms, phase, scheduled)
-        elif record.outcome is Outcome.SHED:
-            phase.latency["shed_latency"].add(e2e_ms)
-            if final.end_ns - record.scheduled_ns <= self._fast_fail_ns:
+        e2e_ms = max(0.0, (end_ns - scheduled_ns) / NS_PER_MS)
+        if final.failure is None:
+            self._add_success(record, final, e2e_ms, phase, scheduled, finish_second)
+        elif outcome is Outcome.SHED:
+            latency["shed_latency"].add(e2e_ms)
+            if end_ns - scheduled_ns <= self._fast_fail_ns:
                 phase.fast_shed += 1
         else:
-            phase.latency["failure_latency"].add(e2e_ms)
+            latency["failure_latency"].add(e2e_ms)
 
     def _add_success(
-        self, record: RequestRecord, final: Attempt, e2e_ms: float, phase: PhaseStats, scheduled: SecondStats
+        self,
+        record: RequestRecord,
+        final: Attempt,
+        e2e_ms: float,
+        phase: PhaseStats,
+        scheduled: SecondStats,
+        finish_second: SecondStats,
     ) -> None:
-        phase.latency["e2e"].add(e2e_ms)
+        latency = phase.latency
+        latency["e2e"].add(e2e_ms)
         scheduled.e2e.add(e2e_ms)
-        ttft = record.ttft_ms
-        if ttft is not None:
-            phase.latency["ttft"].add(max(0.0, ttft))
-            scheduled.ttft.add(max(0.0, ttft))
-        ttfa = record.ttfa_ms
-        if ttfa is not None:
-            phase.latency["ttfa"].add(max(0.0, ttfa))
-        tpot = record.tpot_ms
-        if tpot is not None:
-            phase.latency["tpot"].add(tpot)
+        if final.first_token_ns is not None:  # as ``RequestRecord.ttft_ms`` and ``tpot_ms`` read a success
+            ttft = max(0.0, (final.first_token_ns - record.scheduled_ns) / NS_PER_MS)
+            latency["ttft"].add(ttft)
+            scheduled.ttft.add(ttft)
+            tpot = time_per_output_token_ms(final)
+            if tpot is not None:
+                latency["tpot"].add(tpot)
+        if final.first_answer_ns is not None:
+            latency["ttfa"].add(max(0.0, (final.first_answer_ns - record.scheduled_ns) / NS_PER_MS))
         if final.reasoning_tokens is not None:
             reasoning = min(final.reasoning_tokens, final.output_tokens)
             phase.reasoning_tokens += reasoning
             phase.answer_tokens += final.output_tokens - reasoning
             phase.split_answers += 1
         chunks = final.chunk_times_ns
-        for before, after in itertools.pairwise(chunks):
-            phase.latency["itl"].add((after - before) / NS_PER_MS)
-        phase.token_sources[final.token_source.value] += 1
+        if len(chunks) > 1:
+            itl = latency["itl"]
+            for before, after in itertools.pairwise(chunks):
+                itl.add((after - before) / NS_PER_MS)
+        phase.token_sources[_SOURCE_NAMES[final.token_source]] += 1
         on_time = record.outcome is Outcome.ON_TIME
-        finish_second = self._second(final.end_ns)
         finish_second.completions += 1
         finish_second.on_time_completions += on_time
         finish_phase = self._phase_at(final.end_ns)
@@ -315,7 +337,8 @@ class RunAggregator:
                     histogram = phase.state_headers[name] = Histogram()
                 histogram.add(value)
             self._spread_in_flight(attempt.sent_ns, attempt.end_ns)
-            self._spread_tokens(attempt)
+            if attempt.output_tokens > 0:
+                self._spread_tokens(attempt)
 
     def _spread_in_flight(self, start_ns: int, end_ns: int) -> None:
         while start_ns < end_ns:
@@ -336,7 +359,7 @@ class RunAggregator:
                 window_phase.output_tokens += share
 
     def _second(self, at_ns: int) -> SecondStats:
-        index = max(0, at_ns // NS_PER_S)
+        index = at_ns // NS_PER_S if at_ns > 0 else 0
         stats = self._seconds.get(index)
         if stats is None:
             stats = self._seconds[index] = SecondStats(t=index)

@@ -16,17 +16,17 @@ BENCH = Path(__file__).resolve().parents[3] / "bench"
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("go") is None, reason="the arrivals server is built with Go")
-def test_a_low_rate_reaches_the_server_whole_through_the_cli_and_the_service(tmp_path: Path) -> None:
+def test_a_low_rate_reaches_the_server_whole_through_the_cli_the_service_and_the_loop_alone(tmp_path: Path) -> None:
     out = tmp_path / "whole.json"
     completed = subprocess.run(
-        [sys.executable, str(BENCH / "whole_run.py"), "--rates", "50", "--duration", "2", "--paths", "cli,service",
+        [sys.executable, str(BENCH / "whole_run.py"), "--rates", "50", "--duration", "2", "--paths", "cli,service,loop",
          "--json", str(out)],
         capture_output=True, text=True, timeout=240, check=False,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr + completed.stdout
     document = json.loads(out.read_text())
     passes = {p["path"]: p for p in document["passes"]}
-    assert set(passes) == {"cli", "service"}
+    assert set(passes) == {"cli", "service", "loop"}
     for path, measured in passes.items():
         server = measured["server"]
         # the server's own record: every planned request arrived, evenly paced
@@ -36,6 +36,7 @@ def test_a_low_rate_reaches_the_server_whole_through_the_cli_and_the_service(tmp
         assert measured["tool"]["gc"]["frozen_objects"] > 0, path
         assert measured["latency_error_p99_ms"] is not None
     assert "highest_held" in document["summary"]["cli"]
+    assert "cli / loop, highest held: 1.000" in completed.stdout  # both held the one rate
 
 
 def test_the_servers_view_measures_the_rate_and_pacing_it_saw() -> None:
