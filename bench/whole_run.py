@@ -388,11 +388,11 @@ def main(argv: list[str] | None = None) -> int:
         for path in (p for p in paths if p != "vegeta"):
             held = summary[path]["highest_held"] or 0
             print(f"{path} / vegeta, highest held rate: {held / summary['vegeta']['highest_held']:.3f}")
-    if "loop" in summary and "cli" in summary:
+    for path in (p for p in paths if "loop" in summary and p not in ("loop", "vegeta")):
         for figure in ("highest_held", "highest_faithful_10ms"):
-            loop_rate, cli_rate = summary["loop"][figure], summary["cli"][figure] or 0
+            loop_rate, rate = summary["loop"][figure], summary[path][figure] or 0
             if loop_rate:
-                print(f"cli / loop, {figure.replace('_', ' ')}: {cli_rate / loop_rate:.3f}")
+                print(f"{path} / loop, {figure.replace('_', ' ')}: {rate / loop_rate:.3f}")
     if args.json_path:
         document = {"rates": rates, "duration_s": args.duration, "latency_ms": args.latency_ms, "chunks": args.chunks,
                     "python": sys.version.split()[0], "cores": os.cpu_count(), "taskset": bool(shutil.which("taskset")),

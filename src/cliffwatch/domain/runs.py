@@ -14,7 +14,7 @@ from typing import Any
 
 from cliffwatch.domain.errors import Problem
 from cliffwatch.domain.masking import url_credentials
-from cliffwatch.domain.outcomes import CAP_REASON, NS_PER_MS, RequestRecord, TokenSource
+from cliffwatch.domain.outcomes import CAP_REASON, NS_PER_MS, RequestRecord, TokenSource, time_per_output_token_ms
 from cliffwatch.domain.result import RunStatus
 from cliffwatch.domain.sweep_spec import SweepSpec
 
@@ -197,38 +197,58 @@ class StoredOutcome:
 
     @classmethod
     def of(cls, run_id: str, record: RequestRecord) -> StoredOutcome:
-        final = record.final
-        return cls(
-            run_id=run_id,
-            request_id=record.id,
-            phase=record.phase,
-            scheduled_ms=record.scheduled_ns / NS_PER_MS,
-            outcome=record.outcome.value,
-            attempts=len(record.attempts),
-            status=None if final is None else final.status,
-            error=record.not_sent_reason if final is None else final.error,
-            e2e_ms=record.e2e_ms,
-            ttft_ms=record.ttft_ms,
-            tpot_ms=record.tpot_ms,
-            output_tokens=sum(a.output_tokens for a in record.attempts),
-            token_source=TokenSource.NONE.value if final is None else final.token_source.value,
-            schedule_lag_ms=record.schedule_lag_ms,
-            traffic_class=record.klass,
-            conversation=None if record.conversation < 0 else record.conversation,
-            turn=record.turn or None,
-            attempt_log=tuple(
-                {
-                    "number": a.number,
-                    "sent_ms": a.sent_ns / NS_PER_MS,
-                    "end_ms": a.end_ns / NS_PER_MS,
-                    "status": a.status,
-                    "failure": None if a.failure is None else a.failure.value,
-                    "error": a.error,
-                }
-                for a in record.attempts
-            )
-            + _refused_retry(record),
-        )
+        fields = outcome_fields(run_id, record)
+        fields["attempt_log"] = tuple(fields["attempt_log"])
+        return cls(**fields)
+
+
+def outcome_fields(run_id: str, record: RequestRecord) -> dict[str, Any]:
+    """``StoredOutcome.of(run_id, record).to_dict()`` without the object in between: the service's worker
+    stores a row per request while its generator runs on the same event loop, so each field is read once
+    here (no record properties, no dataclass built and taken apart again)."""
+    attempts = record.attempts
+    scheduled_ns = record.scheduled_ns
+    final = attempts[-1] if attempts else None
+    e2e_ms = ttft_ms = tpot_ms = lag_ms = None
+    if final is not None:
+        e2e_ms = (final.end_ns - scheduled_ns) / NS_PER_MS
+        lag_ms = (attempts[0].sent_ns - scheduled_ns) / NS_PER_MS
+        if final.failure is None:  # as ``RequestRecord.ttft_ms`` and ``tpot_ms`` read a success
+            if final.first_token_ns is not None:
+                ttft_ms = (final.first_token_ns - scheduled_ns) / NS_PER_MS
+            tpot_ms = time_per_output_token_ms(final)
+    log: list[Mapping[str, Any]] = [
+        {
+            "number": a.number,
+            "sent_ms": a.sent_ns / NS_PER_MS,
+            "end_ms": a.end_ns / NS_PER_MS,
+            "status": a.status,
+            "failure": None if a.failure is None else a.failure.value,
+            "error": a.error,
+        }
+        for a in attempts
+    ]
+    log += _refused_retry(record)
+    return {
+        "run_id": run_id,
+        "request_id": record.id,
+        "phase": record.phase,
+        "scheduled_ms": scheduled_ns / NS_PER_MS,
+        "outcome": record.outcome.value,
+        "attempts": len(attempts),
+        "status": None if final is None else final.status,
+        "error": record.not_sent_reason if final is None else final.error,
+        "e2e_ms": e2e_ms,
+        "ttft_ms": ttft_ms,
+        "tpot_ms": tpot_ms,
+        "output_tokens": sum(a.output_tokens for a in attempts),
+        "token_source": TokenSource.NONE.value if final is None else final.token_source.value,
+        "schedule_lag_ms": lag_ms,
+        "attempt_log": log,
+        "traffic_class": record.klass,
+        "conversation": None if record.conversation < 0 else record.conversation,
+        "turn": record.turn or None,
+    }
 
 
 # The field names, once: ``dataclasses.fields`` on every outcome was a tenth of the cost of storing one.

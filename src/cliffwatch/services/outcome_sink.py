@@ -3,7 +3,8 @@
 The runner hands records to the sink on the generator's hot path and asks for a flush every tick; neither
 may wait for the database, or a database that stalls (a SQLite file locked past its busy timeout, a
 PostgreSQL restarting) would stall the phases, the fault switching and the abort guards with it. So
-``flush`` only wakes a writer task, which writes batches in order and keeps a batch that failed at the head
+``flush`` only wakes a writer task, which writes what was waiting then (and any whole batch filled since) in
+batches, in order, and keeps a batch that failed at the head
 of the buffer, retrying with backoff: an outage shorter than the lease loses no outcome (``add_outcomes`` is
 idempotent per request id, so a batch whose commit was answered by an error is safely written again).
 
@@ -99,13 +100,22 @@ class BufferedStoreSink:
             self._writer = None
 
     async def _write(self) -> None:
-        delay = RETRY_FIRST_S
         while True:
+            await self._wake.wait()
+            self._wake.clear()
+            await self._write_due(len(self._buffer))
             if not self._buffer:
                 self._idle.set()
-                await self._wake.wait()
-                self._wake.clear()
-                continue
+            if self.broken is not None:
+                return
+
+    async def _write_due(self, due: int) -> None:
+        """Writes the ``due`` records that were waiting when a flush asked, in batches of ``BATCH``, and any
+        whole batch that filled meanwhile. A part-batch that arrived after the flush waits for the next one:
+        written as it came, a busy run's outcomes went in a transaction of a few records each, hundreds a
+        second, and the transactions cost more than the rows."""
+        delay = RETRY_FIRST_S
+        while due > 0 or len(self._buffer) >= BATCH:
             batch = [self._buffer[i] for i in range(min(BATCH, len(self._buffer)))]
             try:
                 await self.store.add_outcomes(self.run_id, batch)
@@ -126,6 +136,7 @@ class BufferedStoreSink:
                 return
             for _ in batch:
                 self._buffer.popleft()
+            due -= len(batch)
             self.stored += len(batch)
             if self.failures and self.last_error is not None:
                 log.info("outcomes stored again", run_id=self.run_id, pending=len(self._buffer))

@@ -4,40 +4,50 @@ A run of an hour at a few hundred requests a second leaves a million outcomes, w
 second while the run goes on: each batch is one executemany of one prepared INSERT (asyncpg pipelines it,
 SQLite steps one compiled statement), and a page is read by keyset on the primary key, so the cost of a
 batch or a page does not grow with what is already stored.
+
+The service's worker writes these rows on the event loop its generator sends from, thousands a second, so
+a batch goes to the driver as plain tuples in the driver's own parameter style (``exec_driver_sql``), made
+a few dozen at a time between turns of the loop: SQLAlchemy's per-row parameter processing cost as much
+as the rest of the row (docs/performance.md, "The whole run path"). What its column types did per row is
+done here: the attempt log as JSON text (``json_text``, the engine's serializer), NUL-free error text
+(``FreeText``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import select
 
 from cliffwatch.adapters.store.database import Database
-from cliffwatch.adapters.store.rows import outcome_of, outcome_row
+from cliffwatch.adapters.store.rows import outcome_of, record_row
 from cliffwatch.adapters.store.tables import request_outcomes, run_seconds, runs
 from cliffwatch.domain.errors import RunNotFound
 from cliffwatch.domain.outcomes import RequestRecord
 from cliffwatch.domain.runs import StoredOutcome
-from cliffwatch.services.store_values import check_limit
+from cliffwatch.services.store_values import check_limit, json_text, without_nul
+
+COLUMNS = tuple(column.name for column in request_outcomes.columns)
+ROWS_PER_TURN = 50  # rows made between turns of the event loop: about half a millisecond of it
 
 
 class SqlOutcomes:
     _db: Database
 
     async def add_outcomes(self, run_id: str, records: Sequence[RequestRecord]) -> None:
-        # (no round trip through JSON here, unlike the twin's stored_outcome: the column's serializer is one)
-        rows = [outcome_row(StoredOutcome.of(run_id, record)) for record in records]
-        # A request id already stored keeps its first record: a flush retried after a commit whose answer
-        # was lost must not fail the run.
-        insert = self._db.insert(request_outcomes).on_conflict_do_nothing(
-            index_elements=[request_outcomes.c.run_id, request_outcomes.c.request_id]
-        )
+        rows: list[tuple[Any, ...]] = []
+        for first in range(0, len(records), ROWS_PER_TURN):
+            if first:
+                await asyncio.sleep(0)
+            rows += [_values(run_id, record) for record in records[first : first + ROWS_PER_TURN]]
         async with self._db.write() as conn:
             if (await conn.execute(select(runs.c.id).where(runs.c.id == run_id))).first() is None:
                 raise RunNotFound(run_id)
             if rows:
-                await conn.execute(insert, rows)
+                await conn.exec_driver_sql(_insert(conn.dialect.paramstyle), rows)
 
     async def list_outcomes(self, run_id: str, *, after: int | None, limit: int) -> list[StoredOutcome]:
         check_limit(limit)
@@ -52,3 +62,26 @@ class SqlOutcomes:
         rows = select(run_seconds.c.row).where(run_seconds.c.run_id == run_id).order_by(run_seconds.c.t)
         async with self._db.read() as conn:
             return list((await conn.execute(rows)).scalars())
+
+
+def _values(run_id: str, record: RequestRecord) -> tuple[Any, ...]:
+    """A record's row in ``COLUMNS`` order, as its column types would have bound it."""
+    row = record_row(run_id, record)
+    row["attempt_log"] = json_text(row["attempt_log"])
+    if row["error"] is not None:
+        row["error"] = without_nul(row["error"])
+    return tuple(row[name] for name in COLUMNS)
+
+
+@functools.cache
+def _insert(paramstyle: str) -> str:
+    """The INSERT in the driver's parameter style. A request id already stored keeps its first record: a
+    flush retried after a commit whose answer was lost must not fail the run."""
+    if paramstyle == "qmark":  # sqlite3 (aiosqlite)
+        marks = ["?"] * len(COLUMNS)
+    elif paramstyle == "numeric_dollar":  # asyncpg
+        marks = [f"${n}" for n in range(1, len(COLUMNS) + 1)]
+    else:
+        raise ValueError(f"no outcome INSERT for the parameter style {paramstyle!r}")
+    return (f"INSERT INTO {request_outcomes.name} ({', '.join(COLUMNS)}) VALUES ({', '.join(marks)}) "
+            "ON CONFLICT (run_id, request_id) DO NOTHING")  # fmt: skip
