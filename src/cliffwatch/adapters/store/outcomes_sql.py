@@ -20,7 +20,7 @@ import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 
 from cliffwatch.adapters.store.database import Database
 from cliffwatch.adapters.store.rows import outcome_of, record_row
@@ -32,6 +32,7 @@ from cliffwatch.services.store_values import check_limit, json_text, without_nul
 
 COLUMNS = tuple(column.name for column in request_outcomes.columns)
 ROWS_PER_TURN = 50  # rows made between turns of the event loop: about half a millisecond of it
+_RUN_EXISTS = select(runs.c.id).where(runs.c.id == bindparam("run_id"))  # built once, not per batch
 
 
 class SqlOutcomes:
@@ -44,7 +45,7 @@ class SqlOutcomes:
                 await asyncio.sleep(0)
             rows += [_values(run_id, record) for record in records[first : first + ROWS_PER_TURN]]
         async with self._db.write() as conn:
-            if (await conn.execute(select(runs.c.id).where(runs.c.id == run_id))).first() is None:
+            if (await conn.execute(_RUN_EXISTS, {"run_id": run_id})).first() is None:
                 raise RunNotFound(run_id)
             if rows:
                 await conn.exec_driver_sql(_insert(conn.dialect.paramstyle), rows)
