@@ -203,9 +203,14 @@ class StoredOutcome:
 
 
 def outcome_fields(run_id: str, record: RequestRecord) -> dict[str, Any]:
-    """``StoredOutcome.of(run_id, record).to_dict()`` without the object in between: the service's worker
-    stores a row per request while its generator runs on the same event loop, so each field is read once
-    here (no record properties, no dataclass built and taken apart again)."""
+    """``StoredOutcome.of(run_id, record).to_dict()`` without the object in between."""
+    return dict(zip(_OUTCOME_FIELDS, outcome_values(run_id, record), strict=True))
+
+
+def outcome_values(run_id: str, record: RequestRecord) -> tuple[Any, ...]:
+    """The values of ``outcome_fields`` in ``StoredOutcome``'s field order (``OUTCOME_FIELDS``). The service's
+    worker stores a row per request while its generator runs on the same event loop, so each field is read
+    once here: no record properties, no dataclass built and taken apart again."""
     attempts = record.attempts
     scheduled_ns = record.scheduled_ns
     final = attempts[-1] if attempts else None
@@ -229,30 +234,31 @@ def outcome_fields(run_id: str, record: RequestRecord) -> dict[str, Any]:
         for a in attempts
     ]
     log += _refused_retry(record)
-    return {
-        "run_id": run_id,
-        "request_id": record.id,
-        "phase": record.phase,
-        "scheduled_ms": scheduled_ns / NS_PER_MS,
-        "outcome": record.outcome.value,
-        "attempts": len(attempts),
-        "status": None if final is None else final.status,
-        "error": record.not_sent_reason if final is None else final.error,
-        "e2e_ms": e2e_ms,
-        "ttft_ms": ttft_ms,
-        "tpot_ms": tpot_ms,
-        "output_tokens": sum(a.output_tokens for a in attempts),
-        "token_source": TokenSource.NONE.value if final is None else final.token_source.value,
-        "schedule_lag_ms": lag_ms,
-        "attempt_log": log,
-        "traffic_class": record.klass,
-        "conversation": None if record.conversation < 0 else record.conversation,
-        "turn": record.turn or None,
-    }
+    return (
+        run_id,
+        record.id,
+        record.phase,
+        scheduled_ns / NS_PER_MS,
+        record.outcome.value,
+        len(attempts),
+        None if final is None else final.status,
+        record.not_sent_reason if final is None else final.error,
+        e2e_ms,
+        ttft_ms,
+        tpot_ms,
+        sum(a.output_tokens for a in attempts),
+        TokenSource.NONE.value if final is None else final.token_source.value,
+        lag_ms,
+        log,
+        record.klass,
+        None if record.conversation < 0 else record.conversation,
+        record.turn or None,
+    )
 
 
 # The field names, once: ``dataclasses.fields`` on every outcome was a tenth of the cost of storing one.
 _OUTCOME_FIELDS = tuple(f.name for f in dataclasses.fields(StoredOutcome))
+OUTCOME_FIELDS = _OUTCOME_FIELDS  # the order of ``outcome_values``
 
 
 def _refused_retry(record: RequestRecord) -> tuple[Mapping[str, Any], ...]:

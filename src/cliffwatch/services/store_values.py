@@ -42,13 +42,18 @@ def opt_text(text: str | None) -> str | None:
     return None if text is None else without_nul(text)
 
 
+# One encoder for every value: ``json.dumps`` with options builds a new one per call, a third of the cost of
+# encoding a request's attempt log (the service stores one per request, docs/performance.md).
+_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"), default=str)
+
+
 def json_text(value: Any) -> str:
     """``value`` as the JSON text a store keeps. Non-finite numbers, which PostgreSQL's JSON refuses, become
     null; other values JSON lacks (dates a YAML document may hold) become strings, as the content hash has them."""
     try:
-        return json.dumps(value, allow_nan=False, separators=(",", ":"), default=str)
+        return _ENCODER.encode(value)
     except ValueError:  # only walk the value when it holds a NaN or an infinity
-        return json.dumps(_finite(value), allow_nan=False, separators=(",", ":"), default=str)
+        return _ENCODER.encode(_finite(value))
 
 
 def without_nul(text: str) -> str:

@@ -23,14 +23,15 @@ from typing import Any
 from sqlalchemy import bindparam, select
 
 from cliffwatch.adapters.store.database import Database
-from cliffwatch.adapters.store.rows import outcome_of, record_row
+from cliffwatch.adapters.store.rows import outcome_of
 from cliffwatch.adapters.store.tables import request_outcomes, run_seconds, runs
 from cliffwatch.domain.errors import RunNotFound
 from cliffwatch.domain.outcomes import RequestRecord
-from cliffwatch.domain.runs import StoredOutcome
+from cliffwatch.domain.runs import OUTCOME_FIELDS, StoredOutcome, outcome_values
 from cliffwatch.services.store_values import check_limit, json_text, without_nul
 
-COLUMNS = tuple(column.name for column in request_outcomes.columns)
+COLUMNS = OUTCOME_FIELDS  # the table's columns are the stored outcome's fields, in their order (tested)
+_LOG, _ERROR = COLUMNS.index("attempt_log"), COLUMNS.index("error")
 ROWS_PER_TURN = 50  # rows made between turns of the event loop: about half a millisecond of it
 _RUN_EXISTS = select(runs.c.id).where(runs.c.id == bindparam("run_id"))  # built once, not per batch
 
@@ -67,11 +68,11 @@ class SqlOutcomes:
 
 def _values(run_id: str, record: RequestRecord) -> tuple[Any, ...]:
     """A record's row in ``COLUMNS`` order, as its column types would have bound it."""
-    row = record_row(run_id, record)
-    row["attempt_log"] = json_text(row["attempt_log"])
-    if row["error"] is not None:
-        row["error"] = without_nul(row["error"])
-    return tuple(row[name] for name in COLUMNS)
+    row = list(outcome_values(run_id, record))
+    row[_LOG] = json_text(row[_LOG])
+    if row[_ERROR] is not None:
+        row[_ERROR] = without_nul(row[_ERROR])
+    return tuple(row)
 
 
 @functools.cache

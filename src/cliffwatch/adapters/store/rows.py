@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy import RowMapping
 
-from cliffwatch.domain.outcomes import OUTCOMES, RequestRecord
+from cliffwatch.domain.outcomes import OUTCOMES
 from cliffwatch.domain.result import RunStatus
 from cliffwatch.domain.runs import (
     ApiToken,
@@ -29,7 +29,6 @@ from cliffwatch.domain.runs import (
     Schedule,
     StoredOutcome,
     Trigger,
-    outcome_fields,
 )
 from cliffwatch.domain.sweep_spec import SweepSpec, parse_sweep_spec
 from cliffwatch.services.store_values import result_document
@@ -181,11 +180,6 @@ def second_rows(run_id: str, timeseries: tuple[Mapping[str, Any], ...]) -> list[
         }
         for row in timeseries
     ]
-
-
-def record_row(run_id: str, record: RequestRecord) -> dict[str, Any]:
-    """The row of a record as it finished, made without a ``StoredOutcome`` in between (the hot path)."""
-    return outcome_fields(run_id, record)
 
 
 def outcome_of(row: RowMapping) -> StoredOutcome:
