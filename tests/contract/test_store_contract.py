@@ -257,7 +257,7 @@ async def test_instances_writing_at_once_wait_for_each_other_instead_of_failing(
     stores = [backend.another_store() for _ in run_ids]
 
     async def stream(store: Store, run_id: str) -> None:
-        for batch in range(15):  # each batch reads (is the run there?) then writes, like every flush
+        for batch in range(15):  # each batch writes (its run checked by the foreign key), like every flush
             await store.add_outcomes(run_id, [make_record(batch * 10 + i) for i in range(10)])
             assert await store.renew_lease(run_id, owner=f"owner-{run_id}", lease_until=T0 + LEASE)
         await store.request_abort(run_id, "stop")
@@ -566,6 +566,8 @@ async def test_an_outcome_stored_twice_keeps_its_first_record(backend: Backend) 
 async def test_outcomes_of_an_unknown_run_are_refused(backend: Backend) -> None:
     with pytest.raises(RunNotFound):
         await backend.store.add_outcomes("missing", [make_record(1)])
+    with pytest.raises(RunNotFound):  # no row to fail the foreign key: asked all the same
+        await backend.store.add_outcomes("missing", [])
     with pytest.raises(ValueError, match="at least one"):
         await backend.store.list_outcomes("missing", after=None, limit=0)
 

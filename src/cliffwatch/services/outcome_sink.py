@@ -56,6 +56,8 @@ class BufferedStoreSink:
         self._idle.set()
         self._writer: asyncio.Task[None] | None = None
         self._overflowed = False
+        self._asked = 0  # records handed over before the last flush: ``stored`` reaches it, then a part-batch waits
+        self._closed = False
 
     @property
     def pending(self) -> int:
@@ -63,6 +65,7 @@ class BufferedStoreSink:
         return len(self._buffer)
 
     def add(self, record: RequestRecord) -> None:
+        """Takes a record on the event loop's thread (the generator's listener calls it) and never waits."""
         if self.broken is not None:
             self.dropped += 1
             return
@@ -80,15 +83,17 @@ class BufferedStoreSink:
             return
         self._buffer.append(record)
         self._idle.clear()
-        if len(self._buffer) % BATCH == 0:
+        if len(self._buffer) % BATCH == 0 and not self._closed:
             # A whole batch goes now, not at the next tick: a second's outcomes kept for the tick outlived
             # the collector's young generation (10,000 objects: a RequestRecord is three), so a service run
             # at 3,000 req/s made a young collection every two seconds and promoted what it walked, where
-            # `cliffwatch run` made none; the transactions are as many either way.
+            # `cliffwatch run` made none. Only whole batches: the transactions are as many either way.
             self._wake_writer()
 
     async def flush(self) -> None:
-        """Wakes the writer; returns at once, whatever the database is doing (see ``drain``)."""
+        """Wakes the writer to write everything handed over so far; returns at once, whatever the database is
+        doing (see ``drain``)."""
+        self._asked = self.stored + len(self._buffer)
         self._wake_writer()
 
     def _wake_writer(self) -> None:
@@ -103,7 +108,8 @@ class BufferedStoreSink:
         await self._idle.wait()
 
     async def close(self) -> None:
-        """Stops the writer; records not yet stored stay in ``pending``."""
+        """Stops the writer; records not yet stored stay in ``pending``, and a full batch no longer starts it."""
+        self._closed = True
         if self._writer is not None:
             self._writer.cancel()
             await asyncio.gather(self._writer, return_exceptions=True)
@@ -113,7 +119,7 @@ class BufferedStoreSink:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            await self._write_due(len(self._buffer))
+            await self._write_due(self._asked - self.stored)
             if not self._buffer:
                 self._idle.set()
             if self.broken is not None:
@@ -121,7 +127,8 @@ class BufferedStoreSink:
 
     async def _write_due(self, due: int) -> None:
         """Writes the ``due`` records that were waiting when a flush asked, in batches of ``BATCH``, and any
-        whole batch that filled meanwhile. A part-batch that arrived after the flush waits for the next one:
+        whole batch that filled meanwhile (or woke it). A part-batch that arrived after the flush waits for the
+        next one, or for its batch to fill:
         written as it came, a busy run's outcomes went in a transaction of a few records each, hundreds a
         second, and the transactions cost more than the rows."""
         delay = RETRY_FIRST_S

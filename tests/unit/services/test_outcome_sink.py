@@ -102,3 +102,37 @@ async def test_a_full_batch_is_written_without_waiting_for_the_ticks_flush_and_a
     await sink.drain()
     await sink.close()
     assert log.events == [BATCH, BATCH, 7]
+
+
+async def test_a_full_batch_woken_among_others_finishing_writes_whole_batches_only() -> None:
+    # Requests finish several to a turn of the loop: the batch that woke the writer goes, and so does any
+    # other that fills while it is written, but not the few that came with it.
+    log = BatchLog()
+    sink = BufferedStoreSink(cast(RunStore, log), "run", capacity=10_000)
+    for _ in range(2 * BATCH // 3 + 1):
+        for _ in range(3):
+            sink.add(cast(Any, object()))
+        await asyncio.sleep(0)
+    for _ in range(10):
+        await asyncio.sleep(0)
+
+    assert log.events == [BATCH, BATCH]
+    assert sink.pending == 3 * (2 * BATCH // 3 + 1) - 2 * BATCH
+
+    await sink.flush()
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert log.events == [BATCH, BATCH, 3 * (2 * BATCH // 3 + 1) - 2 * BATCH]
+    await sink.close()
+
+
+async def test_after_close_a_full_batch_does_not_start_a_writer_again() -> None:
+    log = BatchLog()
+    sink = BufferedStoreSink(cast(RunStore, log), "run", capacity=10_000)
+    await sink.close()
+    for _ in range(BATCH):
+        sink.add(cast(Any, object()))
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert log.events == []
+    assert sink.pending == BATCH

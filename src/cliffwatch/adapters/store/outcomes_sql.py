@@ -1,8 +1,8 @@
 """The bulky half of ``RunStore`` in SQL: a run's request outcomes and its per-second time series.
 
-A run of an hour at a few hundred requests a second leaves a million outcomes, written a batch every
-second while the run goes on: each batch is one executemany of one prepared INSERT (asyncpg pipelines it,
-SQLite steps one compiled statement), and a page is read by keyset on the primary key, so the cost of a
+A run of an hour at a few hundred requests a second leaves a million outcomes, written in batches while
+the run goes on (``services/outcome_sink.py``): each batch is one executemany of one prepared INSERT (asyncpg
+pipelines it, SQLite steps one compiled statement), and a page is read by keyset on the primary key, so the cost of a
 batch or a page does not grow with what is already stored.
 
 The service's worker writes these rows on the event loop its generator sends from, thousands a second, so
