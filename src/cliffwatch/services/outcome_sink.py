@@ -128,9 +128,8 @@ class BufferedStoreSink:
     async def _write_due(self, due: int) -> None:
         """Writes the ``due`` records that were waiting when a flush asked, in batches of ``BATCH``, and any
         whole batch that filled meanwhile (or woke it). A part-batch that arrived after the flush waits for the
-        next one, or for its batch to fill:
-        written as it came, a busy run's outcomes went in a transaction of a few records each, hundreds a
-        second, and the transactions cost more than the rows."""
+        next one, or for its batch to fill: written as it came, a busy run's outcomes went in a transaction of
+        a few records each, hundreds a second, and the transactions cost more than the rows."""
         delay = RETRY_FIRST_S
         while due > 0 or len(self._buffer) >= BATCH:
             batch = [self._buffer[i] for i in range(min(BATCH, len(self._buffer)))]

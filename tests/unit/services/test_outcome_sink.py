@@ -109,20 +109,23 @@ async def test_a_full_batch_woken_among_others_finishing_writes_whole_batches_on
     # other that fills while it is written, but not the few that came with it.
     log = BatchLog()
     sink = BufferedStoreSink(cast(RunStore, log), "run", capacity=10_000)
-    for _ in range(2 * BATCH // 3 + 1):
+    turns = 2 * BATCH // 3 + 1
+    for _ in range(turns):
         for _ in range(3):
             sink.add(cast(Any, object()))
         await asyncio.sleep(0)
     for _ in range(10):
         await asyncio.sleep(0)
 
+    left = 3 * turns - 2 * BATCH
+    assert 0 < left < BATCH
     assert log.events == [BATCH, BATCH]
-    assert sink.pending == 3 * (2 * BATCH // 3 + 1) - 2 * BATCH
+    assert sink.pending == left
 
     await sink.flush()
     for _ in range(10):
         await asyncio.sleep(0)
-    assert log.events == [BATCH, BATCH, 3 * (2 * BATCH // 3 + 1) - 2 * BATCH]
+    assert log.events == [BATCH, BATCH, left]
     await sink.close()
 
 

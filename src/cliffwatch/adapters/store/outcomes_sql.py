@@ -1,9 +1,9 @@
 """The bulky half of ``RunStore`` in SQL: a run's request outcomes and its per-second time series.
 
 A run of an hour at a few hundred requests a second leaves a million outcomes, written in batches while
-the run goes on (``services/outcome_sink.py``): each batch is one executemany of one prepared INSERT (asyncpg
-pipelines it, SQLite steps one compiled statement), and a page is read by keyset on the primary key, so the cost of a
-batch or a page does not grow with what is already stored.
+the run goes on (``services/outcome_sink.py``): each batch is one executemany of one prepared INSERT
+(asyncpg pipelines it, SQLite steps one compiled statement), and a page is read by keyset on the primary
+key, so the cost of a batch or a page does not grow with what is already stored.
 
 The service's worker writes these rows on the event loop its generator sends from, thousands a second, so
 a batch goes to the driver as plain tuples in the driver's own parameter style (``exec_driver_sql``), made
@@ -54,7 +54,7 @@ class SqlOutcomes:
                 await conn.exec_driver_sql(_insert(conn.dialect.paramstyle), rows)
         except IntegrityError:
             # The rows' run is their foreign key, so an unknown run is told by the database, and asked about
-            # only then: a check before every batch was a second statement, 10-15 % of a batch's CPU.
+            # only then: a check before every batch was a second statement, 17-19 % of a batch's CPU on SQLite.
             await self._check_run(run_id)
             raise
 
