@@ -82,3 +82,18 @@ def test_a_record_never_sent_survives_its_row() -> None:
     record = RequestRecord(id=1, phase=0, scheduled_ns=0, prompt_tokens=1, max_tokens=1, attempts=(),
                            outcome=Outcome.NOT_SENT, not_sent_reason="generator worker 1 of 2 died")  # fmt: skip
     assert recorded(record_row(record)) == record
+
+
+@pytest.mark.parametrize(
+    "row",
+    [(1, 2, 3), (9, 0, 10, 5, 8, (), "no-such-outcome", None, False, 0, -1, 0, 0, False),
+     (9, 0, 10, 5, 8, ((1, 2),), "on_time", None, False, 0, -1, 0, 0, False)],
+)  # fmt: skip
+def test_a_record_row_out_of_step_is_a_broken_stream_not_a_crash(row: tuple[object, ...]) -> None:
+    with pytest.raises(WireBroken, match="record"):
+        recorded(row)
+
+
+def test_a_planned_row_out_of_step_is_a_broken_stream_not_a_crash() -> None:
+    with pytest.raises(WireBroken, match="planned"):
+        planned((1, 2, 3))
