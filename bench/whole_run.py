@@ -46,6 +46,10 @@ REPO = BENCH.parent
 @dataclass
 class Mode:
     chunks: int = 0  # 0: plain HTTP; else token chunks per streamed answer
+    # Each tool in a session of its own, as ``peers/compare.py`` starts it: with the kernel's autogroups on, a
+    # session's processes share one scheduling group, so the server (in the bench's session) is weighed
+    # against all of a tool's processes together, not against each (docs/performance.md).
+    own_session: bool = False
 
 
 MODE = Mode()
@@ -156,8 +160,8 @@ def run_cli(server: ArrivalsServer, rate: float, duration_s: float, latency_ms: 
         if loop:
             argv = [sys.executable, str(BENCH / "loop_pass.py"), str(scenario), str(out)]
         command = argv if workers else pinned(argv, CLIENT_CORE)
-        done = subprocess.run(command, cwd=REPO, env={**os.environ, **CAPS}, capture_output=True,
-                              text=True, timeout=duration_s + 300)  # fmt: skip
+        done = subprocess.run(command, cwd=REPO, env={**os.environ, **CAPS}, capture_output=True, text=True,
+                              timeout=duration_s + 300, start_new_session=MODE.own_session)  # fmt: skip
         cpu = children_cpu_s() - before
         if not out.exists():
             raise SystemExit(f"cliffwatch run wrote no result (exit {done.returncode}): {done.stderr[-2000:]}")
@@ -203,7 +207,8 @@ def served(scratch: Path) -> Iterator[tuple[str, str, int]]:
     token = subprocess.run([cli, "token", "create", "--role", "admin"], env=env, capture_output=True, text=True,
                            check=True, timeout=60).stdout.strip()  # fmt: skip
     log = (scratch / "serve.log").open("w")
-    process = subprocess.Popen(pinned([cli, "serve"], CLIENT_CORE), env=env, stdout=log, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(pinned([cli, "serve"], CLIENT_CORE), env=env, stdout=log, stderr=subprocess.STDOUT,
+                               start_new_session=MODE.own_session)  # fmt: skip
     try:
         deadline = time.monotonic() + 60
         while call(f"http://127.0.0.1:{port}", None, "GET", "/readyz")[0] != 200:
@@ -275,6 +280,7 @@ def run_vegeta(server: ArrivalsServer, rate: float, duration_s: float, latency_m
     attack = subprocess.run(
         pinned([binary, "attack", f"-rate={rate:g}/s", f"-duration={duration_s:g}s", "-timeout=10s"], CLIENT_CORE),
         input=f"GET {server.base_url}/load\n".encode(), capture_output=True, check=True, timeout=duration_s + 120,
+        start_new_session=MODE.own_session,
     )  # fmt: skip
     report = subprocess.run([binary, "report", "-type=json"], input=attack.stdout, capture_output=True, check=True)
     cpu = children_cpu_s() - before
@@ -341,11 +347,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunks", type=int, default=0,
                         help="stream OpenAI chat answers of this many token chunks, 2 ms apart (0: plain HTTP); "
                         "the latency error is then TTFT's; Vegeta cannot read streams and is not run")  # fmt: skip
+    parser.add_argument("--own-session", action="store_true",
+                        help="start each tool in a session of its own (as peers/compare.py does): with autogroup "
+                        "scheduling its processes are then weighed together against the server")  # fmt: skip
     parser.add_argument("--json", dest="json_path")
     args = parser.parse_args(argv)
     rates = [float(r) for r in args.rates.split(",")]
     paths = [p.strip() for p in args.paths.split(",")]
-    MODE.chunks = args.chunks
+    MODE.chunks, MODE.own_session = args.chunks, args.own_session
     if args.chunks and "vegeta" in paths:
         paths.remove("vegeta")
     if not (REPO / ".venv/bin/cliffwatch").exists():
@@ -411,7 +420,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json_path:
         document = {"rates": rates, "duration_s": args.duration, "latency_ms": args.latency_ms, "chunks": args.chunks,
                     "python": sys.version.split()[0], "cores": os.cpu_count(), "taskset": bool(shutil.which("taskset")),
-                    "passes": [p.__dict__ for p in passes], "summary": summary}  # fmt: skip
+                    "own_session": args.own_session, "passes": [p.__dict__ for p in passes],
+                    "summary": summary}  # fmt: skip
         Path(args.json_path).write_text(json.dumps(document, indent=1))
     return 0
 

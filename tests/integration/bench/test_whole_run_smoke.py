@@ -20,11 +20,12 @@ def test_a_low_rate_reaches_the_server_whole_through_the_cli_the_service_and_the
     out = tmp_path / "whole.json"
     completed = subprocess.run(
         [sys.executable, str(BENCH / "whole_run.py"), "--rates", "50", "--duration", "2", "--paths", "cli,service,loop",
-         "--json", str(out)],
+         "--own-session", "--json", str(out)],
         capture_output=True, text=True, timeout=240, check=False,
     )  # fmt: skip
     assert completed.returncode == 0, completed.stderr + completed.stdout
     document = json.loads(out.read_text())
+    assert document["own_session"] is True  # each tool was started in a session of its own
     passes = {p["path"]: p for p in document["passes"]}
     assert set(passes) == {"cli", "service", "loop"}
     for path, measured in passes.items():
