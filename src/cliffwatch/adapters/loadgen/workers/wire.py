@@ -12,7 +12,7 @@ frozen dataclasses themselves costs about ten times as much (5 µs against 0.4 �
 thousands of requests a second that is the coordinator's whole budget. For the same reason the tuples are
 read off with one ``attrgetter`` and turned back into objects the way pickle restores them, without their
 ``__init__`` (the values were a valid object's on the other end): a record came back in 10 µs through
-``RequestRecord(**fields)``, in under 4 this way, and the coordinator does it for every request.
+``RequestRecord(**fields)``, in 4-6 this way, and the coordinator does it for every request.
 
 Coordinator to worker: ``("spec", WorkerSpec)`` (first, once), ``("ping", sent_ns)`` (its clock is
 measured), then for each run ``("go", start_ns, scenario, next_prompts)`` (``start_ns`` on the worker's own
