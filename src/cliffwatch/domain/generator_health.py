@@ -120,6 +120,14 @@ class WorkerShare:
     # was sent could have been, and its wall clock against the coordinator's.
     clock_skew_ms: float | None = None
     wall_offset_ms: float | None = None
+    # Its nice value, and the run's: a worker at a higher one than its run (Ray starts workers at 15) yields its
+    # core to everything else on its machine. None: not known.
+    niceness: int | None = None
+    run_niceness: int | None = None
+
+    @property
+    def deprioritized(self) -> bool:
+        return self.niceness is not None and self.run_niceness is not None and self.niceness > self.run_niceness
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -136,6 +144,7 @@ class WorkerShare:
             "failure": self.failure,
             "clock_skew_ms": None if self.clock_skew_ms is None else round(self.clock_skew_ms, 3),
             "wall_clock_offset_ms": None if self.wall_offset_ms is None else round(self.wall_offset_ms, 3),
+            "niceness": self.niceness,
         }
 
 
@@ -259,6 +268,14 @@ def judge_measures(
         and (problem := skew_problem(_label(w, len(workers)), w.clock_skew_ms, bound_ms=limits.clock_skew_ms))
     )
     reasons = report.reasons + lost + skewed
+    if reasons:  # what may explain it: a worker that yields its core to everything else on its machine
+        reasons += tuple(
+            f"{_label(w, len(workers))} ran at nice {w.niceness}, below its run's priority (nice {w.run_niceness}): "
+            "whatever else runs there takes the CPU first (Ray starts its workers at nice 15 unless its cluster is "
+            "started with RAY_worker_niceness=0)"
+            for w in workers
+            if w.deprioritized
+        )
     return replace(report, limited=bool(reasons), reasons=reasons, workers=workers,
                    coordinator_cpu_busy=coordinator_cpu_busy)  # fmt: skip
 

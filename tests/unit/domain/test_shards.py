@@ -80,6 +80,21 @@ def share(index: int, failure: str | None = None, lost: int = 0) -> WorkerShare:
                        cpu_busy=0.1, max_stall_ms=1.0, gc_max_pause_ms=0.0, failure=failure)  # fmt: skip
 
 
+def test_a_worker_below_its_runs_priority_is_named_when_the_run_fell_behind_and_only_then() -> None:
+    low = replace(share(1), niceness=15, run_niceness=0)
+    behind = judge_measures(measures([40.0] * 10), limits=GeneratorLimits(), cap_limit=None,
+                            workers=(replace(share(0), niceness=0, run_niceness=0), low))  # fmt: skip
+    assert behind.limited
+    assert [r for r in behind.reasons if "nice" in r] == [
+        "generator worker 2 of 2 ran at nice 15, below its run's priority (nice 0): whatever else runs there takes "
+        "the CPU first (Ray starts its workers at nice 15 unless its cluster is started with RAY_worker_niceness=0)"
+    ]
+    assert behind.to_dict()["workers"][1]["niceness"] == 15
+    kept = judge_measures(measures([1.0] * 10), limits=GeneratorLimits(), cap_limit=None, workers=(share(0), low))
+    assert not kept.limited  # it kept its schedule all the same: nothing to explain
+    assert kept.reasons == ()
+
+
 def test_workers_that_finished_leave_the_verdict_to_the_measures() -> None:
     report = judge_measures(measures([1.0] * 10), limits=GeneratorLimits(), cap_limit=None,
                             workers=(share(0), share(1)), coordinator_cpu_busy=0.25)  # fmt: skip

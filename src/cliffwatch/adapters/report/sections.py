@@ -180,10 +180,11 @@ def _workers(workers: Sequence[Any], nodes: Sequence[Any]) -> str:
             _num(index + 1 if isinstance(index, int) else None), *where, _e(worker.get("pid") or DASH),
             _num(worker.get("planned")), _num(worker.get("finished")), _num(worker.get("lost")),
             _num(worker.get("cpu_busy"), 2), _num(worker.get("max_event_loop_stall_ms"), 1),
-            _e(worker.get("failure") or "finished"),
+            _num(worker.get("niceness")), _e(worker.get("failure") or "finished"),
         ))  # fmt: skip
     where_head = ("node", "clock skew (ms)") if remote else ()
-    head = ("worker", *where_head, "pid", "planned", "reported", "lost", "CPU (core)", "longest stall (ms)", "ended")
+    head = ("worker", *where_head, "pid", "planned", "reported", "lost", "CPU (core)", "longest stall (ms)", "nice",
+            "ended")  # fmt: skip
     table = f"<h3>Worker processes</h3>{_table(head, rows, cls='numbers')}"
     if not nodes:
         return table

@@ -325,13 +325,15 @@ def test_a_run_sent_from_worker_processes_tables_what_each_sent_and_how_it_ended
         {"index": 0, "pid": 4242, "planned": 500, "finished": 500, "lost": 0, "cpu_busy": 0.41,
          "max_event_loop_stall_ms": 3.2, "failure": None},
         {"index": 1, "pid": 4243, "planned": 500, "finished": 120, "lost": 380, "cpu_busy": 0.12,
-         "max_event_loop_stall_ms": 2.0, "failure": "died (exit code -9)"},
+         "max_event_loop_stall_ms": 2.0, "failure": "died (exit code -9)", "niceness": 15},
     ]  # fmt: skip
     page = render_run_report(doc)
     section = page[page.index('<section id="generator">') :]
     section = section[: section.index("</section>")]
     assert "Worker processes" in section
     assert re.search(r"<td>2</td><td>4243</td><td>500</td><td>120</td><td>380</td>", section), section
+    assert "<th>nice</th>" in section
+    assert re.search(r"<td>2</td><td>15</td><td>died \(exit code -9\)</td>", section), section  # its stall, nice
     assert "died (exit code -9)" in section
     assert "Worker processes" not in render_run_report(document)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -229,4 +230,5 @@ def _report(share: _Share) -> WorkerShare:
         gc_max_pause_ms=None if m is None or m.collector is None else m.collector.max_pause_ms,
         failure=worker.failure, node=worker.node, clock_skew_ms=share.skew_ms,
         wall_offset_ms=None if worker.clock.same_clock else worker.clock.wall_offset_ns / NS_PER_MS,
+        niceness=worker.niceness, run_niceness=os.getpriority(os.PRIO_PROCESS, 0),
     )  # fmt: skip

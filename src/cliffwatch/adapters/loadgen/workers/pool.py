@@ -89,6 +89,7 @@ class Worker:
     writer: asyncio.StreamWriter
     remote: bool = False  # placed by a cluster (Ray): it names the node it runs on
     pid: int | None = None  # as it said when it was ready
+    niceness: int | None = None  # the nice value it sends at, as it said when it was ready
     node: str | None = None  # the node it runs on (a remote worker's)
     clock: ClockAgreement = SAME_CLOCK
     failure: str | None = None  # it died, failed or fenced itself: it sends nothing more, in any later step
@@ -292,7 +293,7 @@ async def _ready(worker: Worker) -> None:
         raise WorkersFailed(f"worker {worker.index + 1}: {message[1]}")
     if message[0] != "ready":
         raise WorkersFailed(f"worker {worker.index + 1} said {message[0]!r} instead of ready")
-    _, worker.pid, boot, node = message
+    _, worker.pid, boot, node, worker.niceness = message
     if worker.remote:
         worker.node = node
     if boot is None or boot != this_boot():  # another machine (or one that cannot tell): its own clock

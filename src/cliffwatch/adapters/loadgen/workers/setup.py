@@ -62,6 +62,7 @@ def worker_pool(
         if reload:
             prompts = {**prompts, "prompts": None}
         worker_cap = None if cap is None else cap_share(cap, count)
+        niceness = os.getpriority(os.PRIO_PROCESS, 0)
         return [
             WorkerSpec(
                 index=index,
@@ -77,6 +78,7 @@ def worker_pool(
                 log_level=log_level,
                 reload_tokenizer=reload,
                 data_dirs=data_dirs,
+                niceness=niceness,
             )
             for index in range(count)
         ]

@@ -41,6 +41,9 @@ class WorkerSpec:
     redaction: RedactionRules = DEFAULT_RULES
     log_level: str = "warning"
     beat_timeout_s: float = BEAT_TIMEOUT_S
+    # The run's own scheduling priority (its nice value): a worker started at a lower one (Ray starts its workers
+    # at nice 15) takes the run's back when the system lets it (``worker_process.settle_niceness``).
+    niceness: int = 0
 
 
 def this_boot() -> str | None:

@@ -17,7 +17,7 @@ read off with one ``attrgetter`` and turned back into objects the way pickle res
 Coordinator to worker: ``("spec", WorkerSpec)`` (first, once), ``("ping", sent_ns)`` (its clock is
 measured), then for each run ``("go", start_ns, scenario, next_prompts)`` (``start_ns`` on the worker's own
 clock), ``("plan", rows)``, ``("end",)`` (no more plan) and ``("stop", reason, cancel_in_flight)``;
-``("beat",)`` (the coordinator is alive) throughout. Worker to coordinator: ``("ready", pid, boot_id, node)``,
+``("beat",)`` (the coordinator is alive) throughout. Worker to coordinator: ``("ready", pid, boot_id, node, niceness)``,
 ``("pong", sent_ns, its_monotonic_ns, its_wall_ns)``, ``("batch", dispatched, finished, live)``
 (``dispatched``: ``(id, at_ns)`` of a request the worker was dealt, ``(row, at_ns)`` of a conversation's later
 turn it made), ``("done", measures)``, ``("failed", why)``. Times in plans and records are relative to the

@@ -20,6 +20,8 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import structlog
+
 from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.adapters.loadgen.engine import OpenLoopGenerator
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
@@ -32,6 +34,8 @@ from cliffwatch.domain.outcomes import RequestRecord
 from cliffwatch.domain.plan import PlannedRequest
 from cliffwatch.domain.rate_limit import TokenBucket
 from cliffwatch.domain.scenario import Scenario
+
+log = structlog.get_logger(__name__)
 
 FLUSH_S = 0.05  # records reach the coordinator within this (its abort guards and progress read them)
 FLUSH_RECORDS = 500  # or as soon as this many are waiting
@@ -103,6 +107,7 @@ async def serve(fd: int, node: str | None = None) -> int:
     spec: WorkerSpec = first[1]
     configure_logging(level=spec.log_level, fmt="json", rules=spec.redaction)
     remember_secrets(spec.secrets)
+    niceness = settle_niceness(spec.niceness)
     cap = None if spec.cap is None else TokenBucket(spec.cap, MonotonicClock().now_ns())
     destinations = Destinations.pinned_to(spec.allowlist, spec.pins)
     options = dict(spec.executor)
@@ -111,7 +116,7 @@ async def serve(fd: int, node: str | None = None) -> int:
             options["prompts"] = prompt_options(spec.scenario, builtin=False, data_dirs=spec.data_dirs)["prompts"]
         client = HttpExecutor(spec.scenario, spec.base_url, destinations=destinations, cap=cap, **options)
         async with client as executor:
-            writer.write(pack(("ready", os.getpid(), this_boot(), node or socket.gethostname())))
+            writer.write(pack(("ready", os.getpid(), this_boot(), node or socket.gethostname(), niceness)))
             await writer.drain()
             session = _Session(spec, reader, writer, executor, cap)
             tasks = [asyncio.create_task(session.listen()), asyncio.create_task(session.watch_beats())]
@@ -127,6 +132,23 @@ async def serve(fd: int, node: str | None = None) -> int:
             writer.write(pack(("failed", f"{type(exc).__name__}: {exc}")))
             await writer.drain()
         raise
+
+
+def settle_niceness(run: int) -> int:
+    """Takes the run's scheduling priority (``run``, its nice value) back when this process was started at a
+    lower one — Ray starts its workers at nice 15 (``RAY_worker_niceness``), and a generator at 15 yields its
+    core to anything else on the node, the target included, and falls behind — and returns the nice value it
+    sends at. Raising a priority may need a privilege the process lacks: it then stays, and says so."""
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    if own <= run:
+        return own
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, run)
+    except OSError as exc:
+        log.warning("generator worker runs at a lower priority than its run", nice=own, run_nice=run,
+                    error=str(exc), fix="start the Ray cluster with RAY_worker_niceness=0")  # fmt: skip
+        return own
+    return os.getpriority(os.PRIO_PROCESS, 0)
 
 
 class _Session:

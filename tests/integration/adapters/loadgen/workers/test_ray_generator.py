@@ -9,6 +9,7 @@ places its own actors.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -25,6 +26,7 @@ from cliffwatch.adapters.loadgen.workers.setup import worker_pool
 from cliffwatch.domain.outcomes import Outcome
 from cliffwatch.domain.plan import iter_plan
 from cliffwatch.domain.scenario import Scenario
+from priority_kit import may_raise_priority_to
 from ray_kit import LocalRay
 
 pytestmark = pytest.mark.slow
@@ -64,6 +66,9 @@ async def test_two_nodes_send_the_plan_exactly_and_the_result_names_them(serve: 
     assert {n["processes"] for n in by_node} == {1}
     # both raylets run under this machine's kernel: one clock, nothing to measure or to doubt
     assert {w.clock_skew_ms for w in report.workers} == {None}
+    # Ray starts its workers at nice 15: each took the run's priority back where this system lets it
+    run_nice = os.getpriority(os.PRIO_PROCESS, 0)
+    assert {w.niceness for w in report.workers} == ({run_nice} if may_raise_priority_to(run_nice) else {15})
 
 
 async def test_an_actor_killed_mid_run_loses_only_its_share(serve: Serve, ray_cluster: LocalRay) -> None:
