@@ -293,6 +293,8 @@ async def _ready(worker: Worker) -> None:
         raise WorkersFailed(f"worker {worker.index + 1}: {message[1]}")
     if message[0] != "ready":
         raise WorkersFailed(f"worker {worker.index + 1} said {message[0]!r} instead of ready")
+    if len(message) != 5:  # a worker of another cliffwatch version (a Ray node not upgraded with this one)
+        raise WorkersFailed(f"worker {worker.index + 1} said ready in {len(message)} fields, not 5: another version?")
     _, worker.pid, boot, node, worker.niceness = message
     if worker.remote:
         worker.node = node
