@@ -1,15 +1,17 @@
 """What aiohttp's trace hooks cost a request: a bare ``session.get`` loop with cliffwatch's trace config
 (``adapters/loadgen/attempt_trace.py``, the hooks that tell an attempt that never left the client from the
 target's timeout) and without any, in alternating rounds, against ``bench/arrivals_server`` (Go, pinned to
-core 1, answering after 1 ms) — CPU of this process per request. Run it pinned to the other core, alone.
-Reported in docs/performance.md.
+core 1, answering after 1 ms) — CPU of this process per request. It pins itself to core 0 (on a machine of
+two cores or more): run it alone. Reported in docs/performance.md.
 
-    taskset -c 0 .venv/bin/python bench/trace_hooks.py
+    .venv/bin/python bench/trace_hooks.py
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import os
 import statistics
 import time
 
@@ -21,6 +23,7 @@ from cliffwatch.adapters.loadgen.attempt_trace import AttemptTrace, attempt_trac
 REQUESTS = 6_000  # a round
 CONCURRENCY = 60
 ROUNDS = 6  # each way, the order alternating
+CLIENT_CORE = 0
 
 
 async def cpu_per_request_us(url: str, traced: bool) -> float:
@@ -40,6 +43,9 @@ async def cpu_per_request_us(url: str, traced: bool) -> float:
 
 
 def main() -> None:
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+    if (os.cpu_count() or 1) >= 2:
+        os.sched_setaffinity(0, {CLIENT_CORE})  # the server takes core 1 (``arrivals.pinned``)
     measured: dict[bool, list[float]] = {True: [], False: []}
     with arrivals_server(1.0) as server:
         for round_ in range(ROUNDS):
