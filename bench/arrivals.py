@@ -86,6 +86,9 @@ def arrivals_server(latency_ms: float, chunks: int = 16, chunk_interval_ms: floa
             process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             process.kill()
+            process.wait(timeout=10)
+        if process.stdout is not None:
+            process.stdout.close()
 
 
 @dataclass(frozen=True)

@@ -134,6 +134,7 @@ def from_result(path: str, rate: float, result: dict[str, Any], view: dict[str, 
             "cpu_busy": generator.get("cpu_busy"),
             "gc": generator.get("gc"),
             "outcomes": phase["outcomes"],
+            "workers": len(generator.get("workers") or []),  # processes that sent; 0: the run's own
         },
     )
 
@@ -193,8 +194,9 @@ def local_ray(nodes: int) -> Iterator[str]:
 
 
 @contextmanager
-def served(scratch: Path) -> Iterator[tuple[str, str, int]]:
-    """A ``cliffwatch serve`` on SQLite and a free port, pinned to the client's core: URL, token, pid."""
+def served(scratch: Path, *, pin: bool = True) -> Iterator[tuple[str, str, int]]:
+    """A ``cliffwatch serve`` on SQLite and a free port, pinned to the client's core unless ``pin`` is false
+    (its runs start worker processes, which inherit its affinity): URL, token, pid."""
     import socket
 
     with socket.socket() as probe:
@@ -207,7 +209,8 @@ def served(scratch: Path) -> Iterator[tuple[str, str, int]]:
     token = subprocess.run([cli, "token", "create", "--role", "admin"], env=env, capture_output=True, text=True,
                            check=True, timeout=60).stdout.strip()  # fmt: skip
     log = (scratch / "serve.log").open("w")
-    process = subprocess.Popen(pinned([cli, "serve"], CLIENT_CORE), env=env, stdout=log, stderr=subprocess.STDOUT,
+    argv = pinned([cli, "serve"], CLIENT_CORE) if pin else [cli, "serve"]
+    process = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
                                start_new_session=MODE.own_session)  # fmt: skip
     try:
         deadline = time.monotonic() + 60
@@ -246,13 +249,19 @@ def process_cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
 
 
-def service_runner(scratch: Path) -> Iterator[Callable[[ArrivalsServer, float, float, float], Pass]]:
-    with served(scratch) as (base, token, pid):
+def service_runner(
+    scratch: Path, workers: str | None = None
+) -> Iterator[Callable[[ArrivalsServer, float, float, float], Pass]]:
+    """Runs queued on one ``cliffwatch serve``; with ``workers`` (path ``service-wN``, ``service-wauto``) they
+    ask for ``client.workers`` and the service is not pinned, as ``cli-wN`` is not."""
+    path = f"service-w{workers}" if workers else "service"
+    (scratch / path).mkdir()
+    with served(scratch / path, pin=workers is None) as (base, token, pid):
 
         def run_service(server: ArrivalsServer, rate: float, duration_s: float, latency_ms: float) -> Pass:
             server.drain()
             before = process_cpu_s(pid)
-            document = scenario_document(server.base_url, rate, duration_s, MODE.chunks)
+            document = scenario_document(server.base_url, rate, duration_s, MODE.chunks, workers)
             status, run = call(base, token, "POST", "/api/v1/runs", {"document": document})
             if status != 202:
                 raise SystemExit(f"the service refused the run: {status} {run}")
@@ -267,8 +276,13 @@ def service_runner(scratch: Path) -> Iterator[Callable[[ArrivalsServer, float, f
             cpu = process_cpu_s(pid) - before
             if current["result"] is None:
                 raise SystemExit(f"the service's run ended {current['status']}: {current.get('reason')}")
+            result = current["result"]
+            # the worker processes are the service's children, reaped (if ever) after the run: their CPU is
+            # what each measured over the run, as for Ray's actors
+            for worker in (result.get("generator") or {}).get("workers") or []:
+                cpu += (worker.get("cpu_busy") or 0.0) * float(result.get("duration_s") or duration_s)
             view = judge_arrivals(server.drain(), rate, duration_s).to_dict()
-            return from_result("service", rate, current["result"], view, cpu, latency_ms)
+            return from_result(path, rate, result, view, cpu, latency_ms)
 
         yield run_service
 
@@ -310,14 +324,14 @@ def line(p: Pass) -> str:
     stall = p.tool.get("max_event_loop_stall_ms")
     gcs = f"{gc.get('collections', '–')}/{gc.get('max_pause_ms', '–')}" if gc else "–"
     cpu = "–" if p.cpu_ms_per_request is None else f"{p.cpu_ms_per_request:.3f}"
-    return (f"{p.path:8} {p.rate:7g} {s['seen_rate']:9.1f} {100 * s['share']:6.1f}% {cv:>5} {drift:>9} "
+    return (f"{p.path:13} {p.rate:7g} {s['seen_rate']:9.1f} {100 * s['share']:6.1f}% {cv:>5} {drift:>9} "
             f"{error:>9} {cpu:>8} {'–' if stall is None else f'{stall:.0f}':>6} {gcs:>10}  {flag}"
             + (f"  ({'; '.join(p.reasons)})" if p.reasons else ""))  # fmt: skip
 
 
 HEADER = (
-    "path        rate  srv rate  share   cv  drift p99  err p99  cpu/req  stall  gc n/max  verdict\n"
-    "                   (req/s)              (ms)       (ms)     (ms)    (ms)   (ms)"
+    "path             rate  srv rate  share   cv  drift p99  err p99  cpu/req  stall  gc n/max  verdict\n"
+    "                        (req/s)              (ms)       (ms)     (ms)    (ms)   (ms)"
 )
 
 
@@ -342,7 +356,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=20.0, help="seconds of load per pass")
     parser.add_argument("--paths", default="cli,vegeta",
                         help="of cli, cli-wN (client.workers: N), cli-wauto, cli-rayN (N Ray actors on a local "
-                        "cluster of N nodes), service, vegeta, loop (the generator loop alone)")  # fmt: skip
+                        "cluster of N nodes), service, service-wN, service-wauto, vegeta, loop (the generator "
+                        "loop alone)")  # fmt: skip
     parser.add_argument("--latency-ms", type=float, default=20.0)
     parser.add_argument("--chunks", type=int, default=0,
                         help="stream OpenAI chat answers of this many token chunks, 2 ms apart (0: plain HTTP); "
@@ -373,9 +388,10 @@ def main(argv: list[str] | None = None) -> int:
                 runners[path] = functools.partial(run_cli, workers=path.removeprefix("cli-w"))
             elif path.startswith("cli-ray"):
                 runners[path] = functools.partial(run_cli, workers=path.removeprefix("cli-ray"), ray=ray_address)
-        service = service_runner(Path(scratch)) if "service" in paths else None
-        if service is not None:
-            runners["service"] = next(service)
+        services = {p: service_runner(Path(scratch), p.removeprefix("service-w") if p != "service" else None)
+                    for p in paths if p.startswith("service")}  # fmt: skip
+        for path, service in services.items():
+            runners[path] = next(service)
         server_cpu = server.cpu_s()
         print(HEADER, flush=True)
         for index, rate in enumerate(rates):
@@ -384,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
                 passes.append(runners[path](server, rate, args.duration, args.latency_ms))
                 print(line(passes[-1]), flush=True)
         server_cpu = server.cpu_s() - server_cpu
-        if service is not None:
+        for service in services.values():
             service.close()
     summary = {
         path: {
@@ -404,10 +420,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nserver CPU over the benchmark: {server_cpu:.1f} s")
     for path, figures in summary.items():
         print(
-            f"{path:8} "
+            f"{path:13} "
             + ", ".join(f"{k} {v:g}" if v else f"{k} –" for k, v in figures.items() if not isinstance(v, dict))
         )
-        print(f"{'':8} held in: " + ", ".join(f"{rate} {held}" for rate, held in figures["held_passes"].items()))
+        print(f"{'':13} held in: " + ", ".join(f"{rate} {held}" for rate, held in figures["held_passes"].items()))
     if "vegeta" in summary and summary["vegeta"]["highest_held"]:
         for path in (p for p in paths if p != "vegeta"):
             held = summary[path]["highest_held"] or 0

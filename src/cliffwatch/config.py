@@ -395,8 +395,8 @@ SPECS: tuple[Spec, ...] = (
     Spec(field="max_in_flight", env="CLIFFWATCH_MAX_IN_FLIGHT", parse=_number(low=1, high=1_000_000, integer=True),
          help="Most requests one run may have in flight (client.max_in_flight); default 10000."),
     Spec(field="max_workers", env="CLIFFWATCH_MAX_WORKERS", parse=_number(low=1, high=256, integer=True),
-         help="Most generator worker processes one run may start (client.workers; auto takes the cores left, "
-              "within this); default 16."),
+         help="Most generator worker processes one run may start (client.workers; auto takes one a core, within "
+              "this); default 16."),
     Spec(field="ray_address", env="CLIFFWATCH_RAY_ADDRESS", parse=lambda raw, env: _ray_address(_text(raw)),
          help="A Ray cluster (auto: the one `ray start` made on this machine, or HOST:PORT) whose actors send the "
               "load of every run that asks for client.workers (auto: one per free CPU), instead of this machine's "

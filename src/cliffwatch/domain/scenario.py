@@ -71,7 +71,7 @@ class ClientSpec:
     follow_redirects: bool = False
     max_redirects: int = 5
     # None: the generator runs in the run's own process. N: in N worker processes, each sending its share of
-    # the plan (``domain.shards``); ``AUTO_WORKERS``: the cores left after the coordinator (``worker_count``).
+    # the plan (``domain.shards``); ``AUTO_WORKERS``: one a usable core (``worker_count``).
     workers: int | None = None
 
 

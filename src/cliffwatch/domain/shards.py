@@ -24,14 +24,14 @@ from cliffwatch.domain.scenario import AUTO_WORKERS, ClientSpec
 
 
 def worker_count(asked: int, *, cores: int, most: int) -> int:
-    """The workers a run starts: ``asked``, or with ``auto`` the cores left after the coordinator's, never
-    more than ``most`` (the caps refuse an ``asked`` above it before any load). 0: ``auto`` left fewer than
-    two, and the run's own process sends: one worker does the same work as that process and hands every
-    record over besides (measured slower on two cores, docs/performance.md)."""
+    """The workers a run starts: ``asked``, or with ``auto`` one a usable core, never more than ``most`` (the
+    caps refuse an ``asked`` above it before any load). The coordinator shares their cores: a request costs it
+    about a tenth of what it costs a worker (docs/performance.md). 0: ``auto`` found one core, and the run's own
+    process sends: one worker does the same work as that process and hands every record over besides."""
     if asked != AUTO_WORKERS:
         return min(most, asked)
-    left = min(most, cores - 1)
-    return left if left >= 2 else 0
+    count = min(most, cores)
+    return count if count >= 2 else 0
 
 
 def share_of(total: int, count: int) -> int:

@@ -28,12 +28,12 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-AUTO_IN_PROCESS = "client.workers: auto left fewer than two cores after the coordinator: this process sends"
+AUTO_IN_PROCESS = "client.workers: auto found one usable core: this process sends"
 
 
 def workers_for(scenario: Scenario, *, most: int = MAX_WORKERS) -> int:
     """How many worker processes ``scenario`` gets on this machine; 0: its run's own process sends (no
-    ``client.workers``, or ``auto`` with fewer than two cores left, ``domain.shards.worker_count``)."""
+    ``client.workers``, or ``auto`` on one core, ``domain.shards.worker_count``)."""
     asked = scenario.client.workers
     return 0 if asked is None else worker_count(asked, cores=usable_cores(), most=most)
 
