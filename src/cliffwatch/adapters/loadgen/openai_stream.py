@@ -70,6 +70,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+import orjson
+
 from cliffwatch.adapters.loadgen.openai_body import (
     MAX_ERROR_CHARS,
     error_text,
@@ -92,6 +94,9 @@ class EventKind(StrEnum):
     DONE = "done"  # the [DONE] sentinel
     ERROR = "error"  # a server error or a malformed payload: the stream failed
     IGNORED = "ignored"  # arrived after the stream had already ended or failed
+
+
+_ENDING = (EventKind.DONE, EventKind.ERROR)  # after either, :attr:`OpenAIStream.ended`
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -166,6 +171,12 @@ class OpenAIStream:
         """Reads bytes that arrived at ``now_ns``; returns :attr:`ended`. Never raises on bad input."""
         if self.ended:
             return True
+        plain = self._decoder.plain_data(data)
+        if plain is not None:  # a token an event, as servers send them: no line splitting, no event objects
+            for value in plain:
+                if self._feed_data(value, "message", now_ns) in _ENDING:
+                    break  # what follows [DONE] or a failure changes nothing
+            return self.ended
         try:
             events = self._decoder.feed(data)
         except SseLineTooLong as exc:
@@ -180,18 +191,27 @@ class OpenAIStream:
         """Applies one decoded event (arrived at ``now_ns``) and says what it carried."""
         if self.ended:
             return EventKind.IGNORED
-        data = event.data
-        if event.event == "error":
-            return self._fail(f"server error in stream: {error_text(loads_or_text(data))}", FailureKind.INCOMPLETE)
+        return self._feed_data(event.data, event.event, now_ns)
+
+    def _feed_data(self, data: str | bytes, event: str, now_ns: int) -> EventKind:
+        # ``data`` comes as bytes from the decoder's plain path: orjson reads UTF-8 itself, and the text is
+        # made only when something goes wrong.
+        if event == "error":
+            text = _text(data)
+            return self._fail(f"server error in stream: {error_text(loads_or_text(text))}", FailureKind.INCOMPLETE)
         try:
-            chunk = json.loads(data)
-        except ValueError as exc:
-            if data.strip() == "[DONE]":  # checked here, so JSON chunks do not pay for it
+            chunk = orjson.loads(data)
+        except ValueError:
+            text = _text(data)
+            if text.strip() == "[DONE]":  # checked here, so JSON chunks do not pay for it
                 self.done = True
                 return EventKind.DONE
-            return self._fail(f"malformed chunk: {exc.args[0]} in {excerpt(data)}")
+            try:  # the standard library's reading: it takes what orjson refuses (NaN, lone surrogates)
+                chunk = json.loads(text)
+            except ValueError as exc:
+                return self._fail(f"malformed chunk: {exc.args[0]} in {excerpt(text)}")
         if type(chunk) is not dict:
-            return self._fail(f"malformed chunk: not a JSON object: {excerpt(data)}")
+            return self._fail(f"malformed chunk: not a JSON object: {excerpt(_text(data))}")
         if chunk.get("error") is not None or chunk.get("object") == "error":
             return self._fail(f"server error in stream: {error_text(chunk)}", FailureKind.INCOMPLETE)
         usage = chunk.get("usage")
@@ -301,3 +321,8 @@ class OpenAIStream:
         self.error = shorten(error, MAX_ERROR_CHARS)
         self.error_kind = kind
         return EventKind.ERROR
+
+
+def _text(data: str | bytes) -> str:
+    """An event's data as the decoder's own path gives it: UTF-8, invalid sequences as U+FFFD."""
+    return data if isinstance(data, str) else data.decode("utf-8", "replace")

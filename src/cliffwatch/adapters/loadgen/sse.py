@@ -120,6 +120,26 @@ class SseDecoder:
             self._skip_lf = True
         return self._lines(lines)
 
+    def plain_data(self, chunk: bytes) -> list[bytes] | None:
+        """The data of the events ``chunk`` holds when it is nothing but whole events of one ``data: `` line
+        each, with nothing buffered before it (what inference servers send, a token an event), so that
+        :meth:`feed` would return exactly these events' data, typed ``message``, and keep its state; None
+        otherwise, and then :meth:`feed` must read ``chunk``. It leaves the decoder as it was."""
+        if not self._started or self._partial or self._fields_seen or self._skip_lf:
+            return None
+        if not chunk.startswith(b"data: ") or not chunk.endswith(b"\n\n") or b"\r" in chunk:
+            return None
+        parts = chunk.split(b"\n\n")
+        parts.pop()  # the empty remainder after the last blank line
+        if chunk.count(b"\n") != 2 * len(parts):  # a line of its own inside some event
+            return None
+        values = []
+        for part in parts:
+            if not part.startswith(b"data: ") or len(part) - 5 > self.max_pending:
+                return None
+            values.append(part[6:])
+        return values
+
     def finish(self) -> bool:
         """Ends the stream; True if it ended mid-event (that incomplete event is discarded, not dispatched).
 

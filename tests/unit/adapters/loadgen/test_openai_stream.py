@@ -532,3 +532,27 @@ def test_stream_and_sse_events_agree_on_event_boundaries() -> None:
         stream.feed_event(event, 5)
     assert stream.finish() == replay_at_once(CHAT)
     assert stream.feed_event(SseEvent("[DONE]"), 6) is EventKind.IGNORED
+
+
+def test_what_the_fast_json_reader_refuses_is_read_as_the_standard_library_reads_it() -> None:
+    """Chunks are parsed with orjson; NaN, lone surrogates and invalid UTF-8 (which it refuses) fall back to
+    the standard library's reading, so a stream is judged as before whichever parser took the chunk."""
+    nan = b'data: {"choices": [{"delta": {"content": "a"}}], "x": NaN}\n\n'
+    surrogate = b'data: {"choices": [{"delta": {"content": "\\ud800"}}]}\n\n'
+    broken_utf8 = b'data: {"choices": [{"delta": {"content": "caf\xe9"}}]}\n\n'
+    stream = OpenAIStream()
+    stream.feed(b": warm-up\n\n", 0)  # past the start, where the decoder's plain path applies
+    for i, read in enumerate((nan, surrogate, broken_utf8, chat({}, "stop"), DONE)):
+        stream.feed(read, i + 1)
+    summary = stream.finish()
+    assert summary.succeeded
+    assert (summary.output_tokens, summary.token_chunks) == (3, 3)
+
+
+def test_events_after_done_in_the_same_read_are_ignored_on_the_plain_path() -> None:
+    stream = OpenAIStream()
+    stream.feed(b": warm-up\n\n", 0)
+    assert stream.feed(chat({"content": "a"}, "stop") + DONE + chat({"content": "b"}) + b"data: {broken\n\n", 1)
+    summary = stream.finish()
+    assert summary.succeeded
+    assert summary.output_tokens == 1

@@ -257,3 +257,47 @@ def test_the_limit_must_be_positive() -> None:
     """A decoder that could buffer nothing is a configuration mistake."""
     with pytest.raises(ValueError, match="max_pending"):
         SseDecoder(max_pending=0)
+
+
+# --- the plain path: whole events of one data line ------------------------------------------------
+
+PIECES = (
+    b"data: {\"a\": 1}\n\n", b"data: [DONE]\n\n", b"data: caf\xc3\xa9\n\n", b"data: bad \xff\n\n", b"data:x\n\n",
+    b"data:  two spaces\n\n", b"event: error\n", b"id: 9\n", b"retry: 5\n", b": ping\n\n", b"data: a\r\n\r\n",
+    b"data: a\n", b"data: b\n\n", b"\n", b"\r", b"da", b"ta: split\n\n", b"\xef\xbb\xbf", b"data: \n\n",
+)  # fmt: skip
+
+
+@given(st.lists(st.lists(st.sampled_from(PIECES), min_size=1, max_size=4).map(b"".join), max_size=12))
+def test_the_plain_path_gives_what_feed_gives_and_refuses_everything_else(reads: list[bytes]) -> None:
+    """Wherever `plain_data` answers, its values are the data of exactly the events `feed` returns for that
+    read (typed message, under the same id), and it leaves the decoder as `feed` does."""
+    plain, reference = SseDecoder(), SseDecoder()
+    answered = 0
+    for read in reads:
+        expected = reference.feed(read)
+        values = plain.plain_data(read)
+        if values is None:
+            assert plain.feed(read) == expected
+            continue
+        answered += 1
+        assert [SseEvent(v.decode("utf-8", "replace"), "message", plain.last_event_id) for v in values] == expected
+        assert (plain.pending, plain.last_event_id, plain.retry_ms) == (
+            reference.pending, reference.last_event_id, reference.retry_ms)  # fmt: skip
+    assert plain.finish() == reference.finish()
+
+
+def test_the_plain_path_takes_token_events_and_nothing_partial() -> None:
+    decoder = SseDecoder()
+    assert decoder.plain_data(b'data: {"a": 1}\n\n') is None  # the first read may still start with a BOM
+    decoder.feed(b": hello\n\n")
+    assert decoder.plain_data(b'data: {"a": 1}\n\ndata: [DONE]\n\n') == [b'{"a": 1}', b"[DONE]"]
+    assert decoder.plain_data(b"data: a\ndata: b\n\n") is None  # two data lines make one event
+    assert decoder.plain_data(b"data: a\r\n\r\n") is None
+    assert decoder.plain_data(b"data: a\n\ndata: b") is None  # an unfinished event
+    decoder.feed(b"event: error\n")
+    assert decoder.plain_data(b"data: a\n\n") is None  # the event's type was already set
+    small = SseDecoder(max_pending=4)
+    small.feed(b"\n")
+    assert small.plain_data(b"data: 123\n\n") == [b"123"]
+    assert small.plain_data(b"data: 1234\n\n") is None  # feed raises for it: past the limit with its newline
