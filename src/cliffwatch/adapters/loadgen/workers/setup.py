@@ -28,7 +28,7 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-AUTO_IN_PROCESS = "client.workers: auto found one usable core: this process sends"
+AUTO_IN_PROCESS = "client.workers: auto found one usable core (or a cap of one worker): this process sends"
 
 
 def workers_for(scenario: Scenario, *, most: int = MAX_WORKERS) -> int:
