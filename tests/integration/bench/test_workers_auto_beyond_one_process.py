@@ -11,7 +11,6 @@ at that rate `workers: auto` must be held. A busy moment of the machine can spoi
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 import tempfile
@@ -22,6 +21,8 @@ from typing import Any
 
 import pytest
 
+from cliffwatch.adapters.loadgen.workers.cpu_limit import usable_cores
+
 BENCH = Path(__file__).resolve().parents[3] / "bench"
 LADDER = (150.0, 175.0, 200.0, 225.0, 250.0, 300.0, 400.0)  # streams/s: small steps, so `auto` is tried near
 # where one process stops, not far above it; one process has always fallen behind by 250 here
@@ -31,7 +32,7 @@ LATENCY_MS = 20.0
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(shutil.which("go") is None, reason="the arrivals server is built with Go"),
-    pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="auto sends from the run's own process on one core"),
+    pytest.mark.skipif(usable_cores() < 2, reason="auto sends from the run's own process on one core"),
 ]
 
 Runner = Callable[[Any, float, float, float], Any]
@@ -86,7 +87,7 @@ def test_cliffwatch_run_with_workers_auto_holds_a_stream_rate_one_process_cannot
     assert held.held, described([alone, *passes])  # the server saw it all, and the run judged itself faithful
     assert alone.limited or alone.server["share"] < 0.99  # one process fell behind, and said so or was seen
     assert held.path == "cli-wauto"
-    assert held.tool["workers"] == min(16, len(os.sched_getaffinity(0))) >= 2  # one a core
+    assert held.tool["workers"] == min(16, usable_cores()) >= 2  # one a core
     assert alone.tool["workers"] == 0
     assert held.tool["outcomes"].get("not_sent", 0) == 0
 
@@ -107,5 +108,5 @@ def test_the_services_worker_with_workers_auto_holds_a_stream_rate_one_process_c
     assert alone.limited or alone.server["share"] < 0.99
     assert alone.tool["workers"] == 0
     assert held.path == "service-wauto"
-    assert held.tool["workers"] == min(16, len(os.sched_getaffinity(0))) >= 2
+    assert held.tool["workers"] == min(16, usable_cores()) >= 2
     assert held.tool["outcomes"].get("not_sent", 0) == 0

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
 from cliffwatch.adapters.loadgen.token_prompts import TokenExactPrompts
+from cliffwatch.adapters.loadgen.workers.cpu_limit import usable_cores
 from cliffwatch.adapters.loadgen.workers.pool import Launcher, WorkerPool
 from cliffwatch.adapters.loadgen.workers.ray_launcher import RayLauncher, connect
 from cliffwatch.adapters.loadgen.workers.spec import WorkerSpec
@@ -18,15 +19,6 @@ from cliffwatch.domain.rate_limit import RateLimit
 from cliffwatch.domain.redaction import DEFAULT_RULES, RedactionRules
 from cliffwatch.domain.scenario import AUTO_WORKERS, MAX_WORKERS, Scenario
 from cliffwatch.domain.shards import cap_share, client_share, worker_count
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity, which a container or ``taskset`` may narrow)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
 
 AUTO_IN_PROCESS = "client.workers: auto found one usable core (or a cap of one worker): this process sends"
 

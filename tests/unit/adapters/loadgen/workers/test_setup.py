@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from cliffwatch.adapters.loadgen.workers import setup
@@ -25,7 +23,7 @@ def scenario(workers: int | str | None) -> Scenario:
 async def test_auto_takes_one_worker_a_usable_core_and_says_when_this_process_sends(
     monkeypatch: pytest.MonkeyPatch, cores: int, most: int, count: int
 ) -> None:
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)))
+    monkeypatch.setattr(setup, "usable_cores", lambda: cores)
     placed = await setup.placement(scenario("auto"), most=most)
     assert placed.count == count
     assert placed.launcher is None
