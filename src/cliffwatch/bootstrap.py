@@ -122,7 +122,7 @@ async def start_target(
         url = await stack.enter_async_context(BuiltinTarget(scenario.target.builtin))
         destinations.own(url)
         return url
-    await destinations.admit(scenario.target.url)
+    await destinations.admit(scenario.target.url, field="target.url")
     return scenario.target.url
 
 
@@ -136,7 +136,7 @@ async def server_watcher(
     if metrics is None:
         return NoServerWatcher()
     url = scenario.target.metrics_url or f"{target_url.rstrip('/')}/metrics"  # the built-in target's own page
-    await destinations.admit(url)
+    await destinations.admit(url, field="target.metrics.url")
     watcher = PrometheusWatcher(metrics, url, destinations=destinations, shown_url=mask_url(url), clock=clock)
     return await stack.enter_async_context(watcher)
 
@@ -144,30 +144,40 @@ async def server_watcher(
 @dataclass(frozen=True, kw_only=True)
 class CheckedProxies:
     upstreams: dict[str, str]  # by proxy name: the upstream's checked address, ip:port
+    listens: dict[str, str]  # by proxy name: the checked address it listens on, ip:port (Toxiproxy's to bind)
     listen: Allowlist  # the proxy listen allowlist, with the addresses the listen hosts were checked on
 
 
 async def check_proxies(settings: Settings, scenario: Scenario, url: str, destinations: Destinations) -> CheckedProxies:
     """The scenario's proxies checked before any is created: each listens only where
-    ``CLIFFWATCH_ALLOWED_PROXY_LISTEN`` allows (loopback by default), and its upstream (the target's unless
-    it names another) passes the target allowlist and is pinned like the target. Raises ``TargetNotAllowed``.
+    ``CLIFFWATCH_ALLOWED_PROXY_LISTEN`` allows (loopback by default), on the address its host was checked as
+    (Toxiproxy is given that IP, never the name as written), and its upstream (the target's unless it names
+    another) passes the target allowlist and is pinned like the target. Raises ``TargetNotAllowed``.
     """
     upstreams: dict[str, str] = {}
+    listens: dict[str, str] = {}
     bound: list[str] = []
-    for proxy in scenario.proxies:
+    for index, proxy in enumerate(scenario.proxies):
         listen = f"http://{proxy.listen}"
         try:
             addresses = await Destinations(settings.proxy_listen).admit(listen)
         except TargetNotAllowed as exc:
-            raise TargetNotAllowed(listen, f"proxy {proxy.name} listen address: {exc.reason}") from exc
+            raise TargetNotAllowed(listen, f"proxy {proxy.name} listen address: {exc.reason}",
+                                   field=f"proxies[{index}].listen") from exc  # fmt: skip
         # Toxiproxy reports the address it bound, and a wildcard is reached on loopback (``with_address``).
         bound += [*addresses, *(("127.0.0.1",) if {"0.0.0.0", "::"} & set(addresses) else ())]
+        listens[proxy.name] = _address(addresses[0] if addresses else Place.of(listen).host, Place.of(listen).port)
         upstream = url if proxy.upstream is None else f"http://{proxy.upstream}"
         port = Place.of(upstream).port
         timeout_s = scenario.client.connect_timeout_ms / 1000.0
-        address = await first_reachable(await destinations.admit(upstream), port, timeout_s=timeout_s)
-        upstreams[proxy.name] = f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
-    return CheckedProxies(upstreams=upstreams, listen=settings.proxy_listen.including(bound))
+        field = "target.url" if proxy.upstream is None else f"proxies[{index}].upstream"
+        address = await first_reachable(await destinations.admit(upstream, field=field), port, timeout_s=timeout_s)
+        upstreams[proxy.name] = _address(address, port)
+    return CheckedProxies(upstreams=upstreams, listens=listens, listen=settings.proxy_listen.including(bound))
+
+
+def _address(ip: str, port: int) -> str:
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
 
 
 @asynccontextmanager
@@ -213,6 +223,7 @@ async def prepare_run(
             server_url, managed = await stack.enter_async_context(toxiproxy_server(settings, observer))
             api = await stack.enter_async_context(ToxiproxyClient(server_url, timeout_s=settings.toxiproxy_timeout_s))
             await api.version()  # unreachable or hanging: a clear error now, before any load
+            await destinations.recheck()  # a private Toxiproxy's free port may be a place admitted above
             ledger = ledger or FileFaultLedger(settings.fault_ledger_path)
             injector = ToxiproxyFaultInjector(
                 api, ledger, run_id=run_id, scenario=scenario, clock=clock, managed=managed
@@ -220,7 +231,7 @@ async def prepare_run(
             await ledger.run_started(run_id)
             stack.push_async_callback(_finish_run, ledger, run_id)
             stack.push_async_callback(_tear_down, injector, observer)
-            load_url = await injector.set_up(url, upstreams=proxies.upstreams)
+            load_url = await injector.set_up(url, upstreams=proxies.upstreams, listens=proxies.listens)
             faults = injector
             if load_url != url:  # through a proxy: the address it bound, checked above, pinned for the run
                 await destinations.admit(load_url, proxies.listen)
@@ -233,6 +244,7 @@ async def prepare_run(
         generator: LoadGenerator = OpenLoopGenerator(scenario, executor, clock, cap=cap)
         placed = await placement(scenario, most=settings.caps.max_workers, ray_address=settings.ray_address,
                                  ray_host=settings.ray_host)  # fmt: skip
+        await destinations.recheck()  # a Ray cluster joined just now: its services are control planes too
         if placed.count:
             pool = await stack.enter_async_context(worker_pool(
                 sent, executor, load_url=load_url, destinations=destinations, cap=cap.limit,

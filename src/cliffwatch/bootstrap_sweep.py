@@ -182,6 +182,7 @@ async def sweep_workers(
         return None
     placed = await placement(sent, most=settings.caps.max_workers, ray_address=settings.ray_address,
                              ray_host=settings.ray_host)  # fmt: skip
+    await destinations.recheck()  # a Ray cluster joined just now: its services are control planes too
     if not placed.count:
         observer.note(placed.note or "")
         return None

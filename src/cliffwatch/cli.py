@@ -31,6 +31,7 @@ from cliffwatch.adapters.logs import configure_logging
 from cliffwatch.adapters.report.files import write_run_report
 from cliffwatch.adapters.result_files import write_result
 from cliffwatch.adapters.scenario_files import bundled_names, load_scenario
+from cliffwatch.adapters.target_access import DenyListPolicy
 from cliffwatch.adapters.trace_files import load_traces
 from cliffwatch.bootstrap import clean_up_leftover_faults, prepare_run, toxiproxy_unavailable
 from cliffwatch.cli_report import add_parser as add_report_parser
@@ -56,6 +57,7 @@ from cliffwatch.domain.runs import ApiToken, Role
 from cliffwatch.domain.scenario import Scenario, with_overrides
 from cliffwatch.domain.target_model import TargetModel, target_model_from
 from cliffwatch.services.reconcile import ReconcileReport
+from cliffwatch.services.runs import check_places
 from cliffwatch.services.tokens import TokenService
 
 EXIT_PASS, EXIT_FAIL, EXIT_INVALID, EXIT_ENVIRONMENT, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -107,7 +109,10 @@ def _parser() -> argparse.ArgumentParser:
 
     add_sweep_parser(commands)
 
-    validate = commands.add_parser("validate", help="check scenario files; exit 1 listing every problem")
+    validate = commands.add_parser(
+        "validate", help="check scenario files (and that none aims at a denied place); exit 1 listing every problem, "
+        "2 for a denied place"
+    )  # fmt: skip
     validate.add_argument("files", nargs="+")
     validate.set_defaults(handler=_validate)
 
@@ -207,8 +212,12 @@ async def _execute(scenario: Scenario, settings: Settings) -> RunResult:
 
 
 def _validate(args: argparse.Namespace, settings: Settings) -> int:
+    """Each file read and validated as a run would be, and every place it names judged by the deny list (not by
+    this process's allowlists: a scenario may be meant for an instance that allows its target, but none may aim
+    at what is denied): exit 1 when a file is invalid, 2 when a place is denied (both: 2), each problem printed."""
     out = Console(highlight=False)
-    failed = 0
+    failed = refused = 0
+    policy = DenyListPolicy(settings.denied)
     for reference in args.files:
         try:
             scenario = load_scenario(reference)
@@ -224,11 +233,17 @@ def _validate(args: argparse.Namespace, settings: Settings) -> int:
         except ScenarioInvalid as exc:
             failed += 1
             out.print(str(exc), markup=False, soft_wrap=True)
+            continue
+        try:
+            asyncio.run(check_places(scenario, policy))
+        except TargetNotAllowed as exc:
+            refused += 1
+            out.print(f"{reference}: {exc}", markup=False, soft_wrap=True)
         else:
             # one line a file however long its path, off a terminal too (a CI log, a grep)
             ok = f"{reference}: ok ({scenario.name}, {len(scenario.phases)} phases, {scenario.duration_s:g}s)"
             out.print(ok, markup=False, soft_wrap=True)
-    return EXIT_FAIL if failed else EXIT_PASS
+    return EXIT_INVALID if refused else EXIT_FAIL if failed else EXIT_PASS
 
 
 def _scenarios(args: argparse.Namespace, settings: Settings) -> int:

@@ -20,8 +20,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from cliffwatch.adapters.documents import CONFIG_LIMITS, DocumentInvalid, load_yaml
-from cliffwatch.domain.allowlist import DEFAULT_ALLOWLIST, Allowlist, parse_allowlist
+from cliffwatch.domain.allowlist import DEFAULT_ALLOWLIST, Allowlist, parse_allowlist, parse_denied
 from cliffwatch.domain.caps import Caps
+from cliffwatch.domain.deny_list import ALWAYS_DENIED, DenyList, DenyRule, database_rules, ray_rules, rule_for_url
 from cliffwatch.domain.errors import CliffwatchError
 from cliffwatch.domain.ray_address import ray_address_problem
 from cliffwatch.domain.redaction import RedactionRules
@@ -55,6 +56,7 @@ class Settings:
     allowlist: Allowlist
     # Where a scenario's Toxiproxy proxies may listen: loopback only, so a proxy is no tunnel from the network.
     proxy_listen: Allowlist = field(default_factory=lambda: _proxy_listen(",".join(DEFAULT_ALLOWLIST), {}))
+    denied_targets: tuple[DenyRule, ...] = ()  # CLIFFWATCH_DENIED_TARGETS: never a target, whatever is allowed
     log_format: str = "auto"  # auto: console on a terminal, JSON otherwise
     log_level: str = "info"
     # What must survive the process (the fault ledger); built from the process environment when not given.
@@ -97,12 +99,29 @@ class Settings:
     ui_cookie_secure: bool = True  # the dashboard's session cookie is Secure (browsers keep it on loopback http)
     ui_session_ttl_s: float = 8 * 3_600.0
     sensitive_headers: tuple[str, ...] = ()  # masked like Authorization, in addition to the built-in names
+    sensitive_query_params: tuple[str, ...] = ()  # masked like api_key, in addition to the built-in names
     secret_env: tuple[str, ...] = DEFAULT_SECRET_ENV  # variables env: references may read (names, PREFIX_*)
     secret_dirs: tuple[Path, ...] = DEFAULT_SECRET_DIRS  # directories file: references may read below
     # Directories a scenario's data files (tokenizer, dataset, traces) may be read below; None: the working directory.
     data_dirs: tuple[Path, ...] | None = None
     # The variables of the environment that ``secret_env`` allows, and nothing else: what env: references read.
     secret_environment: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # Both allowlists always carry the deny list these very settings make (a copy made with ``replace``
+        # recomputes it), so no caller can check a target against an allowlist without it.
+        object.__setattr__(self, "allowlist", self.allowlist.denying(self.denied))
+        object.__setattr__(self, "proxy_listen", self.proxy_listen.denying(self.denied))
+
+    @property
+    def denied(self) -> DenyList:
+        """Where no run may send, whatever the allowlists say: link-local and metadata addresses, the Toxiproxy
+        API, the database and the Ray cluster these settings name, and ``denied_targets``."""
+        planes = [rule_for_url(self.toxiproxy_url, "cliffwatch's Toxiproxy API (CLIFFWATCH_TOXIPROXY_URL)")
+                  if self.toxiproxy_url else None]  # fmt: skip
+        rules = [r for r in planes if r is not None]
+        return ALWAYS_DENIED.adding((*rules, *database_rules(self.database_url), *ray_rules(self.ray_address),
+                                     *self.denied_targets))  # fmt: skip
 
     @property
     def fault_ledger_path(self) -> Path:
@@ -111,8 +130,9 @@ class Settings:
 
     @property
     def redaction(self) -> RedactionRules:
-        """Which header names are credentials: the built-in ones and ``sensitive_headers``."""
-        return RedactionRules.adding(self.sensitive_headers)
+        """Which header and query parameter names are credentials: the built-in ones, ``sensitive_headers`` and
+        ``sensitive_query_params``."""
+        return RedactionRules.adding(self.sensitive_headers, query=self.sensitive_query_params)
 
     @property
     def caps(self) -> Caps:
@@ -202,6 +222,14 @@ def _allowlist(raw: Any, env: Mapping[str, str]) -> Allowlist:
     if allowlist is None:
         raise _Several([p.message for p in problems])
     return allowlist
+
+
+def _denied_targets(raw: Any, env: Mapping[str, str]) -> tuple[DenyRule, ...]:
+    items = [raw] if not isinstance(raw, list) else raw
+    rules, problems = parse_denied([i.strip() for item in items for i in _text(item).split(",") if i.strip()])
+    if problems:
+        raise _Several([p.message for p in problems])
+    return rules
 
 
 def _proxy_listen(raw: Any, env: Mapping[str, str]) -> Allowlist:
@@ -313,6 +341,10 @@ def _header_name(entry: str) -> str | None:
     return None if HEADER_NAME.fullmatch(entry) else "is not a header name"
 
 
+def _param_name(entry: str) -> str | None:
+    return None if entry.isprintable() and not any(c in entry for c in "&=?#; ") else "is not a query parameter name"
+
+
 def _env_pattern(entry: str) -> str | None:
     if not _ENV_PATTERN.fullmatch(entry):
         return "is not a variable name or a prefix ending in *"
@@ -339,6 +371,11 @@ SPECS: tuple[Spec, ...] = (
          help="Addresses (same syntax) a scenario's Toxiproxy proxies may listen on; default loopback only. "
               "A wildcard listen (0.0.0.0, ::) opens a tunnel from the network to the upstream: list 0.0.0.0 "
               "or :: here to allow it."),
+    Spec(field="denied_targets", env="CLIFFWATCH_DENIED_TARGETS", parse=_denied_targets,
+         help="Hosts, IPs or CIDRs (optional :port), comma-separated, that no run may reach whatever the "
+              "allowlists say (targets, metrics URLs, proxy upstreams and listen addresses, redirects). Always "
+              "denied as well: link-local and cloud metadata addresses, and cliffwatch's own control planes (the "
+              "Toxiproxy API, the database, the Ray cluster these settings name); docs/security.md. Default none."),
     Spec(field="log_format", env="CLIFFWATCH_LOG_FORMAT", parse=_choice(LOG_FORMATS),
          help="auto (console on a terminal, JSON lines otherwise), json or console."),
     Spec(field="log_level", env="CLIFFWATCH_LOG_LEVEL", parse=_choice(LOG_LEVELS),
@@ -458,6 +495,12 @@ SPECS: tuple[Spec, ...] = (
          help="Header names, comma-separated, whose values are credentials, masked in every stored document, "
               "view, report and log line like those of Authorization, Proxy-Authorization, Cookie, api-key and "
               "x-api-key (always masked); case-insensitive. Default none."),
+    Spec(field="sensitive_query_params", env="CLIFFWATCH_SENSITIVE_QUERY_PARAMS", parse=_names(_param_name),
+         help="Query parameter names, comma-separated, whose values are credentials, masked wherever a scenario is "
+              "shown and in log lines like those always masked (api_key, apikey, key, token, access_token, "
+              "refresh_token, id_token, client_secret, password, signature, sig, X-Amz-Signature, "
+              "X-Amz-Credential, X-Amz-Security-Token, X-Goog-Signature, X-Goog-Credential); case-insensitive. "
+              "Default none."),
     Spec(field="secret_env", env="CLIFFWATCH_SECRET_ENV", parse=_names(_env_pattern),
          help="Environment variables a scenario's {secret: env:NAME} may read: names, or prefixes ending in *, "
               "comma-separated (never CLIFFWATCH_*). Default TARGET_*."),

@@ -351,3 +351,52 @@ async def test_a_missing_secret_stops_a_cli_run_and_a_prepared_run_or_sweep_befo
         assert sweep.target_url == f"http://{address}"  # prepare_sweep sends its pre-flight itself
     assert [h["Authorization"] for _, h in recorder.received] == ["now-set", "now-set"]
     assert time.monotonic() - started < 60
+
+
+async def test_query_and_body_references_send_their_secrets_and_every_log_line_masks_them(
+    tmp_path: Path, log_lines: io.StringIO
+) -> None:
+    """A query parameter and a body string written as references reach the target as their values (the query
+    percent-encoded, after the path's own parameters); the result and the log lines at debug hold neither."""
+    received: list[tuple[str, bytes]] = []
+
+    async def handle(request: web.Request) -> web.Response:
+        received.append((request.path_qs, await request.read()))
+        return web.json_response({"ok": True})
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", handle)
+    async with TestServer(app, host="127.0.0.1") as server:
+        document = {
+            "name": "walk-query", "seed": 1, "slo": {"e2e_ms": 1000, "timeout_ms": 2000},
+            "target": {"url": f"http://127.0.0.1:{server.port}", "api": "http", "request": {
+                "method": "POST", "path": "/ask?page=2",
+                "query": {"key": {"secret": "env:TARGET_QUERY_KEY"}, "n": 1},
+                "body": {"auth": {"token": {"secret": "file:/run/secrets/body"}}, "q": "hello"}}},
+            "phases": [{"name": "calm", "role": "baseline", "duration_s": 1,
+                        "arrival": {"process": "constant", "rate": 2}}],
+        }  # fmt: skip
+        allowlist, _ = parse_allowlist(DEFAULT_ALLOWLIST)
+        assert allowlist is not None
+        secrets_dir = tmp_path / "secrets"
+        secrets_dir.mkdir()
+        settings = Settings(allowlist=allowlist, state_dir=tmp_path / "state", secret_dirs=(secrets_dir,),
+                            secret_environment={"TARGET_QUERY_KEY": "q&k=1 2"})  # fmt: skip
+        (secrets_dir / "body").write_text("body-token-77\n")
+        document["target"]["request"]["body"]["auth"]["token"] = {"secret": f"file:{secrets_dir / 'body'}"}
+        chosen = parse_scenario(document)
+        configure_logging(level="debug", fmt="json", stream=log_lines, rules=settings.redaction)
+        async with prepare_run(settings, chosen, observer=CollectingObserver()) as prepared:
+            result = await prepared.service.execute(chosen, run_id=prepared.run_id, target_url=prepared.target_url)
+            logging.getLogger("walk").warning("sent http://x/ask?page=2&token=body-token-77 with q&k=1 2")
+
+    assert result.status.value == "succeeded"
+    sent = [(path, body) for path, body in received if path != "/"]  # the pre-flight asks the root
+    assert len(sent) == 2
+    for path, body in sent:
+        assert path == "/ask?page=2&key=q%26k%3D1%202&n=1"
+        assert json.loads(body) == {"auth": {"token": "body-token-77"}, "q": "hello"}
+    shown = json.dumps(result.to_dict()) + log_lines.getvalue()
+    assert "sent http://x/ask?page=2&token=***" in log_lines.getvalue()
+    assert "body-token-77" not in shown
+    assert "q&k=1 2" not in shown

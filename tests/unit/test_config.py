@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,38 @@ def test_a_blank_allowlist_allows_nothing() -> None:
     settings = Settings.from_env({"CLIFFWATCH_ALLOWED_TARGETS": ""})
     assert settings.allowlist.entries == ()
     assert settings.allowlist.check("127.0.0.1", 80, []) is not None
+
+
+def test_both_allowlists_carry_the_deny_list_these_settings_make_whatever_they_allow() -> None:
+    """The Toxiproxy API, the database, the Ray cluster and CLIFFWATCH_DENIED_TARGETS are refused however wide the
+    allowlists are; a copy with other control planes (``replace``) is judged by its own."""
+    settings = Settings.from_env({
+        "CLIFFWATCH_ALLOWED_TARGETS": "0.0.0.0/0", "CLIFFWATCH_ALLOWED_PROXY_LISTEN": "0.0.0.0/0",
+        "CLIFFWATCH_TOXIPROXY_URL": "http://127.0.0.1:18474",
+        "CLIFFWATCH_DATABASE_URL": "postgresql+asyncpg://cw:pw@10.0.0.5/cw",
+        "CLIFFWATCH_RAY_ADDRESS": "10.0.0.6:6379", "CLIFFWATCH_DENIED_TARGETS": "10.9.0.0/16, admin.internal:8443",
+    })  # fmt: skip
+    for allowlist in (settings.allowlist, settings.proxy_listen):
+        for host, port, rule in (
+            ("127.0.0.1", 18474, "cliffwatch's Toxiproxy API"), ("10.0.0.5", 5432, "cliffwatch's database"),
+            ("10.0.0.6", 6379, "the Ray cluster's GCS"), ("10.0.0.6", 8265, "the Ray cluster's dashboard"),
+            ("10.9.3.3", 80, "CLIFFWATCH_DENIED_TARGETS (10.9.0.0/16)"),
+            ("admin.internal", 8443, "CLIFFWATCH_DENIED_TARGETS (admin.internal:8443)"),
+            ("169.254.169.254", 80, "link-local"),
+        ):  # fmt: skip
+            refusal = allowlist.check(host, port, ())
+            assert refusal is not None, (host, port)
+            assert rule in refusal, (host, port, refusal)
+        assert allowlist.check("10.0.0.5", 5433, ()) is None
+    moved = replace(settings, toxiproxy_url="http://127.0.0.1:28474")
+    assert moved.allowlist.check("127.0.0.1", 18474, ()) is None
+    assert moved.allowlist.check("127.0.0.1", 28474, ()) is not None
+
+
+def test_a_bad_denied_target_is_named_with_its_variable() -> None:
+    with pytest.raises(SettingsInvalid) as caught:
+        Settings.from_env({"CLIFFWATCH_DENIED_TARGETS": "10.0.0.1,not a host"})
+    assert caught.value.problems == ["CLIFFWATCH_DENIED_TARGETS: not a host, IP or CIDR: 'not a host'"]
 
 
 def test_proxies_may_listen_on_loopback_only_unless_configured() -> None:

@@ -1,8 +1,9 @@
 """structlog set-up, done once by the command line: JSON lines off a terminal, readable lines on one.
 
 Every line, structlog's and the standard library's (aiohttp, asyncio), passes ``LogRedactor`` last, just
-before it is rendered: credentials in URLs, the values of sensitive headers (as keys of the event, or as
-``Name: value`` in its text) and every secret a run resolved (``remember_secrets``) become the mask.
+before it is rendered: credentials in URLs, the values of sensitive query parameters, the values of sensitive
+headers (as keys of the event, or as ``Name: value`` in its text) and every secret a run resolved
+(``remember_secrets``) become the mask.
 Exceptions are rendered as plain tracebacks first, so the redactor sees their text (and so no traceback
 prints the local variables of a frame, as Rich's would).
 """
@@ -17,7 +18,7 @@ from typing import Any, TextIO
 
 import structlog
 
-from cliffwatch.domain.masking import MASK, header_pattern, mask_headers_in_text, mask_url
+from cliffwatch.domain.masking import MASK, header_pattern, mask_headers_in_text
 from cliffwatch.domain.ports import Progress
 from cliffwatch.domain.redaction import DEFAULT_RULES, RedactionRules
 
@@ -81,7 +82,7 @@ class LogRedactor:
         return event
 
     def text(self, text: str) -> str:
-        return mask_headers_in_text(mask_url(_KNOWN.mask(text)), self.pattern)
+        return mask_headers_in_text(self.rules.mask_text(_KNOWN.mask(text)), self.pattern)
 
     def _value(self, key: object, value: Any) -> Any:
         if isinstance(key, str) and self.rules.is_sensitive(key) and value is not None:

@@ -4,7 +4,9 @@
 sends to is resolved once, every address checked, and only those addresses are ever connected to for the
 rest of the run (``loadgen.pinned_resolver`` answers the connector from the pins), so a name that rebinds
 after the check cannot move the load. A redirect hop, when the scenario follows them, is admitted the same
-way before anything is sent to it.
+way before anything is sent to it. Every check judges the place by the allowlist's deny list first, made whole
+at that moment (``network.control_planes.guarded``: this process's running control planes, the addresses of
+the names it holds, this host's own addresses), so no allowlist can admit a control plane of cliffwatch's.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from dataclasses import dataclass
 
 from yarl import URL
 
+from cliffwatch.adapters.network.control_planes import CONTROL_PLANES, guarded
 from cliffwatch.domain.allowlist import Allowlist
+from cliffwatch.domain.deny_list import DenyList
 from cliffwatch.domain.errors import CliffwatchError, TargetNotAllowed, TargetUnreachable
 
 
@@ -56,16 +60,23 @@ async def lookup(host: str, port: int) -> list[str]:
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
-async def ensure_allowed(url: str, allowlist: Allowlist) -> None:
-    """Raises ``TargetNotAllowed`` unless every address ``url``'s host resolves to is allowed (a host the
-    allowlist names is allowed even when it does not resolve here: the worker may resolve it)."""
-    await _checked(url, allowlist, unresolved_ok=True)
+async def ensure_allowed(url: str, allowlist: Allowlist, *, field: str | None = None) -> None:
+    """Raises ``TargetNotAllowed`` (naming ``field``, the scenario's field that gave ``url``) unless every address
+    ``url``'s host resolves to is allowed and none denied (a host the allowlist names is allowed even when it does
+    not resolve here: the worker may resolve it, and its addresses are judged then)."""
+    try:
+        await _checked(url, allowlist, unresolved_ok=True)
+    except TargetNotAllowed as exc:
+        if field is None:
+            raise
+        raise TargetNotAllowed(url, exc.reason, field=field) from None
 
 
 async def _checked(url: str, allowlist: Allowlist, *, unresolved_ok: bool) -> tuple[str, ...]:
-    """The addresses ``url``'s host resolves to, every one allowed; raises ``TargetNotAllowed``, or (unless
-    ``unresolved_ok``) ``TargetUnreachable`` for an allowed name that does not resolve."""
+    """The addresses ``url``'s host resolves to, every one allowed and none denied; raises ``TargetNotAllowed``,
+    or (unless ``unresolved_ok``) ``TargetUnreachable`` for an allowed name that does not resolve."""
     place = Place.of(url)
+    allowlist = allowlist.denying(await guarded(allowlist.denied))
     try:
         addresses = (place.host,) if place.literal else tuple(await lookup(place.host, place.port))
     except (OSError, UnicodeError) as exc:
@@ -101,6 +112,7 @@ class Destinations:
         # one lookup, not one an attempt; and attempts admitting one place at once share its lookup.
         self._refused: dict[Place, CliffwatchError] = {}
         self._pending: dict[Place, asyncio.Task[tuple[str, ...]]] = {}
+        self._own: set[Place] = set()
 
     @classmethod
     def pinned_to(cls, allowlist: Allowlist, pins: tuple[tuple[str, int, tuple[str, ...]], ...]) -> Destinations:
@@ -114,11 +126,36 @@ class Destinations:
         """Every place admitted so far, as (host, port, addresses)."""
         return tuple((place.host, place.port, addresses) for place, addresses in self._pins.items())
 
-    async def admit(self, url: str, allowlist: Allowlist | None = None) -> tuple[str, ...]:
+    def shared_allowlist(self) -> Allowlist:
+        """The run's allowlist for another process (a generator worker) to check new places by: its deny list
+        holds this process's control planes as they are now, which that process cannot see."""
+        return self.allowlist.denying(self.allowlist.denied.adding(CONTROL_PLANES.rules()))
+
+    async def recheck(self) -> None:
+        """Judges every place admitted so far by the deny list as it is now: a control plane started after a place
+        was admitted (a private Toxiproxy on a free port) may have taken that very place. Raises
+        ``TargetNotAllowed`` naming the first such place; places cliffwatch opened itself (``own``) are ours."""
+        denied = await guarded(self.allowlist.denied)
+        for place, addresses in self._pins.items():
+            if place in self._own:
+                continue
+            reason = denied.refusal(place.host, place.port, addresses)
+            if reason is not None:
+                raise TargetNotAllowed(f"http://{_host_port(place)}", reason)
+
+    async def admit(self, url: str, allowlist: Allowlist | None = None, *, field: str | None = None) -> tuple[str, ...]:
         """The addresses ``url``'s host is pinned to, resolving and checking it on first sight (against
-        ``allowlist``, by default the run's). Raises ``TargetNotAllowed`` when any address is outside it,
-        ``TargetUnreachable`` when an allowed name does not resolve (there is nothing to pin); a place refused
-        once is refused again without a lookup."""
+        ``allowlist``, by default the run's). Raises ``TargetNotAllowed`` (naming ``field``, the scenario's field
+        that gave ``url``) when any address is outside it or denied, ``TargetUnreachable`` when an allowed name does
+        not resolve (there is nothing to pin); a place refused once is refused again without a lookup."""
+        try:
+            return await self._admitted(url, allowlist)
+        except TargetNotAllowed as exc:
+            if field is None:
+                raise
+            raise TargetNotAllowed(url, exc.reason, field=field) from None
+
+    async def _admitted(self, url: str, allowlist: Allowlist | None) -> tuple[str, ...]:
         place = Place.of(url)
         pinned = self._pins.get(place)
         if pinned is not None:
@@ -150,6 +187,7 @@ class Destinations:
         if not place.literal:
             raise ValueError(f"only an IP address can be admitted unchecked, not {place.host}")
         self._pins.setdefault(place, (place.host,))
+        self._own.add(place)
 
     def pinned(self, host: str, port: int) -> tuple[str, ...] | None:
         """The addresses admitted for ``host:port``, or None when the run never admitted it."""
@@ -188,12 +226,38 @@ class AllowlistPolicy:
         return await _reason(f"http://{address}", self.listen)
 
 
+class DenyListPolicy:
+    """A ``TargetPolicy`` that judges the deny list alone (``cliffwatch validate``): a scenario may be written for
+    another instance, whose allowlist this process does not know, but no instance may aim at what is denied."""
+
+    def __init__(self, denied: DenyList) -> None:
+        self.denied = denied
+
+    async def check(self, url: str) -> str | None:
+        try:
+            place = Place.of(url)
+        except TargetNotAllowed as exc:
+            return exc.reason
+        try:
+            addresses = () if place.literal else tuple(await lookup(place.host, place.port))
+        except (OSError, UnicodeError):
+            addresses = ()  # judged by name: it may resolve where the scenario runs, and is judged there again
+        return (await guarded(self.denied)).refusal(place.host, place.port, addresses)
+
+    async def check_listen(self, address: str) -> str | None:
+        return await self.check(f"http://{address}")
+
+
 async def _reason(url: str, allowlist: Allowlist) -> str | None:
     try:
         await ensure_allowed(url, allowlist)
     except TargetNotAllowed as exc:
         return exc.reason
     return None
+
+
+def _host_port(place: Place) -> str:
+    return f"[{place.host}]:{place.port}" if ":" in place.host else f"{place.host}:{place.port}"
 
 
 def _key(host: str) -> str:

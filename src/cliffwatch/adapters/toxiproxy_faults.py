@@ -58,20 +58,25 @@ class ToxiproxyFaultInjector:
     async def check(self) -> None:
         await self.api.version()
 
-    async def set_up(self, target_url: str, *, upstreams: Mapping[str, str] | None = None) -> str:
+    async def set_up(
+        self, target_url: str, *, upstreams: Mapping[str, str] | None = None, listens: Mapping[str, str] | None = None
+    ) -> str:
         """Ensures the scenario's proxies (upstream defaulting to the target) and returns the URL the load
         should go to: the target's, or the listen address of the proxy it is routed through.
 
-        ``upstreams`` gives a proxy's checked address (``ip:port``) by its name: Toxiproxy resolves an upstream
-        name itself, for every connection, so a proxy this run creates is given the address the allowlist
-        checked, never the name. An existing proxy is used when its upstream is either.
+        ``upstreams`` and ``listens`` give a proxy's checked addresses (``ip:port``) by its name: Toxiproxy
+        resolves a name itself, for every connection or when it binds, so a proxy this run creates is given the
+        addresses the allowlists checked, never the names as written. An existing proxy is used when its
+        addresses are either.
         """
         for spec in self.scenario.proxies:
             declared = spec.upstream or host_port(target_url)
             upstream = (upstreams or {}).get(spec.name, declared)
+            listen = (listens or {}).get(spec.name, spec.listen)
             state = await self.api.get_proxy(spec.name)
             if state is not None:
-                if not any(proxy_matches(state, listen=spec.listen, upstream=u) for u in {upstream, declared}):
+                if not any(proxy_matches(state, listen=at, upstream=u) for u in {upstream, declared}
+                           for at in {listen, spec.listen}):  # fmt: skip
                     # never hijack another's proxy
                     raise FaultInjectionFailed(
                         proxy=spec.name, toxic=None, status=409,
@@ -83,7 +88,7 @@ class ToxiproxyFaultInjector:
                 entry = self._entry(spec.name)
                 await self.ledger.planned(entry)
                 self._created.append(entry)
-                state = await self.api.create_proxy(name=spec.name, listen=spec.listen, upstream=upstream)
+                state = await self.api.create_proxy(name=spec.name, listen=listen, upstream=upstream)
             self.proxies[spec.name] = state
         via = self.scenario.target.via_proxy
         if via is None:

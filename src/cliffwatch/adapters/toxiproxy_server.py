@@ -27,13 +27,16 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO
 
+from cliffwatch.adapters.network.control_planes import CONTROL_PLANES
 from cliffwatch.adapters.processes import die_with_parent
 from cliffwatch.adapters.toxiproxy import ANY_PROXY, ToxiproxyClient
+from cliffwatch.domain.deny_list import rule_for
 from cliffwatch.domain.errors import FaultInjectionFailed
 
 BINARY = "toxiproxy-server"
 # src/cliffwatch/adapters/ → the repository root, where `make toxiproxy` puts the binary.
 TOOLS_BINARY = Path(__file__).resolve().parents[3] / ".tools" / "bin" / BINARY
+PLANE = "cliffwatch's Toxiproxy API (a private one this process started)"
 START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 5.0
 _BIND_FAILED = "address already in use"
@@ -81,6 +84,7 @@ class ManagedToxiproxy:
         self._process: subprocess.Popen[bytes] | None = None
         self._drain: threading.Thread | None = None
         self._bind_failed = threading.Event()
+        self._plane: int | None = None  # its API's place, denied to every run while it lives
         self.output: deque[str] = deque(maxlen=50)  # the last lines it logged, for error messages
 
     @property
@@ -123,6 +127,7 @@ class ManagedToxiproxy:
     async def _start(self, binary: Path, deadline: float) -> bool:
         """Starts the server and waits until *it* answers; False when its port was taken meanwhile."""
         self._port = _free_port(self.host)
+        self._plane = CONTROL_PLANES.hold(rule_for(self.host, self._port, PLANE))
         self.output.clear()
         self._bind_failed.clear()
         # A proxy only this server knows (loaded from a config file at start-up) tells its API apart from
@@ -180,6 +185,9 @@ class ManagedToxiproxy:
         if self._drain is not None:
             self._drain.join(1.0)  # the pipe closes with the process, which ends the thread
             self._drain = None
+        if self._plane is not None:
+            CONTROL_PLANES.release(self._plane)
+            self._plane = None
 
     def _failed(self, reason: str) -> FaultInjectionFailed:
         tail = " | ".join(list(self.output)[-5:])

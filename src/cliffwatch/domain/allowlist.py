@@ -3,15 +3,16 @@
 Load is a weapon when aimed at the wrong host, so a target must be explicitly allowed. The default is
 loopback only. Entries look like ``127.0.0.0/8``, ``::1``, ``localhost``, ``api.staging.internal:8443``
 or ``10.0.0.0/8:8000``. A host name is allowed when named, or when every address it resolves to is in an
-allowed network.
+allowed network. Whatever the allowlist says, its deny list (``domain.deny_list``) is judged first and wins.
 """
 
 from __future__ import annotations
 
 import ipaddress
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from cliffwatch.domain.deny_list import ALWAYS_DENIED, DENIED_SETTING, DenyList, DenyRule, as_ip, rule_for
 from cliffwatch.domain.errors import Problem
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -39,17 +40,22 @@ class Allowlist:
     entries: tuple[AllowEntry, ...]
     name: str = "target allowlist"  # what a refusal calls it
     setting: str = "CLIFFWATCH_ALLOWED_TARGETS"  # what a refusal says to set
+    denied: DenyList = ALWAYS_DENIED  # judged first: what no entry can allow
 
     def check(self, host: str, port: int, addresses: Sequence[str]) -> str | None:
-        """None when ``host:port`` (resolving to ``addresses``) is allowed, else the reason it is not."""
+        """None when ``host:port`` (resolving to ``addresses``) is allowed, else the reason it is not: the deny
+        list's first (every address judged, a listed name's too), then the allowlist's."""
+        denied = self.denied.refusal(host, port, addresses)
+        if denied is not None:
+            return denied
         host = host.lower().strip("[]")
         for entry in self.entries:
             if entry.port is not None and entry.port != port:
                 continue
             if entry.host is not None and entry.host == host:
                 return None
-        literal = _as_ip(host)
-        candidates = [literal] if literal is not None else [a for a in map(_as_ip, addresses) if a is not None]
+        literal = as_ip(host)
+        candidates = [literal] if literal is not None else [a for a in map(as_ip, addresses) if a is not None]
         if candidates and all(self._ip_allowed(ip, port) for ip in candidates):
             return None
         listed = ", ".join(e.describe() for e in self.entries) or "nothing"
@@ -60,9 +66,13 @@ class Allowlist:
         """This allowlist and the given IP addresses (any port): addresses a listed name was found to
         resolve to, admitted when they come back as addresses (a bound listen address, say)."""
         extra = [
-            AllowEntry(network=ipaddress.ip_network(ip), host=None, port=None) for ip in map(_as_ip, addresses) if ip
+            AllowEntry(network=ipaddress.ip_network(ip), host=None, port=None) for ip in map(as_ip, addresses) if ip
         ]
-        return Allowlist(entries=(*self.entries, *extra), name=self.name, setting=self.setting)
+        return replace(self, entries=(*self.entries, *extra))
+
+    def denying(self, denied: DenyList) -> Allowlist:
+        """This allowlist judged after ``denied`` (in place of the deny list it had)."""
+        return replace(self, denied=denied)
 
     def _ip_allowed(self, ip: ipaddress.IPv4Address | ipaddress.IPv6Address, port: int) -> bool:
         return any(
@@ -89,6 +99,21 @@ def parse_allowlist(
         else:
             entries.append(entry)
     return (Allowlist(entries=tuple(entries), name=name, setting=setting) if not problems else None), problems
+
+
+def parse_denied(items: Sequence[str]) -> tuple[tuple[DenyRule, ...], list[Problem]]:
+    """``CLIFFWATCH_DENIED_TARGETS``'s rules (written as allowlist entries are: addresses, networks, names, each
+    with an optional port), or the problems with them, each named by its position."""
+    rules: list[DenyRule] = []
+    problems: list[Problem] = []
+    for index, raw in enumerate(items):
+        entry = _parse_entry(raw.strip())
+        if entry is None:
+            problems.append(Problem(path=f"denied_targets[{index}]", message=f"not a host, IP or CIDR: {raw!r}"))
+            continue
+        what = f"denied by {DENIED_SETTING} ({raw.strip()})"
+        rules.append(rule_for(str(entry.network or entry.host), entry.port, what))
+    return tuple(rules), problems
 
 
 def _parse_entry(text: str) -> AllowEntry | None:
@@ -119,13 +144,6 @@ def _parse_entry(text: str) -> AllowEntry | None:
     if _is_hostname(body):
         return AllowEntry(network=None, host=body.lower(), port=port)
     return None
-
-
-def _as_ip(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    try:
-        return ipaddress.ip_address(text.split("%", 1)[0])
-    except ValueError:
-        return None
 
 
 def _is_hostname(text: str) -> bool:

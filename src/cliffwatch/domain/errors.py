@@ -51,12 +51,15 @@ class TargetConfigInvalid(CliffwatchError):
 
 
 class TargetNotAllowed(CliffwatchError):
-    """A run was aimed at a host outside the configured allowlist; names the URL without its password."""
+    """A run was aimed at a host outside the configured allowlist, or on its deny list; names the URL without its
+    password, and the scenario's field that gave it when known (``target.url``, ``target.metrics.url``)."""
 
-    def __init__(self, url: str, reason: str) -> None:
+    def __init__(self, url: str, reason: str, *, field: str | None = None) -> None:
         self.url = mask_url(url)
         self.reason = mask_url(reason)
-        super().__init__(f"target {self.url} is not allowed: {self.reason}")
+        self.field = field
+        where = f"{field}: " if field else "target "
+        super().__init__(f"{where}{self.url} is not allowed: {self.reason}")
 
 
 class TargetUnreachable(CliffwatchError):
@@ -161,9 +164,17 @@ class IdempotencyKeyReused(CliffwatchError):
 class EmergencyStopNotRecorded(CliffwatchError):
     """The emergency stop stopped this instance's runs, but the database could not record it for the others."""
 
-    def __init__(self, stopped_here: Sequence[str], cause: StoreUnavailable) -> None:
+    def __init__(
+        self, stopped_here: Sequence[str], cause: StoreUnavailable | None = None, *, reason: str | None = None
+    ) -> None:
         self.stopped_here = tuple(stopped_here)
         self.cause = cause
+        if cause is None:  # a run asked for while the stop is held here, unrecorded
+            super().__init__(
+                f"this instance holds an emergency stop ({reason}) that the database has not recorded: no run is "
+                f"accepted until the stop is recorded (POST /api/v1/stop-all again) or released here"
+            )
+            return
         runs = ", ".join(self.stopped_here) or "none were running"
         super().__init__(
             f"this instance stopped its runs ({runs}) and takes no more until the stop is recorded or released "

@@ -1,8 +1,9 @@
 """The one mask cliffwatch shows in place of a credential, and masking of credentials inside strings and URLs.
 
 Strings only, no documents: a URL's password, a URL's user part when it has no password (then the user
-part is the token), and ``Name: value`` of a sensitive header inside free text (a log message, an error).
-``domain.redaction`` masks whole scenario documents with these; the log processor masks log lines.
+part is the token), the value of a query parameter with a sensitive name (``?api_key=…``, ``&sig=…``), and
+``Name: value`` of a sensitive header inside free text (a log message, an error). ``domain.redaction`` masks
+whole scenario documents with these; the log processor masks log lines.
 """
 
 from __future__ import annotations
@@ -11,6 +12,11 @@ import re
 from collections.abc import Iterable
 
 MASK = "***"
+# Query parameters that carry a credential: API keys (Google's ``key``), OAuth tokens, signed URLs (S3's
+# X-Amz-Signature, Azure's SAS ``sig``, GCS's X-Goog-Signature); compared without regard to case.
+DEFAULT_SENSITIVE_QUERY = ("api_key", "apikey", "key", "token", "access_token", "refresh_token", "id_token",
+                           "client_secret", "password", "signature", "sig", "x-amz-signature", "x-amz-credential",
+                           "x-amz-security-token", "x-goog-signature", "x-goog-credential")  # fmt: skip
 # The authority's user part ends at its last "@": a careless password may hold "@" itself. It cannot hold
 # "/", "?", "#" or a space, or the URL would not parse (cliffwatch refuses such a target URL).
 _USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^\s/?#\"'<>]*)@")
@@ -70,3 +76,22 @@ def header_pattern(names: Iterable[str]) -> re.Pattern[str]:
 def mask_headers_in_text(text: str, pattern: re.Pattern[str]) -> str:
     """``text`` with the value of every header ``pattern`` (``header_pattern``) finds masked."""
     return pattern.sub(lambda m: f"{m['name']}{MASK}", text)
+
+
+def query_pattern(names: Iterable[str]) -> re.Pattern[str]:
+    """Finds ``?name=value`` / ``&name=value`` (or ``;``) of the given parameter names in any text; the value
+    (group ``value``) runs to the next ``&``, ``#``, space or quote."""
+    alternatives = "|".join(sorted((re.escape(n) for n in names), key=len, reverse=True))
+    return re.compile(rf"(?P<name>[?&;](?:{alternatives})=)(?P<value>[^&;#\s\"'<>]+)", re.IGNORECASE)
+
+
+def mask_query(text: str, pattern: re.Pattern[str]) -> str:
+    """``text`` with the value of every sensitive query parameter ``pattern`` (``query_pattern``) finds masked."""
+    if "=" not in text:
+        return text
+    return pattern.sub(lambda m: f"{m['name']}{MASK}", text)
+
+
+def query_credentials(text: str, pattern: re.Pattern[str]) -> list[str]:
+    """The values of the sensitive query parameters in ``text``, masked ones included (as ``MASK``)."""
+    return [m["value"] for m in pattern.finditer(text)] if "=" in text else []

@@ -5,6 +5,9 @@ service's catalog: bundled, registered and inline documents). It masks, anywhere
 
 - the value of a sensitive header (``RedactionRules``: Authorization, Proxy-Authorization, Cookie, api-key,
   x-api-key and the names a setting adds, case-insensitively) in any ``headers`` mapping;
+- the value of a query parameter with a sensitive name (``api_key``, ``key``, ``token``, ``sig``… and the names a
+  setting adds) in any string (``request.path: /v1/x?api_key=…``), and in a ``query`` mapping;
+- in a request ``body`` or ``extra_body``, a string under a key named like a sensitive header or query parameter;
 - the password (or the user part without a password) of every URL in a string: the target URL, a proxy's
   upstream, a URL in a description.
 
@@ -19,34 +22,69 @@ hash is the masked document's, naming the document without its credentials.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from cliffwatch.domain.errors import CliffwatchError, Problem
-from cliffwatch.domain.masking import MASK, mask_url, url_credentials
+from cliffwatch.domain.masking import (
+    DEFAULT_SENSITIVE_QUERY,
+    MASK,
+    mask_query,
+    mask_url,
+    query_credentials,
+    query_pattern,
+    url_credentials,
+)
 
 DEFAULT_SENSITIVE_HEADERS = ("authorization", "proxy-authorization", "cookie", "api-key", "x-api-key")
 HEADERS_KEY = "headers"
+QUERY_KEY = "query"
+BODY_KEYS = ("body", "extra_body")
 Path = tuple[str | int, ...]
 
 
 @dataclass(frozen=True, kw_only=True)
 class RedactionRules:
-    """Which header names carry credentials (compared in lower case)."""
+    """Which header and query parameter names carry credentials (compared in lower case)."""
 
     sensitive_headers: frozenset[str] = field(default_factory=lambda: frozenset(DEFAULT_SENSITIVE_HEADERS))
+    sensitive_query: frozenset[str] = field(default_factory=lambda: frozenset(DEFAULT_SENSITIVE_QUERY))
 
     @classmethod
-    def adding(cls, names: Iterable[str]) -> RedactionRules:
-        """The default names and ``names``."""
-        return cls(sensitive_headers=frozenset(DEFAULT_SENSITIVE_HEADERS) | {n.strip().lower() for n in names})
+    def adding(cls, names: Iterable[str], query: Iterable[str] = ()) -> RedactionRules:
+        """The default names and ``names`` (headers), ``query`` (query parameters)."""
+        return cls(sensitive_headers=frozenset(DEFAULT_SENSITIVE_HEADERS) | {n.strip().lower() for n in names},
+                   sensitive_query=frozenset(DEFAULT_SENSITIVE_QUERY) | {n.strip().lower() for n in query})  # fmt: skip
 
     def is_sensitive(self, header: str) -> bool:
         return header.lower() in self.sensitive_headers
+
+    def is_sensitive_param(self, name: str) -> bool:
+        return name.lower() in self.sensitive_query
+
+    @property
+    def query(self) -> re.Pattern[str]:
+        """Finds the sensitive query parameters' values in a string (``masking.query_pattern``)."""
+        return _query_pattern(self.sensitive_query)
+
+    def mask_text(self, text: str) -> str:
+        """``text`` with its URLs' passwords and its sensitive query parameters' values masked."""
+        return mask_query(mask_url(text), self.query)
+
+    def credentials_in(self, text: str) -> list[str]:
+        """The credentials ``mask_text`` would mask in ``text`` (the mask itself included where it stands)."""
+        return url_credentials(text) + query_credentials(text, self.query)
+
+
+@functools.lru_cache(maxsize=16)
+def _query_pattern(names: frozenset[str]) -> re.Pattern[str]:
+    return query_pattern(names)
 
 
 DEFAULT_RULES = RedactionRules()
@@ -102,29 +140,28 @@ def redact_document(document: Mapping[str, Any], rules: RedactionRules = DEFAULT
     credentials: list[Credential] = []
     problems: list[Problem] = []
 
-    def walk(value: Any, path: Path, header: str | None) -> Any:
+    def walk(value: Any, path: Path, sensitive: bool) -> Any:
         if isinstance(value, Mapping):
-            in_headers = bool(path) and path[-1] == HEADERS_KEY
-            return {k: walk(v, (*path, k), k if in_headers and isinstance(k, str) else None) for k, v in value.items()}
+            return {k: walk(v, (*path, k), _sensitive(path, k, rules)) for k, v in value.items()}
         if isinstance(value, list | tuple):
-            return [walk(v, (*path, i), None) for i, v in enumerate(value)]
+            return [walk(v, (*path, i), False) for i, v in enumerate(value)]
         if not isinstance(value, str):
             return value
-        if header is not None and rules.is_sensitive(header):
+        if sensitive:
             if value == MASK:
                 problems.append(Problem(path=_dotted(path), message=_MASK_SENT))
                 return value
             credentials.append(Credential(path=path, value=value))
             return MASK
-        found = url_credentials(value)
+        found = rules.credentials_in(value)
         if MASK in found:
             problems.append(Problem(path=_dotted(path), message=_MASK_SENT))
         elif found:
             credentials.append(Credential(path=path, value=value))
-            return mask_url(value)
+            return rules.mask_text(value)
         return value
 
-    masked = walk(document, (), None)
+    masked = walk(document, (), False)
     assert isinstance(masked, Mapping)
     return Redaction(document=masked, credentials=tuple(credentials), problems=tuple(problems))
 
@@ -138,7 +175,7 @@ def restore(document: Mapping[str, Any], credentials: Iterable[Credential]) -> d
         try:
             for key in parents:
                 node = node[key]
-            if node[last] != mask_url(credential.value) and node[last] != MASK:
+            if not _masks(node[last], credential.value):
                 raise KeyError(last)
         except (KeyError, IndexError, TypeError) as exc:
             where = _dotted(credential.path)
@@ -146,6 +183,27 @@ def restore(document: Mapping[str, Any], credentials: Iterable[Credential]) -> d
         node[last] = credential.value
     assert isinstance(restored, dict)
     return restored
+
+
+def _sensitive(path: Path, key: object, rules: RedactionRules) -> bool:
+    """Whether the string under ``key`` of the mapping at ``path`` is a credential by its name: a sensitive header,
+    a sensitive query parameter, or either name as a key of a request body."""
+    if not isinstance(key, str) or not path:
+        return False
+    if path[-1] == HEADERS_KEY:
+        return rules.is_sensitive(key)
+    if path[-1] == QUERY_KEY:
+        return rules.is_sensitive_param(key)
+    return any(part in BODY_KEYS for part in path) and (rules.is_sensitive(key) or rules.is_sensitive_param(key))
+
+
+def _masks(shown: object, value: str) -> bool:
+    """Whether ``shown`` is ``value`` masked (whole, or in parts: each ``MASK`` standing for some text), whatever
+    rules masked it (the settings may have named more parameters since)."""
+    if not isinstance(shown, str):
+        return False
+    pattern = ".*?".join(map(re.escape, shown.split(MASK)))
+    return re.fullmatch(pattern, value, re.DOTALL) is not None
 
 
 _MASK_SENT = (

@@ -2,8 +2,10 @@
 
 ``{secret: env:NAME}`` is the environment variable NAME of the process that executes the run;
 ``{secret: file:/path}`` the content of a file (the ``_FILE`` convention of containers: a Docker or
-Kubernetes secret mounted as a file), one trailing newline stripped. Here a reference is only parsed and
-checked as a reference (its form, its scheme, a variable name or an absolute path); reading it is the
+Kubernetes secret mounted as a file), one trailing newline stripped. A reference may stand for a header's
+value, a query parameter's (``request.query``) or any string of a request body (``body``, ``extra_body``).
+Here a reference is only parsed and checked as a reference (its form, its scheme, a variable name or an
+absolute path); reading it is the
 ``SecretResolver`` port's job, done where the run is executed, at its start (``services.secrets``).
 Messages never quote what was written in place of a reference: it may be the secret itself, put there
 by mistake.
@@ -12,9 +14,11 @@ by mistake.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
+from urllib.parse import quote, urlencode
 
 from cliffwatch.domain.errors import CliffwatchError
 from cliffwatch.domain.validation import Problems
@@ -105,6 +109,58 @@ def env_name_allowed(name: str, patterns: Iterable[str]) -> bool:
     return any(name.startswith(p[:-1]) if p.endswith("*") else name == p for p in patterns)
 
 
+def is_body_reference(value: object) -> bool:
+    """Whether a value of a request body is a reference: a mapping of the one key ``secret`` whose string names a
+    scheme (``{secret: "env:NAME"}``, ``{secret: "file:/path"}``). Any other mapping, ``{secret: "hello"}`` among
+    them, is part of the body as written."""
+    if not is_reference(value):
+        return False
+    assert isinstance(value, Mapping)
+    text = value[SECRET_KEY]
+    return isinstance(text, str) and text.partition(":")[0] in tuple(SecretScheme) and ":" in text
+
+
+def body_references(value: object, path: str, problems: Problems) -> list[tuple[str, SecretRef]]:
+    """Every reference in a request body (``body``, ``extra_body``) with its path, each checked as a reference
+    (its problems recorded at its path)."""
+    found: list[tuple[str, SecretRef]] = []
+    stack: list[tuple[object, str]] = [(value, path)]
+    while stack:
+        item, where = stack.pop()
+        if is_body_reference(item):
+            reference = parse_reference(item, where, problems)
+            if reference is not None:
+                found.append((where, reference))
+        elif isinstance(item, Mapping):
+            stack += [(v, f"{where}.{k}") for k, v in reversed(list(item.items()))]
+        elif isinstance(item, list | tuple):
+            stack += [(v, f"{where}[{i}]") for i, v in reversed(list(enumerate(item)))]
+    return found
+
+
+def with_body_secrets(value: Any, read: Callable[[SecretRef], str]) -> Any:
+    """A copy of a request body with each reference replaced by what ``read`` gives for it (a body without
+    references is returned as it is)."""
+    if is_body_reference(value):
+        problems = Problems()
+        reference = parse_reference(value, "body", problems)
+        if reference is None:
+            raise CliffwatchError(
+                "a secret reference in a request body is malformed: " + "; ".join(p.message for p in problems.items)
+            )
+        return read(reference)
+    if isinstance(value, Mapping):
+        return {k: with_body_secrets(v, read) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [with_body_secrets(v, read) for v in value]
+    return value
+
+
+def unresolved_body(value: object) -> bool:
+    """Whether a request body still holds a reference (a bug: the run's start reads every one before sending)."""
+    return bool(body_references(value, "body", Problems()))
+
+
 def sendable_headers(headers: Iterable[tuple[str, str | SecretRef]]) -> dict[str, str]:
     """The headers as they are sent; raises ``CliffwatchError`` if a reference was never resolved (a bug:
     the run's start resolves every one before anything is sent)."""
@@ -114,3 +170,16 @@ def sendable_headers(headers: Iterable[tuple[str, str | SecretRef]]) -> dict[str
             raise CliffwatchError(f"target.request.headers.{name}: the secret {value} was not resolved")
         out[name] = value
     return out
+
+
+def sendable_path(path: str, query: Iterable[tuple[str, str | SecretRef]]) -> str:
+    """``path`` with ``query``'s parameters added to its own query, percent-encoded; raises ``CliffwatchError`` if
+    a reference was never resolved (a bug: the run's start resolves every one before anything is sent)."""
+    pairs = []
+    for name, value in query:
+        if isinstance(value, SecretRef):
+            raise CliffwatchError(f"target.request.query.{name}: the secret {value} was not resolved")
+        pairs.append((name, value))
+    if not pairs:
+        return path
+    return path + ("&" if "?" in path else "?") + urlencode(pairs, quote_via=quote)

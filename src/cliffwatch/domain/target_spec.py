@@ -19,7 +19,7 @@ from cliffwatch.domain.distributions import Distribution, parse_distribution
 from cliffwatch.domain.masking import mask_url
 from cliffwatch.domain.metrics_spec import MetricsSpec, parse_metrics
 from cliffwatch.domain.prompt_sizing import SERVER
-from cliffwatch.domain.secrets import SecretRef, parse_reference
+from cliffwatch.domain.secrets import SecretRef, body_references, parse_reference
 from cliffwatch.domain.target_model import TargetModel, parse_target_model
 from cliffwatch.domain.validation import Problems, Reader, short_repr
 
@@ -58,6 +58,7 @@ class RequestTemplate:
     path: str
     # A value is the header itself or a reference to a secret, read at the run's start (domain.secrets).
     headers: tuple[tuple[str, str | SecretRef], ...] = ()
+    query: tuple[tuple[str, str | SecretRef], ...] = ()  # added to the path's query, a value or a reference each
     model: str | None = None
     prompt_tokens: Distribution | None = None
     max_tokens: Distribution | None = None
@@ -207,6 +208,7 @@ def _parse_request(reader: Reader, api: str | None) -> RequestTemplate | None:
         reader.error("path", "must start with '/'")
         path = None
     headers = parse_headers(reader)
+    query = parse_query(reader)
     if openai:
         model = reader.string("model")
         prompt = parse_distribution(reader.raw("prompt_tokens", 128), reader.child("prompt_tokens"), reader.problems,
@@ -227,12 +229,14 @@ def _parse_request(reader: Reader, api: str | None) -> RequestTemplate | None:
             reader.error("tokenizer", "must be a path")
             tokenizer = None
         extra = reader.raw("extra_body", None)
-        extra_ok = extra is None or check_json(extra, reader.child("extra_body"), reader.problems)
+        extra_ok = extra is None or check_body(extra, reader.child("extra_body"), reader.problems)
         if extra is not None and not isinstance(extra, Mapping):
             reader.error("extra_body", "must be a mapping")
             extra_ok = False
         reader.done()
         if None in (method, path, model, prompt, max_tokens, stream, usage) or headers is None or not extra_ok:
+            return None
+        if query is None:
             return None
         if (reader.has("tokenizer") and tokenizer is None) or (reader.has("dataset") and dataset is None):
             return None
@@ -240,6 +244,7 @@ def _parse_request(reader: Reader, api: str | None) -> RequestTemplate | None:
             method=method,
             path=path,
             headers=headers,
+            query=query,
             model=model,
             prompt_tokens=prompt,
             max_tokens=max_tokens,
@@ -250,11 +255,46 @@ def _parse_request(reader: Reader, api: str | None) -> RequestTemplate | None:
             dataset=dataset,
         )
     body = reader.raw("body", None)
-    body_ok = check_json(body, reader.child("body"), reader.problems)
+    body_ok = check_body(body, reader.child("body"), reader.problems)
     reader.done()
-    if method is None or path is None or headers is None or not body_ok:
+    if method is None or path is None or headers is None or query is None or not body_ok:
         return None
-    return RequestTemplate(method=method, path=path, headers=headers, stream=False, body=body)
+    return RequestTemplate(method=method, path=path, headers=headers, query=query, stream=False, body=body)
+
+
+def check_body(value: object, path: str, problems: Problems) -> bool:
+    """Whether ``value`` can be sent as a JSON body once its secret references (``{secret: env:NAME}`` as any
+    string's value) are read; records the first part that cannot, and every malformed reference."""
+    before = len(problems.items)
+    body_references(value, path, problems)
+    return check_json(value, path, problems) and len(problems.items) == before
+
+
+def parse_query(reader: Reader) -> tuple[tuple[str, str | SecretRef], ...] | None:
+    """``request.query``: parameter names to values (a string, a number, true/false) or secret references, added to
+    the path's own query when a request is sent; None when any is not one of those."""
+    query = reader.mapping("query", None)
+    if query is None:
+        return None if reader.has("query") else ()
+    out: list[tuple[str, str | SecretRef]] = []
+    for key, value in query.data.items():
+        query.raw(key)
+        if not key or any(not c.isprintable() for c in key):
+            query.error(key, "is not a valid query parameter name")
+        elif isinstance(value, Mapping):
+            reference = parse_reference(value, query.child(key), query.problems)
+            if reference is not None:
+                out.append((key, reference))
+        elif isinstance(value, bool):
+            out.append((key, "true" if value else "false"))
+        elif isinstance(value, int | float) and math.isfinite(value):
+            out.append((key, str(value)))
+        elif not isinstance(value, str) or any(c in value for c in "\r\n\0"):
+            query.error(key, "must be a single-line string, a number, true/false or a secret reference")
+        else:
+            out.append((key, value))
+    query.done()
+    return tuple(out) if len(out) == len(query.data) else None
 
 
 def check_json(value: object, path: str, problems: Problems) -> bool:

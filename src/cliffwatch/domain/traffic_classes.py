@@ -40,7 +40,7 @@ from cliffwatch.domain.target_spec import (
     Api,
     RequestTemplate,
     Target,
-    check_json,
+    check_body,
     parse_headers,
 )
 from cliffwatch.domain.trace import TraceArrival
@@ -165,7 +165,7 @@ def _parse_request(reader: Reader, target: Target) -> RequestTemplate | None:
     headers = _merged_headers(base.headers, parse_headers(reader))
     if target.api is Api.HTTP:
         body = reader.raw("body", base.body)
-        body_ok = check_json(body, reader.child("body"), reader.problems)
+        body_ok = check_body(body, reader.child("body"), reader.problems)
         reader.done()
         if headers is None or not body_ok:
             return None
@@ -180,7 +180,7 @@ def _parse_request(reader: Reader, target: Target) -> RequestTemplate | None:
         max_tokens = parse_distribution(reader.raw("max_tokens"), reader.child("max_tokens"), reader.problems,
                                         maximum=MAX_OUTPUT_TOKENS)  # fmt: skip
     extra = reader.raw("extra_body", None)
-    extra_ok = extra is None or (isinstance(extra, Mapping) and check_json(extra, reader.child("extra_body"),
+    extra_ok = extra is None or (isinstance(extra, Mapping) and check_body(extra, reader.child("extra_body"),
                                                                            reader.problems))  # fmt: skip
     if extra is not None and not isinstance(extra, Mapping):
         reader.error("extra_body", "must be a mapping")

@@ -54,6 +54,9 @@ class LocalRuns(Protocol):
 
     def release_local(self) -> None: ...
 
+    def unrecorded_stop(self) -> str | None:
+        """The reason of an emergency stop this instance holds that the database has not recorded, or None."""
+
 
 class TargetPolicy(Protocol):
     async def check(self, url: str) -> str | None:
@@ -139,6 +142,9 @@ class RunsService:
     async def _checked(self, request: RunRequest) -> tuple[Run, Identified | None]:
         """The run a request would make and the inline document it carries (identified, to be kept), every
         check but the quotas passed; nothing stored."""
+        held = None if self.local is None else self.local.unrecorded_stop()
+        if held is not None:  # the database does not know it yet, so its own check below would let the run in
+            raise EmergencyStopNotRecorded([], reason=held)
         stop = await self.control.emergency_stop()
         if stop is not None:
             raise EmergencyStopActive(stop)
@@ -214,17 +220,7 @@ class RunsService:
         return sweep_warnings(_resolved(version, run.overrides), run.sweep)
 
     async def _check_targets(self, scenario: Scenario) -> None:
-        # A proxy's upstream defaults to the target, checked as the target (the built-in one is ours).
-        urls = [] if scenario.target.is_builtin else [scenario.target.url]
-        urls += [f"http://{p.upstream}" for p in scenario.proxies if p.upstream is not None]
-        for url in urls:
-            reason = await self.policy.check(url)
-            if reason is not None:
-                raise TargetNotAllowed(url, reason)
-        for proxy in scenario.proxies:
-            reason = await self.policy.check_listen(proxy.listen)
-            if reason is not None:
-                raise TargetNotAllowed(f"http://{proxy.listen}", f"proxy {proxy.name} listen address: {reason}")
+        await check_places(scenario, self.policy)
 
     async def get(self, run_id: str) -> Run:
         run = await self.runs.get_run(run_id)
@@ -280,7 +276,18 @@ class RunsService:
         return list(stopped.values())
 
     async def release_stop(self) -> None:
-        await self.control.set_emergency_stop(None)
+        """Releases the emergency stop, and aborts every run still queued: none was accepted while it was on, so
+        each crossed it. A stop this instance held without the database knowing is released the same way: runs
+        queued through other instances meanwhile never saw it, and must not fire now (``StoreUnavailable`` when the
+        database cannot be reached; the stop then stays)."""
+        held = None if self.local is None else self.local.unrecorded_stop()
+        await self.control.set_emergency_stop(None)  # a recorded stop: the store aborts the queued runs with it
+        if held is not None:
+            for run in await self.runs.active_runs():
+                if run.status is RunStatus.QUEUED:
+                    await self.runs.request_abort(run.id, held)
+            log.warning("emergency stop released; it was never recorded, so the runs queued under it were aborted",
+                        reason=held)  # fmt: skip
         if self.local is not None:
             self.local.release_local()
 
@@ -306,3 +313,23 @@ def _resolved(version: ScenarioVersion, overrides: Overrides) -> Scenario:
     base = parse_scenario(version.document, source=f"{version.name}@{version.content_hash[:12]}")
     o = overrides
     return with_overrides(base, target_url=o.target_url, seed=o.seed, threshold=o.threshold)
+
+
+async def check_places(scenario: Scenario, policy: TargetPolicy) -> None:
+    """Raises ``TargetNotAllowed``, naming the field, for the first place of ``scenario`` that ``policy`` refuses:
+    its target (the built-in one is ours), its metrics page (scraped all run long, so judged like the target), each
+    proxy's upstream (the target's unless it names another) and listen address."""
+    urls = [] if scenario.target.is_builtin else [("target.url", scenario.target.url)]
+    if scenario.target.metrics_url is not None:
+        urls.append(("target.metrics.url", scenario.target.metrics_url))
+    urls += [(f"proxies[{i}].upstream", f"http://{p.upstream}") for i, p in enumerate(scenario.proxies)
+             if p.upstream is not None]  # fmt: skip
+    for named, url in urls:
+        reason = await policy.check(url)
+        if reason is not None:
+            raise TargetNotAllowed(url, reason, field=named)
+    for index, proxy in enumerate(scenario.proxies):
+        reason = await policy.check_listen(proxy.listen)
+        if reason is not None:
+            raise TargetNotAllowed(f"http://{proxy.listen}", f"proxy {proxy.name} listen address: {reason}",
+                                   field=f"proxies[{index}].listen")  # fmt: skip

@@ -168,6 +168,11 @@ class Worker:
         """Lets this instance claim runs again (the database's emergency stop, if set, still holds)."""
         self._stopped = None
 
+    def unrecorded_stop(self) -> str | None:
+        """The emergency stop this instance holds until the database records it (``stop_local`` … ``release_local``:
+        the service releases it here once the stop is recorded), or None."""
+        return self._stopped
+
     async def shutdown(self, grace_s: float) -> None:
         """Stops claiming, interrupts every run (faults rolled back), and waits up to ``grace_s`` for them to
         record their end; what is still going then is cancelled (and recorded as interrupted if it can)."""

@@ -13,8 +13,11 @@ from typing import Any
 import pytest
 
 from cliffwatch.adapters import target_access
+from cliffwatch.adapters.network import control_planes
+from cliffwatch.adapters.network.control_planes import CONTROL_PLANES
 from cliffwatch.adapters.target_access import Destinations, ensure_allowed, first_reachable
 from cliffwatch.domain.allowlist import DEFAULT_ALLOWLIST, Allowlist, parse_allowlist
+from cliffwatch.domain.deny_list import ALWAYS_DENIED, database_rules, rule_for
 from cliffwatch.domain.errors import CliffwatchError, TargetNotAllowed
 
 
@@ -165,3 +168,50 @@ async def test_a_place_is_looked_up_once_refused_or_admitted_and_at_once_shared(
     pins = await asyncio.gather(*(destinations.admit("http://here.example/y") for _ in range(5)))
     assert pins == [("127.0.0.1",)] * 5
     assert asked == ["elsewhere.example", "here.example"]
+
+
+async def test_a_control_plane_this_process_runs_is_refused_while_it_runs_and_only_then() -> None:
+    """A private Toxiproxy (or a joined Ray cluster) is denied to every check of this process while it is held,
+    at its port on every loopback address, whatever the allowlist says; released, the place is a target again."""
+    allowlist = _allowlist("127.0.0.0/8", "::1")
+    rule = rule_for("127.0.0.1", 18999, "cliffwatch's Toxiproxy API (a private one this process started)")
+    with CONTROL_PLANES.holding(rule):
+        for url in ("http://127.0.0.1:18999/reset", "http://127.0.0.7:18999", "http://[::1]:18999"):
+            with pytest.raises(TargetNotAllowed, match="a private one this process started") as caught:
+                await ensure_allowed(url, allowlist, field="target.url")
+            assert str(caught.value).startswith(f"target.url: {url} is not allowed: ")
+        await ensure_allowed("http://127.0.0.1:18998", allowlist)
+        assert rule in Destinations(allowlist).shared_allowlist().denied.rules  # what a worker process judges by
+    await ensure_allowed("http://127.0.0.1:18999", allowlist)
+
+
+async def test_a_place_a_control_plane_took_after_it_was_admitted_is_refused_on_recheck() -> None:
+    """A private Toxiproxy binds a free port after the target was admitted: if that port is the target's, the run
+    is refused before any load; places cliffwatch opened itself (the built-in target) are never refused."""
+    destinations = Destinations(_allowlist())
+    await destinations.admit("http://127.0.0.1:18997")
+    destinations.own("http://127.0.0.1:18996")
+    await destinations.recheck()
+    taken = rule_for("127.0.0.1", 18997, "cliffwatch's Toxiproxy API")
+    with CONTROL_PLANES.holding(taken), pytest.raises(TargetNotAllowed, match=r":18997 is cliffwatch's Toxiproxy"):
+        await destinations.recheck()
+    with CONTROL_PLANES.holding(rule_for("127.0.0.1", 18996, "cliffwatch's Toxiproxy API")):
+        await destinations.recheck()
+
+
+async def test_a_denied_name_is_looked_up_and_its_addresses_are_denied_under_any_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The database is configured by name: another name resolving to the same address is refused at its port."""
+
+    async def lookup(host: str, port: int | None, **kwargs: Any) -> list[Any]:
+        address = {"db.test": "127.0.0.44", "alias.test": "127.0.0.44"}[host]
+        return [(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP, "", (address, port or 0))]
+
+    monkeypatch.setattr(asyncio.get_running_loop(), "getaddrinfo", lookup)
+    monkeypatch.setattr(control_planes, "_answers", {})
+    allowlist = _allowlist("127.0.0.0/8").denying(ALWAYS_DENIED.adding(database_rules("postgresql://u@db.test/cw")))
+    with pytest.raises(TargetNotAllowed, match=r"alias\.test:5432 \(resolves to 127\.0\.0\.44\) is cliffwatch's data"):
+        await ensure_allowed("http://alias.test:5432", allowlist)
+    with pytest.raises(TargetNotAllowed, match="cliffwatch's database"):
+        await ensure_allowed("http://127.0.0.1:5432", allowlist)  # on this host: every loopback address

@@ -90,7 +90,7 @@ def test_a_refusal_names_the_addresses_a_host_resolved_to() -> None:
         ("10.0.0.0/8:8000", "svc.internal", 9000, ("10.3.3.3",), False),
         ("192.168.1.5", "192.168.1.5", 80, (), True),
         ("192.168.1.5", "192.168.1.6", 80, (), False),
-        ("fe80::1", "fe80::1%eth0", 80, (), True),  # a zone index does not change the address
+        ("fd00::1", "fd00::1%eth0", 80, (), True),  # a zone index does not change the address
     ],
 )
 def test_configured_entries(entry: str, host: str, port: int, addresses: tuple[str, ...], allowed: bool) -> None:

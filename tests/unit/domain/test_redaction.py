@@ -185,3 +185,50 @@ def test_header_values_in_free_text_are_masked() -> None:
 
     masked = "sent Authorization: ***\n{'X-Api-Key': '***', 'accept': 'a'} and cookie=***"
     assert mask_headers_in_text(text, pattern) == masked
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("/v1/x?api_key=sk-1&page=2", "/v1/x?api_key=***&page=2"),
+        ("/v1/x?page=2&KEY=AIza-1#top", "/v1/x?page=2&KEY=***#top"),
+        (
+            "https://bucket.s3/o?X-Amz-Signature=abc&X-Amz-Date=1",
+            "https://bucket.s3/o?X-Amz-Signature=***&X-Amz-Date=1",
+        ),
+        ("https://acct.blob/c?sv=1&sig=Zm9v%3D", "https://acct.blob/c?sv=1&sig=***"),
+        ("/v1/x?monkey=1&keys=2&api_key=", "/v1/x?monkey=1&keys=2&api_key="),  # other names, and nothing to mask
+        ("no query at all: key=value", "no query at all: key=value"),
+    ],
+)
+def test_sensitive_query_parameters_are_masked_in_any_string(text: str, shown: str) -> None:
+    assert DEFAULT_RULES.mask_text(text) == shown
+
+
+def test_query_and_body_credentials_are_masked_kept_apart_and_put_back_for_the_run() -> None:
+    """A key in `path`, a sensitive `query` value and a body string under a sensitive key (`extra_body` too) are
+    masked; put back, the document is the one sent; a setting adds parameter names."""
+    written = document()
+    written["target"]["request"] |= {
+        "path": "/v1/chat/completions?api_key=sk-path&x=1",
+        "query": {"access_token": "tok-q", "limit": "10", "Custom": "c-1"},
+        "extra_body": {"token": "tok-body", "nested": [{"client_secret": "cs-1"}], "top_k": 4},
+    }
+    rules = RedactionRules.adding((), query=("custom",))
+    redaction = redact_document(written, rules)
+    request = redaction.document["target"]["request"]
+
+    assert request["path"] == "/v1/chat/completions?api_key=***&x=1"
+    assert request["query"] == {"access_token": MASK, "limit": "10", "Custom": MASK}
+    assert request["extra_body"] == {"token": MASK, "nested": [{"client_secret": MASK}], "top_k": 4}
+    assert restore(redaction.document, redaction.credentials) == written
+    assert redact_document(written).document["target"]["request"]["query"]["Custom"] == "c-1"
+
+
+def test_a_credential_masked_under_other_rules_still_fits_its_document() -> None:
+    """A version stored before a setting named more parameters still gets its credentials back."""
+    stored = {"path": "/v1?api_key=***&custom=c-1"}
+    credential = Credential(path=("path",), value="/v1?api_key=sk-1&custom=c-1")
+    assert restore(stored, [credential]) == {"path": "/v1?api_key=sk-1&custom=c-1"}
+    with pytest.raises(CliffwatchError, match="does not fit"):
+        restore({"path": "/v2?api_key=***"}, [credential])

@@ -108,3 +108,44 @@ def test_headers_with_an_unread_reference_are_never_sent() -> None:
     assert sendable_headers([("A", "1")]) == {"A": "1"}
     with pytest.raises(Exception, match="the secret env:TARGET_KEY was not resolved"):
         sendable_headers([("Authorization", SecretRef(scheme=SecretScheme.ENV, name="TARGET_KEY"))])
+
+
+def plain(request: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": "refs",
+        "target": {"url": "http://127.0.0.1:8000", "api": "http", "request": request},
+        "slo": {"e2e_ms": 500, "timeout_ms": 1000},
+        "phases": [CALM],
+    }
+
+
+def test_query_parameters_take_values_or_references_and_bad_ones_are_named() -> None:
+    """`request.query` maps names to strings, numbers, true/false or references; anything else is a problem at
+    its name, a malformed reference too, and the written value is never quoted."""
+    scenario = parse_scenario(plain({"query": {"key": {"secret": "env:TARGET_KEY"}, "n": 2, "on": True, "q": "a b"}}))
+    assert scenario.target.request.query == (
+        ("key", SecretRef(scheme=SecretScheme.ENV, name="TARGET_KEY")), ("n", "2"), ("on", "true"), ("q", "a b"),
+    )  # fmt: skip
+    found = problems(plain({"query": {"key": {"secret": f"vault:{SECRET}"}, "x": [1], "y": "a\nb", "": "z"}}))
+    assert found == [
+        "target.request.query.key: a secret reference must be env:NAME or file:/absolute/path (its scheme one of "
+        "env, file)",
+        "target.request.query.x: must be a single-line string, a number, true/false or a secret reference",
+        "target.request.query.y: must be a single-line string, a number, true/false or a secret reference",
+        "target.request.query: is not a valid query parameter name",
+    ]
+    assert not any(SECRET in p for p in found)
+
+
+def test_a_body_string_may_be_a_reference_and_a_malformed_one_is_named_by_its_path() -> None:
+    """Only a mapping of the one key `secret` naming a scheme (`env:`, `file:`) is a reference; `{secret: "x"}`
+    is part of the body as written. A reference to cliffwatch's own settings is refused where it stands."""
+    scenario = parse_scenario(plain({"body": {"k": {"secret": "env:TARGET_K"}, "v": {"secret": "plain words"}}}))
+    assert scenario.target.request.body == {"k": {"secret": "env:TARGET_K"}, "v": {"secret": "plain words"}}
+    found = problems(plain({"body": {"list": [{"secret": "env:CLIFFWATCH_DATABASE_URL"}],
+                                     "deep": {"x": {"secret": "file:relative/path"}}}}))  # fmt: skip
+    assert found == [
+        "target.request.body.list[0]: a secret reference must not name cliffwatch's own settings (CLIFFWATCH_*)",
+        "target.request.body.deep.x: a secret reference file:PATH must give an absolute path of printable "
+        "characters (at most 4096)",
+    ]

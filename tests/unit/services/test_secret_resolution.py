@@ -73,3 +73,49 @@ def test_the_url_password_and_sensitive_literals_are_secret_values_too() -> None
     assert secret_values(written, resolve_secrets(written, InMemorySecrets()), DEFAULT_RULES) == [
         "pw-123", "literal-key"
     ]  # fmt: skip
+
+
+def plain(request: dict[str, Any]) -> Any:
+    return parse_scenario({
+        "name": "refs",
+        "target": {"url": "http://127.0.0.1:8000", "api": "http", "request": {"method": "POST", **request}},
+        "slo": {"e2e_ms": 500, "timeout_ms": 1000},
+        "phases": [{"name": "calm", "role": "baseline", "duration_s": 1,
+                    "arrival": {"process": "constant", "rate": 1}}],
+    })  # fmt: skip
+
+
+def test_references_in_the_query_and_the_body_are_replaced_and_masked_in_log_lines() -> None:
+    """A query parameter's reference and a body string's reference (at any depth, in lists too) send the secret;
+    each is a value log lines mask, as are the literal values under sensitive names."""
+    written = plain({"path": "/v1?api_key=literal-path-key", "query": {"sig": {"secret": "env:TARGET_SIG"}, "n": 1},
+                     "body": {"auth": [{"token": {"secret": "file:/run/secrets/t"}}], "password": "literal-pw",
+                              "note": {"secret": "not a reference"}}})  # fmt: skip
+    secrets = InMemorySecrets({"env:TARGET_SIG": "sig-0123", "file:/run/secrets/t": "tok-4567"})
+
+    resolved = resolve_secrets(written, secrets)
+
+    assert resolved.target.request.query == (("sig", "sig-0123"), ("n", "1"))
+    assert resolved.target.request.body == {"auth": [{"token": "tok-4567"}], "password": "literal-pw",
+                                            "note": {"secret": "not a reference"}}  # fmt: skip
+    assert set(secret_values(written, resolved, DEFAULT_RULES)) == {"sig-0123", "tok-4567", "literal-pw",
+                                                                    "literal-path-key"}  # fmt: skip
+
+
+def test_a_missing_query_or_body_secret_is_named_by_its_field() -> None:
+    """The problems name the query parameter and the body's path; a body secret may span lines, a query's not."""
+    written = plain(
+        {
+            "query": {"key": {"secret": "env:TARGET_KEY"}},
+            "body": {"a": {"b": {"secret": "env:TARGET_BODY"}}, "pem": {"secret": "env:TARGET_PEM"}},
+        }
+    )
+    secrets = InMemorySecrets({"env:TARGET_KEY": "one\ntwo", "env:TARGET_PEM": "-----BEGIN-----\nx\n-----END-----"})
+
+    with pytest.raises(SecretsUnavailable) as caught:
+        resolve_secrets(written, secrets)
+
+    message = str(caught.value)
+    assert "(2 problem(s))" in message
+    assert "target.request.query.key: env:TARGET_KEY holds a line break or NUL" in message
+    assert "target.request.body.a.b: env:TARGET_BODY is not set" in message

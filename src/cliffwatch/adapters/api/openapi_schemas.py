@@ -404,7 +404,7 @@ SCHEMAS: dict[str, Schema] = {
             "problems": {"type": "array", "items": PATH_PROBLEM},
         },
         required=("type", "title", "status", "detail"),
-        closed=False,  # extensions: target and reason (target-not-allowed), reason (emergency-stop)
+        closed=False,  # extensions: target, reason and field (target-not-allowed), reason (emergency-stop)
     ),
     "Overrides": OVERRIDES,
     "RunCreate": RUN_CREATE,

@@ -116,9 +116,8 @@ def _target_config_invalid(exc: TargetConfigInvalid) -> ApiError:
 
 
 def _target_not_allowed(exc: TargetNotAllowed) -> ApiError:
-    return ApiError(
-        422, "target-not-allowed", "Target not allowed", str(exc), extensions={"target": exc.url, "reason": exc.reason}
-    )
+    extensions = {"target": exc.url, "reason": exc.reason} | ({} if exc.field is None else {"field": exc.field})
+    return ApiError(422, "target-not-allowed", "Target not allowed", str(exc), extensions=extensions)
 
 
 def _schedule_invalid(exc: ScheduleInvalid) -> ApiError:

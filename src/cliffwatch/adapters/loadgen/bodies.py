@@ -24,8 +24,10 @@ from cliffwatch.adapters.dataset_files import LoadedDataset
 from cliffwatch.adapters.loadgen import prompts
 from cliffwatch.adapters.loadgen.token_prompts import PromptSource, WordCount
 from cliffwatch.domain.conversations import PREFIX_ID_BASE, PrefixSpec
+from cliffwatch.domain.errors import CliffwatchError
 from cliffwatch.domain.plan import PlannedRequest
 from cliffwatch.domain.scenario import Scenario
+from cliffwatch.domain.secrets import unresolved_body
 from cliffwatch.domain.target_spec import Api, RequestTemplate
 
 # Per process, random: no scenario can contain them by chance, so a split never lands in the user's values.
@@ -47,6 +49,8 @@ class RequestBodies:
         prefix: PrefixSpec | None = None,
     ) -> None:
         template = template or scenario.target.request  # a traffic class's own, or the target's
+        if unresolved_body(template.body) or unresolved_body(template.extra_body):
+            raise CliffwatchError("a request body still holds a secret reference: the run's start reads every one")
         self._source: PromptSource = source or WordCount(prompts.WORDS)
         self._dataset = dataset
         self._prefix = prefix

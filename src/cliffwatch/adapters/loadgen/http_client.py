@@ -42,7 +42,7 @@ from cliffwatch.domain.prompt_sizing import WORDS_SIZING, PromptSizing
 from cliffwatch.domain.rate_limit import TokenBucket
 from cliffwatch.domain.retry import FailureKind
 from cliffwatch.domain.scenario import Scenario
-from cliffwatch.domain.secrets import sendable_headers
+from cliffwatch.domain.secrets import sendable_headers, sendable_path
 from cliffwatch.domain.state_headers import readings, watched
 from cliffwatch.domain.target_spec import Api, RequestTemplate
 
@@ -84,7 +84,7 @@ class HttpExecutor:
         self.destinations = destinations or Destinations(_loopback())
         self.base_url = base_url.rstrip("/")
         template = scenario.target.request
-        self.url = self.base_url + template.path
+        self.url = self.base_url + sendable_path(template.path, template.query)  # every secret reference read
         self.method = template.method
         self.openai = scenario.target.api is not Api.HTTP
         self.stream = self.openai and template.stream

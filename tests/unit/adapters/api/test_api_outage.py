@@ -41,6 +41,9 @@ class Instance:
     def release_local(self) -> None:
         self.stopped = None
 
+    def unrecorded_stop(self) -> str | None:
+        return self.stopped
+
 
 @pytest.fixture
 async def served(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[tuple[Api, Instance, list[bool]]]:
@@ -113,3 +116,55 @@ async def test_a_token_never_seen_is_refused_while_the_database_is_down(
     reply = await api.call("GET", "/api/v1/stop-all", role=Role.VIEWER)
     assert reply.status == 503
     assert reply.body["type"].endswith(":store-unavailable")
+
+
+async def test_no_run_is_accepted_while_this_instance_holds_a_stop_the_database_has_not_recorded(
+    served: tuple[Api, Instance, list[bool]],
+) -> None:
+    """Stop-all while the database is down stops this instance; once the database answers again, a run asked of
+    this instance is refused (503, the same problem type) until the stop is recorded, not queued to fire on release."""
+    api, _, down = served
+    assert (await api.call("GET", "/api/v1/stop-all")).status == 200  # the admin token is known here
+    down[0] = True
+    stopped = await api.call("POST", "/api/v1/stop-all", json={"reason": "pager"})
+    assert stopped.body["type"].endswith(":emergency-stop-not-recorded")
+    down[0] = False
+    before = {run.id for run in await api.store.active_runs()}
+
+    reply = await api.call("POST", "/api/v1/runs", role=Role.OPERATOR, json={"scenario": "burst-storm"})
+
+    assert reply.status == 503
+    assert reply.body["type"].endswith(":emergency-stop-not-recorded")
+    assert "emergency stop: pager" in reply.body["detail"]
+    assert {run.id for run in await api.store.active_runs()} == before
+    assert (await api.call("POST", "/api/v1/stop-all", json={"reason": "pager"})).status == 200  # recorded now
+    refused = await api.call("POST", "/api/v1/runs", role=Role.OPERATOR, json={"scenario": "burst-storm"})
+    assert refused.body["type"].endswith(":emergency-stop")
+
+
+async def test_releasing_a_stop_that_was_never_recorded_aborts_the_runs_queued_under_it(
+    served: tuple[Api, Instance, list[bool]],
+) -> None:
+    """Another instance, which never saw the stop, queues a run while this one holds it unrecorded: releasing the
+    stop here aborts that run (it crossed the stop), and this instance may run again."""
+    api, instance, down = served
+    assert (await api.call("GET", "/api/v1/stop-all")).status == 200  # the admin token is known here
+    down[0] = True
+    stopped = await api.call("POST", "/api/v1/stop-all", json={"reason": "pager"})
+    assert stopped.body["type"].endswith(":emergency-stop-not-recorded")
+    down[0] = False
+    elsewhere = RunsService(runs=api.store, control=api.store, catalog=api.services.catalog,
+                            policy=AllowlistPolicy(api.settings.allowlist, listen=api.settings.proxy_listen),
+                            caps=api.settings.caps, now=api.clock)  # fmt: skip
+    crossed, _ = await elsewhere.submit(RunRequest(scenario="burst-storm"))
+
+    released = await api.call("DELETE", "/api/v1/stop-all")
+
+    assert released.status in (200, 204)
+    run = await api.store.get_run(crossed.id)
+    assert run is not None
+    assert run.status is RunStatus.ABORTED
+    assert run.abort_requested == "emergency stop: pager"
+    assert instance.stopped is None
+    later, _ = await elsewhere.submit(RunRequest(scenario="burst-storm"))
+    assert later.status is RunStatus.QUEUED

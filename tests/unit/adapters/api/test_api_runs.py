@@ -7,8 +7,9 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from api_harness import Api, small_scenario
+from api_harness import Api, build_parts, make_settings, serve, small_scenario
 
+from cliffwatch.domain.allowlist import parse_denied
 from cliffwatch.domain.metrics_spec import Engine, Signal
 from cliffwatch.domain.runs import Role
 from cliffwatch.domain.server_view import ServerSeries, ServerView
@@ -107,6 +108,55 @@ async def test_a_target_outside_the_allowlist_is_refused_with_the_reason(api: Ap
     assert reply.body["target"] == "http://10.0.0.1:8000"
     assert "allowlist" in reply.body["reason"]
     assert await api.store.active_runs() == []
+
+
+@pytest.mark.parametrize(
+    ("metrics", "field"),
+    [({"url": "http://10.0.0.1:9090/metrics"}, "target.metrics.url"), ({}, "target.url")],
+)
+async def test_a_metrics_page_outside_the_allowlist_is_refused_at_submit_naming_its_field(
+    api: Api, metrics: dict[str, str], field: str
+) -> None:
+    """The metrics page is scraped all run long, so it is judged like the target when the run is asked for (it
+    used to be answered 202 and the run to fail at its start); nothing is queued."""
+    document = small_scenario("scraped", target="http://127.0.0.1:8000" if metrics else "http://10.0.0.1:8000")
+    document["target"]["metrics"] = metrics
+    reply = await api.call("POST", "/api/v1/runs", json={"document": document})
+    assert reply.status == 422
+    assert reply.body["type"].endswith(":target-not-allowed")
+    assert reply.body["field"] == field
+    assert reply.body["detail"].startswith(f"{field}: http://10.0.0.1:")
+    assert "10.0.0.1" in reply.body["reason"]
+    assert await api.store.active_runs() == []
+
+
+@pytest.mark.parametrize(
+    ("url", "rule"),
+    [
+        ("http://127.0.0.1:18474", "cliffwatch's Toxiproxy API (CLIFFWATCH_TOXIPROXY_URL)"),
+        ("http://127.0.0.9:18474", "cliffwatch's Toxiproxy API (CLIFFWATCH_TOXIPROXY_URL)"),
+        ("http://127.0.0.1:25432", "cliffwatch's database (CLIFFWATCH_DATABASE_URL)"),
+        ("http://127.0.0.1:8265", "the Ray cluster's dashboard (CLIFFWATCH_RAY_ADDRESS, at its default port)"),
+        ("http://127.0.0.1:7000", "denied by CLIFFWATCH_DENIED_TARGETS (127.0.0.1:7000)"),
+    ],
+)
+async def test_a_target_on_the_deny_list_is_refused_naming_the_rule_though_loopback_is_allowed(
+    url: str, rule: str
+) -> None:
+    """cliffwatch's own control planes are on loopback, which the default allowlist admits: the deny list wins,
+    and the refusal names the rule that refused."""
+    rules, _ = parse_denied(["127.0.0.1:7000"])
+    settings = make_settings(toxiproxy_url="http://127.0.0.1:18474", ray_address="auto", denied_targets=rules,
+                             database_url="postgresql+asyncpg://cw:pw@localhost:25432/cw")  # fmt: skip
+    async with serve(await build_parts(settings), settings) as api:
+        reply = await api.call("POST", "/api/v1/runs", json={"document": small_scenario("planes", target=url)})
+        allowed = await api.call(
+            "POST", "/api/v1/runs", json={"document": small_scenario("fine", target="http://127.0.0.1:8000")}
+        )
+    assert reply.status == 422
+    assert reply.body["field"] == "target.url"
+    assert rule in reply.body["reason"]
+    assert allowed.status == 202
 
 
 @pytest.mark.parametrize("listen", ["0.0.0.0:18000", "[::]:0", "10.0.0.1:18000"])

@@ -109,3 +109,57 @@ async def test_an_override_url_with_a_password_is_refused(api: Api) -> None:
         assert reply.status == 422
         assert [p["path"] for p in reply.body["problems"]] == ["overrides.target_url"]
         assert PASSWORD not in str(reply.body)
+
+
+def with_keys_outside_headers(name: str = "queried", *, query: bool = True) -> dict[str, Any]:
+    """A plain-HTTP scenario whose keys sit in the path's query, in the body and (``query``) in ``request.query``."""
+    document = small_scenario(name, target="http://127.0.0.1:8000")
+    document["target"] = {"url": "http://127.0.0.1:8000", "api": "http", "request": {
+        "method": "POST", "path": "/v1/things?api_key=sk-path-0123&page=2",
+        "body": {"auth": {"token": "sk-body-89ab"}, "note": "kept"},
+    }}  # fmt: skip
+    if query:
+        document["target"]["request"]["query"] = {"key": "sk-query-4567", "limit": 5,
+                                                  "sig": {"secret": "env:TARGET_SIG"}}  # fmt: skip
+        document["target"]["request"]["body"]["password"] = {"secret": "env:TARGET_PW"}
+    return document
+
+
+async def test_a_key_in_the_path_or_the_body_is_never_shown_to_a_viewer(api: Api) -> None:
+    """The issue's reproduction: `request.path: …?api_key=…` and a body key were returned verbatim by
+    `GET /api/v1/scenarios/{name}?hash=`; both are masked now, and kept apart for the run."""
+    put = await api.call("PUT", "/api/v1/scenarios/pathed", json=with_keys_outside_headers("pathed", query=False))
+    assert put.status == 200, put.body
+    digest = put.body["content_hash"]
+
+    reply = await api.call("GET", "/api/v1/scenarios/pathed", role=Role.VIEWER, params={"hash": digest})
+
+    request = reply.body["document"]["target"]["request"]
+    assert request["path"] == "/v1/things?api_key=***&page=2"
+    assert request["body"] == {"auth": {"token": "***"}, "note": "kept"}
+    assert "sk-path-0123" not in str(reply.body)
+    assert "sk-body-89ab" not in str(reply.body)
+
+
+async def test_keys_in_the_query_and_the_body_are_never_shown_and_kept_for_the_run(api: Api) -> None:
+    """A key in `request.path` (`?api_key=…`), a sensitive `request.query` parameter and a body string under a
+    sensitive key are masked in every view of the version, references stay as written, and the store keeps the
+    keys apart for the run."""
+    put = await api.call("PUT", "/api/v1/scenarios/queried", json=with_keys_outside_headers())
+    assert put.status == 200, put.body
+    digest = put.body["content_hash"]
+
+    for role in Role:
+        reply = await api.call("GET", "/api/v1/scenarios/queried", role=role, params={"hash": digest})
+        request = reply.body["document"]["target"]["request"]
+        assert request["path"] == "/v1/things?api_key=***&page=2"
+        assert request["query"] == {"key": "***", "limit": 5, "sig": {"secret": "env:TARGET_SIG"}}
+        assert request["body"] == {"auth": {"token": "***"}, "note": "kept", "password": {"secret": "env:TARGET_PW"}}
+        for secret in ("sk-path-0123", "sk-query-4567", "sk-body-89ab"):
+            assert secret not in str(reply.body)
+    kept = await api.store.scenario_credentials("queried", digest)
+    assert {(c.path, c.value) for c in kept} == {
+        (("target", "request", "path"), "/v1/things?api_key=sk-path-0123&page=2"),
+        (("target", "request", "query", "key"), "sk-query-4567"),
+        (("target", "request", "body", "auth", "token"), "sk-body-89ab"),
+    }

@@ -36,6 +36,8 @@ import structlog
 
 from cliffwatch.adapters.loadgen.workers.pool import WORKER_MODULE, Worker, hand_spec
 from cliffwatch.adapters.loadgen.workers.spec import WorkerSpec
+from cliffwatch.adapters.network.control_planes import CONTROL_PLANES
+from cliffwatch.domain.deny_list import DenyRule, rule_for
 from cliffwatch.domain.errors import WorkersFailed
 from cliffwatch.domain.ray_address import ray_address_problem
 
@@ -80,11 +82,41 @@ def connect(address: str, *, host: str | None = None) -> RayCluster:
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise WorkersFailed(f"could not join the Ray cluster at {address!r}: {exc}") from exc
     nodes = [n for n in ray.nodes() if n.get("Alive")]
+    for rule in cluster_control_planes(ray, nodes):
+        CONTROL_PLANES.add(rule)  # for the life of the process: it stays joined to the cluster
     here = ray.util.get_node_ip_address()
     if host is None:
         host = "127.0.0.1" if all(n.get("NodeManagerAddress") == here for n in nodes) else here
     free = int(ray.available_resources().get("CPU", 0))
     return RayCluster(address=address, nodes=len(nodes), free_cpus=free, host=host)
+
+
+# Each node's HTTP services: the dashboard agent's serves the job API (jobs run arbitrary commands).
+_NODE_SERVICES = {"DashboardAgentListenPort": "dashboard agent", "RuntimeEnvAgentPort": "runtime environment agent",
+                  "MetricsExportPort": "metrics agent"}  # fmt: skip
+
+
+def cluster_control_planes(ray: ModuleType, nodes: list[dict[str, Any]]) -> list[DenyRule]:
+    """The services of the joined cluster that no run may reach, as Ray reports them: its GCS, its dashboard, and
+    each node's agents (a port Ray does not report is left out: the configured address's defaults still hold)."""
+    rules: list[DenyRule] = []
+    places: list[tuple[str, str]] = []
+    with contextlib.suppress(Exception):  # Ray Client's context has no GCS address to give
+        places.append((str(ray.get_runtime_context().gcs_address), "the Ray cluster's GCS"))
+    with contextlib.suppress(Exception):  # a private API: best effort, the defaults stand without it
+        worker: Any = ray._private.worker
+        places.append((str(worker.get_dashboard_url() or "").removeprefix("http://"), "the Ray cluster's dashboard"))
+    for place, what in places:
+        host, _, digits = place.rpartition(":")
+        if host and digits.isdigit():
+            rules.append(rule_for(host, int(digits), f"{what} (of the cluster this process joined)"))
+    for node in nodes:
+        host = str(node.get("NodeManagerAddress") or "")
+        for key, name in _NODE_SERVICES.items():
+            port: object = node.get(key)
+            if host and isinstance(port, int) and 0 < port < 65536:
+                rules.append(rule_for(host, port, f"a Ray node's {name} (of the cluster this process joined)"))
+    return rules
 
 
 def _answers(address: str) -> None:

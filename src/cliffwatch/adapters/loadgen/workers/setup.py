@@ -61,7 +61,7 @@ def worker_pool(
                 count=count,
                 scenario=share,
                 base_url=load_url,
-                allowlist=destinations.allowlist,
+                allowlist=destinations.shared_allowlist(),
                 pins=pins,
                 cap=worker_cap,
                 executor=prompts,
