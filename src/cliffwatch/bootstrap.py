@@ -166,7 +166,9 @@ async def check_proxies(settings: Settings, scenario: Scenario, url: str, destin
                                    field=f"proxies[{index}].listen") from exc  # fmt: skip
         # Toxiproxy reports the address it bound, and a wildcard is reached on loopback (``with_address``).
         bound += [*addresses, *(("127.0.0.1",) if {"0.0.0.0", "::"} & set(addresses) else ())]
-        listens[proxy.name] = _address(addresses[0] if addresses else Place.of(listen).host, Place.of(listen).port)
+        # IPv4 first where the name has both: a container without IPv6 still lists ::1 for localhost.
+        chosen = sorted(addresses, key=lambda a: ":" in a)[0] if addresses else Place.of(listen).host
+        listens[proxy.name] = _address(chosen, Place.of(listen).port)
         upstream = url if proxy.upstream is None else f"http://{proxy.upstream}"
         port = Place.of(upstream).port
         timeout_s = scenario.client.connect_timeout_ms / 1000.0
