@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from cliffwatch.adapters.loadgen.workers.ray_launcher import RayCluster, connect
+from cliffwatch.adapters.loadgen.workers.ray_launcher import RayCluster, connect, leave
 
 SMALL_STORE = 80 * 1024 * 1024  # the object store holds nothing of ours: the least Ray accepts
 
@@ -21,7 +21,6 @@ class LocalRay:
 
 @contextmanager
 def local_ray(nodes: int = 2) -> Iterator[LocalRay]:
-    import ray
     from ray.cluster_utils import Cluster
 
     cluster = Cluster(
@@ -33,5 +32,5 @@ def local_ray(nodes: int = 2) -> Iterator[LocalRay]:
             cluster.add_node(num_cpus=1, object_store_memory=SMALL_STORE)
         yield LocalRay(address=cluster.address, found=connect(cluster.address))
     finally:
-        ray.shutdown()
+        leave()  # ray.shutdown(), and its ports no longer denied: they are anyone's once the cluster is gone
         cluster.shutdown()

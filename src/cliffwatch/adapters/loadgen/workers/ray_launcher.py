@@ -82,8 +82,7 @@ def connect(address: str, *, host: str | None = None) -> RayCluster:
         except (ConnectionError, RuntimeError, ValueError) as exc:
             raise WorkersFailed(f"could not join the Ray cluster at {address!r}: {exc}") from exc
     nodes = [n for n in ray.nodes() if n.get("Alive")]
-    for rule in cluster_control_planes(ray, nodes):
-        CONTROL_PLANES.add(rule)  # for the life of the process: it stays joined to the cluster
+    _deny_while_joined(cluster_control_planes(ray, nodes))
     here = ray.util.get_node_ip_address()
     if host is None:
         host = "127.0.0.1" if all(n.get("NodeManagerAddress") == here for n in nodes) else here
@@ -117,6 +116,24 @@ def cluster_control_planes(ray: ModuleType, nodes: list[dict[str, Any]]) -> list
             if host and isinstance(port, int) and 0 < port < 65536:
                 rules.append(rule_for(host, port, f"a Ray node's {name} (of the cluster this process joined)"))
     return rules
+
+
+_joined: list[int] = []  # the CONTROL_PLANES keys of the cluster this process joined, as last seen
+
+
+def _deny_while_joined(rules: list[DenyRule]) -> None:
+    """The joined cluster's services, as found now (a node may have joined since), denied until ``leave``."""
+    keys = [CONTROL_PLANES.hold(rule) for rule in rules]
+    for key in _joined:
+        CONTROL_PLANES.release(key)
+    _joined[:] = keys
+
+
+def leave() -> None:
+    """Leaves the cluster this process joined (``ray.shutdown``): its services are no longer denied, their ports
+    being anyone's once it is gone. The service never leaves; tests do, between clusters."""
+    ray_module().shutdown()
+    _deny_while_joined([])
 
 
 def _answers(address: str) -> None:

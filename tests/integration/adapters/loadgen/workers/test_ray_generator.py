@@ -23,6 +23,9 @@ from cliffwatch.adapters.loadgen.http_client import HttpExecutor
 from cliffwatch.adapters.loadgen.workers.coordinator import ShardedGenerator
 from cliffwatch.adapters.loadgen.workers.ray_launcher import RayActor, RayCluster, RayLauncher
 from cliffwatch.adapters.loadgen.workers.setup import worker_pool
+from cliffwatch.adapters.target_access import ensure_allowed
+from cliffwatch.domain.allowlist import parse_allowlist
+from cliffwatch.domain.errors import TargetNotAllowed
 from cliffwatch.domain.outcomes import Outcome
 from cliffwatch.domain.plan import iter_plan
 from cliffwatch.domain.scenario import Scenario
@@ -141,3 +144,14 @@ async def test_a_connection_without_a_worker_token_is_closed_unread(ray_cluster:
     finally:
         server.close()
         await launcher.close()
+
+
+async def test_the_joined_clusters_gcs_is_a_control_plane_no_run_may_reach(ray_cluster: LocalRay) -> None:
+    """Once this process joined the cluster, its GCS (as Ray reports it) is denied to every check of this process,
+    on loopback as on its own address, however wide the allowlist."""
+    allowlist, _ = parse_allowlist(["0.0.0.0/0", "::/0"])
+    assert allowlist is not None
+    host, _, port = ray_cluster.address.rpartition(":")
+    for url in (f"http://{host}:{port}", f"http://127.0.0.1:{port}"):
+        with pytest.raises(TargetNotAllowed, match="the Ray cluster's GCS"):
+            await ensure_allowed(url, allowlist)
