@@ -276,3 +276,36 @@ def test_a_sqlite_lock_past_the_busy_timeout_but_shorter_than_the_lease_loses_no
     with RecordingTarget().running() as target, served(f"sqlite+aiosqlite:///{path}", tmp_path, lease_s=15,
                                                        grace_s=2) as service:  # fmt: skip
         outage_shorter_than_the_lease(service, target, outage_s=7, down=lock.take, up=lock.release)
+
+
+def test_a_stop_the_locked_database_could_not_record_refuses_new_runs_and_none_fires_on_release(
+    tmp_path: Path,
+) -> None:
+    """The issue's reproduction: stop-all while the SQLite file is locked answers 503 emergency-stop-not-recorded;
+    a run asked for once the lock is gone is refused the same way (it was answered 202, stayed queued and ran as
+    soon as the stop was released); after the release the target has received nothing and nothing is queued."""
+    path = tmp_path / "service.db"
+    lock = SqliteLock(path)
+    with RecordingTarget().running() as target, served(f"sqlite+aiosqlite:///{path}", tmp_path, lease_s=30,
+                                                       grace_s=2) as service:  # fmt: skip
+        assert call(service.base, service.token, "GET", "/api/v1/stop-all")[0] == 200  # the token is known here
+        lock.take()
+        try:
+            status, problem = call(service.base, service.token, "POST", "/api/v1/stop-all", {"reason": "pager"})
+        finally:
+            lock.release()
+        assert status == 503, problem
+        assert problem["type"].endswith(":emergency-stop-not-recorded")
+
+        status, problem = call(service.base, service.token, "POST", "/api/v1/runs",
+                               {"document": scenario(target.url, 2)})  # fmt: skip
+        assert status == 503, problem
+        assert problem["type"].endswith(":emergency-stop-not-recorded")
+
+        status, _ = call(service.base, service.token, "DELETE", "/api/v1/stop-all")
+        assert status in (200, 204)
+        time.sleep(2)  # a worker polls for runs every half second or so: long enough for one to have started
+        status, page = call(service.base, service.token, "GET", "/api/v1/runs")
+        assert status == 200
+        assert [run["status"] for run in page["runs"]] == []
+        assert target.arrivals == []
