@@ -30,6 +30,7 @@ from cliffwatch.adapters.loadgen.prompt_setup import counter_of, prompt_options
 from cliffwatch.adapters.loadgen.workers.coordinator import ShardedGenerator
 from cliffwatch.adapters.loadgen.workers.setup import placement, worker_pool
 from cliffwatch.adapters.logs import remember_secrets
+from cliffwatch.adapters.network.target_policies import upstream_problem
 from cliffwatch.adapters.secret_sources import LocalSecrets
 from cliffwatch.adapters.server_metrics.scraper import PrometheusWatcher
 from cliffwatch.adapters.target_access import Destinations, Place, first_reachable
@@ -173,7 +174,10 @@ async def check_proxies(settings: Settings, scenario: Scenario, url: str, destin
         port = Place.of(upstream).port
         timeout_s = scenario.client.connect_timeout_ms / 1000.0
         field = "target.url" if proxy.upstream is None else f"proxies[{index}].upstream"
-        address = await first_reachable(await destinations.admit(upstream, field=field), port, timeout_s=timeout_s)
+        addresses = await destinations.admit(upstream, field=field)
+        if (problem := await upstream_problem(addresses, settings.toxiproxy_url)) is not None:
+            raise TargetNotAllowed(upstream, f"proxy {proxy.name} upstream: {problem}", field=field)
+        address = await first_reachable(addresses, port, timeout_s=timeout_s)
         upstreams[proxy.name] = _address(address, port)
     return CheckedProxies(upstreams=upstreams, listens=listens, listen=settings.proxy_listen.including(bound))
 
@@ -249,7 +253,8 @@ async def prepare_run(
         await destinations.recheck()  # a Ray cluster joined just now: its services are control planes too
         if placed.count:
             pool = await stack.enter_async_context(worker_pool(
-                sent, executor, load_url=load_url, destinations=destinations, cap=cap.limit,
+                sent, executor, load_url=load_url, destinations=destinations,
+                allowlist=await destinations.shared_allowlist(), cap=cap.limit,
                 secrets=tuple(secret_values(scenario, sent, settings.redaction)), redaction=settings.redaction,
                 log_level=settings.log_level, data_dirs=settings.data_dirs, count=placed.count,
                 launcher=placed.launcher,

@@ -31,6 +31,7 @@ from cliffwatch.adapters.dashboard.context import DashboardServices
 from cliffwatch.adapters.descriptors import settle_descriptors
 from cliffwatch.adapters.documents import off_loop
 from cliffwatch.adapters.logs import LogProgress
+from cliffwatch.adapters.network.target_policies import AllowlistPolicy
 from cliffwatch.adapters.scenario_files import BUNDLED_DIR, load_document
 from cliffwatch.adapters.scheduler import ScheduleDriver
 from cliffwatch.adapters.store.engine import create_engine
@@ -39,7 +40,6 @@ from cliffwatch.adapters.store.locks import leader_lock
 from cliffwatch.adapters.store.migrate import is_current, upgrade
 from cliffwatch.adapters.store.sessions_sql import SqlSessionStore
 from cliffwatch.adapters.store.sql import SqlStore
-from cliffwatch.adapters.target_access import AllowlistPolicy
 from cliffwatch.adapters.toxiproxy import ToxiproxyClient
 from cliffwatch.bootstrap import PreparedRun, prepare_run
 from cliffwatch.bootstrap_sweep import SweepHandle, prepare_sweep
@@ -129,7 +129,7 @@ async def open_service(settings: Settings) -> AsyncIterator[Service]:
                                                 outcome_buffer=settings.outcome_buffer))  # fmt: skip
         # The worker is this instance's runs: an abort or an emergency stop reaches them through it at once,
         # even while the database cannot be reached.
-        policy = AllowlistPolicy(settings.allowlist, listen=settings.proxy_listen)
+        policy = AllowlistPolicy(settings.allowlist, listen=settings.proxy_listen, toxiproxy_url=settings.toxiproxy_url)
         runs = RunsService(runs=store, control=store, catalog=catalog, policy=policy, caps=settings.caps,
                            quotas=settings.quotas, now=utc_now, local=worker)  # fmt: skip
 

@@ -187,7 +187,8 @@ async def sweep_workers(
         observer.note(placed.note or "")
         return None
     pool = await stack.enter_async_context(worker_pool(
-        sent, executor, load_url=url, destinations=destinations, cap=cap.limit,
+        sent, executor, load_url=url, destinations=destinations,
+        allowlist=await destinations.shared_allowlist(), cap=cap.limit,
         secrets=tuple(secret_values(scenario, sent, settings.redaction)), redaction=settings.redaction,
         log_level=settings.log_level, data_dirs=settings.data_dirs, count=placed.count, launcher=placed.launcher,
     ))  # fmt: skip

@@ -28,10 +28,10 @@ from cliffwatch.adapters.descriptors import settle_descriptors
 from cliffwatch.adapters.documents import CONFIG_LIMITS, DocumentInvalid, DocumentLoader, load_json, load_yaml
 from cliffwatch.adapters.loadgen.prompt_setup import tokenizer_problem
 from cliffwatch.adapters.logs import configure_logging
+from cliffwatch.adapters.network.target_policies import DenyListPolicy
 from cliffwatch.adapters.report.files import write_run_report
 from cliffwatch.adapters.result_files import write_result
 from cliffwatch.adapters.scenario_files import bundled_names, load_scenario
-from cliffwatch.adapters.target_access import DenyListPolicy
 from cliffwatch.adapters.trace_files import load_traces
 from cliffwatch.bootstrap import clean_up_leftover_faults, prepare_run, toxiproxy_unavailable
 from cliffwatch.cli_report import add_parser as add_report_parser
@@ -217,7 +217,7 @@ def _validate(args: argparse.Namespace, settings: Settings) -> int:
     at what is denied): exit 1 when a file is invalid, 2 when a place is denied (both: 2), each problem printed."""
     out = Console(highlight=False)
     failed = refused = 0
-    policy = DenyListPolicy(settings.denied)
+    policy = DenyListPolicy(settings.denied, toxiproxy_url=settings.toxiproxy_url)
     for reference in args.files:
         try:
             scenario = load_scenario(reference)

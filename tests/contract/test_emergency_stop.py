@@ -29,6 +29,9 @@ class AnyTarget:
     async def check(self, url: str) -> str | None:
         return None
 
+    async def check_upstream(self, url: str) -> str | None:
+        return None
+
     async def check_listen(self, address: str) -> str | None:
         return None
 

@@ -16,12 +16,16 @@ import contextlib
 import socket
 from dataclasses import dataclass
 
+import structlog
 from yarl import URL
 
 from cliffwatch.adapters.network.control_planes import CONTROL_PLANES, guarded
+from cliffwatch.adapters.network.host_addresses import own_addresses
 from cliffwatch.domain.allowlist import Allowlist
 from cliffwatch.domain.deny_list import DenyList
 from cliffwatch.domain.errors import CliffwatchError, TargetNotAllowed, TargetUnreachable
+
+log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,6 +99,7 @@ async def _checked(url: str, allowlist: Allowlist, *, unresolved_ok: bool) -> tu
 
 
 MAX_REFUSED = 1_000  # refused places one run remembers (a target's redirects could name endless ones)
+MAX_PLACES = 1_000  # places one run may admit: a target redirecting to ever new ones is refused beyond
 
 
 class Destinations:
@@ -102,7 +107,9 @@ class Destinations:
 
     A place is admitted once: resolved (unless its host is an IP), every address checked against the
     allowlist given, and pinned. Later admissions of the same place reuse the pins, so the run never
-    looks the name up again. ``pinned`` is what the run's resolver answers the connector with.
+    looks the name up again. ``pinned`` is what the run's resolver answers the connector with. When this
+    process's control planes change (another run's private Toxiproxy starts on a free port), every pin is
+    judged again before it is used, and one a control plane now holds is dropped and refused from then on.
     """
 
     def __init__(self, allowlist: Allowlist) -> None:
@@ -113,6 +120,7 @@ class Destinations:
         self._refused: dict[Place, CliffwatchError] = {}
         self._pending: dict[Place, asyncio.Task[tuple[str, ...]]] = {}
         self._own: set[Place] = set()
+        self._generation = CONTROL_PLANES.generation  # the control planes the pins were judged by
 
     @classmethod
     def pinned_to(cls, allowlist: Allowlist, pins: tuple[tuple[str, int, tuple[str, ...]], ...]) -> Destinations:
@@ -126,10 +134,11 @@ class Destinations:
         """Every place admitted so far, as (host, port, addresses)."""
         return tuple((place.host, place.port, addresses) for place, addresses in self._pins.items())
 
-    def shared_allowlist(self) -> Allowlist:
-        """The run's allowlist for another process (a generator worker) to check new places by: its deny list
-        holds this process's control planes as they are now, which that process cannot see."""
-        return self.allowlist.denying(self.allowlist.denied.adding(CONTROL_PLANES.rules()))
+    async def shared_allowlist(self) -> Allowlist:
+        """The run's allowlist for another process (a generator worker, maybe on another machine) to check new
+        places by: its deny list holds this process's control planes as they are now (which that process cannot
+        see), the addresses its names resolve to here, and this host's own addresses where a rule covers them."""
+        return self.allowlist.denying((await guarded(self.allowlist.denied)).for_another_host())
 
     async def recheck(self) -> None:
         """Judges every place admitted so far by the deny list as it is now: a control plane started after a place
@@ -157,6 +166,7 @@ class Destinations:
 
     async def _admitted(self, url: str, allowlist: Allowlist | None) -> tuple[str, ...]:
         place = Place.of(url)
+        self._rejudge()
         pinned = self._pins.get(place)
         if pinned is not None:
             return pinned
@@ -171,6 +181,8 @@ class Destinations:
 
     async def _admit(self, place: Place, url: str, allowlist: Allowlist) -> tuple[str, ...]:
         try:
+            if len(self._pins) >= MAX_PLACES:
+                raise TargetNotAllowed(url, f"the run already connects to {MAX_PLACES:,} places, its most")
             addresses = await _checked(url, allowlist, unresolved_ok=False)
         except CliffwatchError as exc:
             if len(self._refused) < MAX_REFUSED:
@@ -190,8 +202,26 @@ class Destinations:
         self._own.add(place)
 
     def pinned(self, host: str, port: int) -> tuple[str, ...] | None:
-        """The addresses admitted for ``host:port``, or None when the run never admitted it."""
+        """The addresses admitted for ``host:port``, or None when the run never admitted it (or a control plane of
+        this process holds it now)."""
+        self._rejudge()
         return self._pins.get(Place(host=_key(host), port=port))
+
+    def _rejudge(self) -> None:
+        """Drops every pin a control plane of this process holds now, if they changed since the last look (an
+        integer compared, nothing more, on every connection): the rules such a change adds are addresses, judged
+        without a lookup."""
+        generation = CONTROL_PLANES.generation
+        if generation == self._generation:
+            return
+        self._generation = generation
+        planes = DenyList(rules=CONTROL_PLANES.rules(), own_addresses=own_addresses())
+        for place, addresses in list(self._pins.items()):
+            reason = None if place in self._own else planes.refusal(place.host, place.port, addresses)
+            if reason is not None:
+                del self._pins[place]
+                self._refused[place] = TargetNotAllowed(f"http://{_host_port(place)}", reason)
+                log.warning("a place the run admitted is a control plane now: refused from here on", place=reason)
 
 
 async def first_reachable(addresses: tuple[str, ...], port: int, *, timeout_s: float) -> str:
@@ -209,51 +239,6 @@ async def first_reachable(addresses: tuple[str, ...], port: int, *, timeout_s: f
             await writer.wait_closed()
         return address
     return addresses[0]
-
-
-class AllowlistPolicy:
-    """The service's ``TargetPolicy``: targets and proxy upstreams against the target allowlist, proxy
-    listen addresses against theirs (loopback only unless configured)."""
-
-    def __init__(self, allowlist: Allowlist, *, listen: Allowlist) -> None:
-        self.allowlist = allowlist
-        self.listen = listen
-
-    async def check(self, url: str) -> str | None:
-        return await _reason(url, self.allowlist)
-
-    async def check_listen(self, address: str) -> str | None:
-        return await _reason(f"http://{address}", self.listen)
-
-
-class DenyListPolicy:
-    """A ``TargetPolicy`` that judges the deny list alone (``cliffwatch validate``): a scenario may be written for
-    another instance, whose allowlist this process does not know, but no instance may aim at what is denied."""
-
-    def __init__(self, denied: DenyList) -> None:
-        self.denied = denied
-
-    async def check(self, url: str) -> str | None:
-        try:
-            place = Place.of(url)
-        except TargetNotAllowed as exc:
-            return exc.reason
-        try:
-            addresses = () if place.literal else tuple(await lookup(place.host, place.port))
-        except (OSError, UnicodeError):
-            addresses = ()  # judged by name: it may resolve where the scenario runs, and is judged there again
-        return (await guarded(self.denied)).refusal(place.host, place.port, addresses)
-
-    async def check_listen(self, address: str) -> str | None:
-        return await self.check(f"http://{address}")
-
-
-async def _reason(url: str, allowlist: Allowlist) -> str | None:
-    try:
-        await ensure_allowed(url, allowlist)
-    except TargetNotAllowed as exc:
-        return exc.reason
-    return None
 
 
 def _host_port(place: Place) -> str:

@@ -26,13 +26,13 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 DENIED_SETTING = "CLIFFWATCH_DENIED_TARGETS"
-_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+_NAT64 = (ipaddress.IPv6Network("64:ff9b::/96"), ipaddress.IPv6Network("64:ff9b:1::/48"))  # well-known, local-use
 # Ray's default ports, where the address given names another of its services (docs/security.md).
 RAY_GCS_PORT, RAY_CLIENT_PORT, RAY_DASHBOARD_PORT, RAY_AGENT_PORT = 6379, 10001, 8265, 52365
 DATABASE_PORTS = {"postgresql": 5432, "postgres": 5432, "mysql": 3306, "mariadb": 3306, "mssql": 1433,
@@ -80,13 +80,28 @@ class DenyList:
         return tuple(dict.fromkeys(rule.host for rule in self.rules if rule.host is not None))
 
     def resolved(self, answers: Mapping[str, Sequence[str]], own_addresses: Sequence[str]) -> DenyList:
-        """The list with each named host's addresses as ``answers`` gives them (a name without an answer is still
-        matched by name) and this host's own addresses."""
+        """The list with each named host's addresses as ``answers`` gives them, beside those it already held (a
+        name without an answer is still matched by name), and this host's own addresses."""
         rules = tuple(
-            replace(rule, addresses=tuple(answers.get(rule.host, rule.addresses))) if rule.host is not None else rule
+            replace(rule, addresses=tuple(dict.fromkeys((*answers.get(rule.host, ()), *rule.addresses))))
+            if rule.host is not None else rule
             for rule in self.rules
-        )
+        )  # fmt: skip
         return DenyList(rules=rules, own_addresses=tuple(own_addresses))
+
+    def for_another_host(self) -> DenyList:
+        """The list as another machine must hold it (a Ray worker's): a rule this host covers at every address
+        of its own (a control plane on its loopback, reached at its network address too) also names each of
+        those addresses, since "this host" there is another one."""
+        own = {ip for ip in map(as_ip, self.own_addresses) if ip is not None}
+        extra = [
+            DenyRule(what=rule.what, network=ipaddress.ip_network(str(ip)), port=rule.port)
+            for rule in self.rules
+            if rule.port is not None and any(_is_local(n.network_address, own) for n in rule.networks())
+            for ip in sorted(own, key=str)
+            if not ip.is_loopback
+        ]
+        return self.adding(extra)
 
     def adding(self, rules: Iterable[DenyRule]) -> DenyList:
         """This list and ``rules`` (a rule already held is not added twice)."""
@@ -100,6 +115,8 @@ ALWAYS_DENIED = DenyList(
         DenyRule(what="a link-local address (fe80::/10)", network=ipaddress.IPv6Network("fe80::/10")),
         DenyRule(what="a cloud metadata address (AWS, fd00:ec2::254)",
                  network=ipaddress.IPv6Network("fd00:ec2::254/128")),
+        DenyRule(what="a cloud metadata address (Google Cloud, fd20:ce::254)",
+                 network=ipaddress.IPv6Network("fd20:ce::254/128")),
         DenyRule(what="a cloud metadata address (Alibaba Cloud, 100.100.100.200)",
                  network=ipaddress.IPv4Network("100.100.100.200/32")),
         DenyRule(what="a cloud platform address (Azure's host, 168.63.129.16)",
@@ -139,12 +156,14 @@ def database_rules(url: str) -> tuple[DenyRule, ...]:
         return ()
     default = DATABASE_PORTS.get(scheme.split("+", 1)[0].lower())
     authority = rest.split("/", 1)[0].split("?", 1)[0].rpartition("@")[2]
-    rules = []
-    for place in filter(None, authority.split(",")):
-        host, port = _split_host_port(place)
-        if host:
-            rules.append(rule_for(host, port or default, "cliffwatch's database (CLIFFWATCH_DATABASE_URL)"))
-    return tuple(rules)
+    places = [_split_host_port(place) for place in authority.split(",") if place]
+    # libpq's and asyncpg's ?host=…&port=… (a path is a Unix socket's directory), several of them comma-separated
+    query = parse_qs(urlsplit(url).query)
+    ports = [int(p) if p.isdigit() else None for given in query.get("port", []) for p in given.split(",")]
+    hosts = [h for given in query.get("host", []) for h in given.split(",")]
+    places += [(h.lower(), ports[i] if i < len(ports) else None) for i, h in enumerate(hosts) if not h.startswith("/")]
+    what = "cliffwatch's database (CLIFFWATCH_DATABASE_URL)"
+    return tuple(rule_for(host, port or default, what) for host, port in places if host)
 
 
 def ray_rules(address: str | None) -> tuple[DenyRule, ...]:
@@ -194,7 +213,7 @@ def _forms(ip: IPAddress) -> Iterator[IPAddress]:
         return
     assert isinstance(ip, ipaddress.IPv6Address)
     carried = ip.ipv4_mapped or ip.sixtofour
-    if carried is None and ip in _NAT64:
+    if carried is None and any(ip in prefix for prefix in _NAT64):
         carried = ipaddress.IPv4Address(int(ip) & 0xFFFFFFFF)
     if carried is None and int(ip) >> 32 == 0 and int(ip) > 1:  # IPv4-compatible ::a.b.c.d (not :: or ::1)
         carried = ipaddress.IPv4Address(int(ip))

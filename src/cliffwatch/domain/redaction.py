@@ -7,7 +7,9 @@ service's catalog: bundled, registered and inline documents). It masks, anywhere
   x-api-key and the names a setting adds, case-insensitively) in any ``headers`` mapping;
 - the value of a query parameter with a sensitive name (``api_key``, ``key``, ``token``, ``sig``… and the names a
   setting adds) in any string (``request.path: /v1/x?api_key=…``), and in a ``query`` mapping;
-- in a request ``body`` or ``extra_body``, a string under a key named like a sensitive header or query parameter;
+- in a request ``body`` or ``extra_body``, a string under a key that names a credential (a sensitive header's name,
+  ``api_key``, ``access_token``, ``password``, ``token``…, and the query parameter names a setting adds: not
+  ``key`` or ``sig``, which a body uses for much else);
 - the password (or the user part without a password) of every URL in a string: the target URL, a proxy's
   upstream, a URL in a description.
 
@@ -46,6 +48,9 @@ DEFAULT_SENSITIVE_HEADERS = ("authorization", "proxy-authorization", "cookie", "
 HEADERS_KEY = "headers"
 QUERY_KEY = "query"
 BODY_KEYS = ("body", "extra_body")
+# Body keys that name a credential. Fewer than the query's names: in a body, "key" and "sig" are mostly not secrets.
+DEFAULT_SENSITIVE_BODY_KEYS = ("api_key", "apikey", "access_token", "refresh_token", "id_token", "client_secret",
+                               "password", "token", "private_key", "secret_key")  # fmt: skip
 Path = tuple[str | int, ...]
 
 
@@ -67,6 +72,13 @@ class RedactionRules:
 
     def is_sensitive_param(self, name: str) -> bool:
         return name.lower() in self.sensitive_query
+
+    def is_sensitive_body_key(self, name: str) -> bool:
+        """A body key naming a credential: a sensitive header's name, a usual credential's, or a query parameter
+        name the settings add (the operator's own word for their API's key)."""
+        lowered = name.lower()
+        added = lowered in self.sensitive_query and lowered not in DEFAULT_SENSITIVE_QUERY
+        return lowered in self.sensitive_headers or lowered in DEFAULT_SENSITIVE_BODY_KEYS or added
 
     @property
     def query(self) -> re.Pattern[str]:
@@ -187,14 +199,14 @@ def restore(document: Mapping[str, Any], credentials: Iterable[Credential]) -> d
 
 def _sensitive(path: Path, key: object, rules: RedactionRules) -> bool:
     """Whether the string under ``key`` of the mapping at ``path`` is a credential by its name: a sensitive header,
-    a sensitive query parameter, or either name as a key of a request body."""
+    a sensitive query parameter, or a credential's name as a key of a request body."""
     if not isinstance(key, str) or not path:
         return False
     if path[-1] == HEADERS_KEY:
         return rules.is_sensitive(key)
     if path[-1] == QUERY_KEY:
         return rules.is_sensitive_param(key)
-    return any(part in BODY_KEYS for part in path) and (rules.is_sensitive(key) or rules.is_sensitive_param(key))
+    return any(part in BODY_KEYS for part in path) and rules.is_sensitive_body_key(key)
 
 
 def _masks(shown: object, value: str) -> bool:

@@ -182,4 +182,5 @@ def sendable_path(path: str, query: Iterable[tuple[str, str | SecretRef]]) -> st
         pairs.append((name, value))
     if not pairs:
         return path
-    return path + ("&" if "?" in path else "?") + urlencode(pairs, quote_via=quote)
+    path, hash_sign, fragment = path.partition("#")  # a fragment is never sent: the query goes before it
+    return path + ("&" if "?" in path else "?") + urlencode(pairs, quote_via=quote) + hash_sign + fragment

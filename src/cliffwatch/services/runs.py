@@ -50,17 +50,22 @@ class LocalRuns(Protocol):
         """Stops the run at once if it runs here; the run as held here, or None."""
 
     def stop_local(self, reason: str) -> list[Run]:
-        """Aborts every run here and claims no more until ``release_local``; the runs stopped."""
+        """Aborts every run here (as stopped by the emergency stop whose reason is ``reason``) and claims no more
+        until ``release_local``; the runs stopped."""
 
     def release_local(self) -> None: ...
 
     def unrecorded_stop(self) -> str | None:
-        """The reason of an emergency stop this instance holds that the database has not recorded, or None."""
+        """The reason (as given to ``stop_local``) of an emergency stop this instance holds that the database has
+        not recorded, or None."""
 
 
 class TargetPolicy(Protocol):
     async def check(self, url: str) -> str | None:
         """Why load may not be aimed at ``url`` (an http URL or ``http://host:port``), or None."""
+
+    async def check_upstream(self, url: str) -> str | None:
+        """Why a Toxiproxy proxy may not forward to ``url`` (``check``'s reasons, and where Toxiproxy runs), or None."""
 
     async def check_listen(self, address: str) -> str | None:
         """Why a Toxiproxy proxy may not listen on ``address`` (host:port), or None."""
@@ -256,7 +261,7 @@ class RunsService:
         A run this sweep misses (its submission passed the check before the stop, and was stored after the
         sweep read the active runs) never starts either: the stores' claims start nothing while the stop
         is on and end such a run as aborted, as releasing the stop does."""
-        stopped_here = self.local.stop_local(stop_reason(reason)) if self.local is not None else []
+        stopped_here = self.local.stop_local(reason) if self.local is not None else []
         try:
             await self.control.set_emergency_stop(reason)
             stopped = {run.id: run for run in stopped_here}
@@ -281,13 +286,10 @@ class RunsService:
         queued through other instances meanwhile never saw it, and must not fire now (``StoreUnavailable`` when the
         database cannot be reached; the stop then stays)."""
         held = None if self.local is None else self.local.unrecorded_stop()
-        await self.control.set_emergency_stop(None)  # a recorded stop: the store aborts the queued runs with it
-        if held is not None:
-            for run in await self.runs.active_runs():
-                if run.status is RunStatus.QUEUED:
-                    await self.runs.request_abort(run.id, held)
-            log.warning("emergency stop released; it was never recorded, so the runs queued under it were aborted",
-                        reason=held)  # fmt: skip
+        if held is not None:  # recorded at last, so no instance starts or accepts a run from here on ...
+            await self.control.set_emergency_stop(held)
+            log.warning("emergency stop recorded to be released: the runs queued under it are aborted", reason=held)
+        await self.control.set_emergency_stop(None)  # ... and released: the store aborts the queued runs at once
         if self.local is not None:
             self.local.release_local()
 
@@ -318,16 +320,23 @@ def _resolved(version: ScenarioVersion, overrides: Overrides) -> Scenario:
 async def check_places(scenario: Scenario, policy: TargetPolicy) -> None:
     """Raises ``TargetNotAllowed``, naming the field, for the first place of ``scenario`` that ``policy`` refuses:
     its target (the built-in one is ours), its metrics page (scraped all run long, so judged like the target), each
-    proxy's upstream (the target's unless it names another) and listen address."""
+    proxy's upstream (the target's unless it names another, judged also by where Toxiproxy runs) and listen
+    address."""
     urls = [] if scenario.target.is_builtin else [("target.url", scenario.target.url)]
     if scenario.target.metrics_url is not None:
         urls.append(("target.metrics.url", scenario.target.metrics_url))
-    urls += [(f"proxies[{i}].upstream", f"http://{p.upstream}") for i, p in enumerate(scenario.proxies)
-             if p.upstream is not None]  # fmt: skip
     for named, url in urls:
         reason = await policy.check(url)
         if reason is not None:
             raise TargetNotAllowed(url, reason, field=named)
+    for index, proxy in enumerate(scenario.proxies):
+        if proxy.upstream is None and scenario.target.is_builtin:
+            continue  # the built-in target's address is known once it starts, and judged then
+        named, url = (f"proxies[{index}].upstream", f"http://{proxy.upstream}") if proxy.upstream is not None else (
+            "target.url", scenario.target.url)  # fmt: skip
+        reason = await policy.check_upstream(url)
+        if reason is not None:
+            raise TargetNotAllowed(url, f"proxy {proxy.name} upstream: {reason}", field=named)
     for index, proxy in enumerate(scenario.proxies):
         reason = await policy.check_listen(proxy.listen)
         if reason is not None:

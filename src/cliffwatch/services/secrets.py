@@ -124,7 +124,7 @@ def _body_secrets(written: Any, sent: Any, rules: RedactionRules) -> list[str]:
         for key, value in written.items():
             if key not in sent:
                 continue
-            if isinstance(sent[key], str) and (rules.is_sensitive(key) or rules.is_sensitive_param(key)):
+            if isinstance(sent[key], str) and rules.is_sensitive_body_key(key):
                 found.append(sent[key])
             else:
                 found += _body_secrets(value, sent[key], rules)

@@ -35,6 +35,7 @@ from cliffwatch.domain.scenario import Scenario, parse_scenario, with_overrides
 from cliffwatch.domain.service_ports import RunStore, ScenarioStore
 from cliffwatch.services.lease import LeaseKeeper, LeaseTiming
 from cliffwatch.services.outcome_sink import BufferedStoreSink
+from cliffwatch.services.store_values import stop_reason
 from cliffwatch.services.sweep_progress import SweepProgress
 from cliffwatch.services.worker_ports import OutcomeCounter, Prepare, PrepareSweep, Stoppable, SweepOutcomeLike
 
@@ -143,7 +144,7 @@ class Worker:
         handle.task = asyncio.create_task(self._execute(run, handle, held_since), name=f"run-{run.id}")
         handle.task.add_done_callback(lambda _: self._handles.pop(run.id, None))
         if self._stopped is not None:  # the emergency stop came while this claim was on its way
-            handle.abort(self._stopped)
+            handle.abort(stop_reason(self._stopped))
         return True
 
     def stop_claiming(self) -> None:
@@ -162,7 +163,7 @@ class Worker:
         """The emergency stop on this instance, database or not: every run here is aborted and no run is
         claimed until ``release_local``. Returns the runs stopped."""
         self._stopped = reason
-        return [run for run_id in list(self._handles) if (run := self.abort_local(run_id, reason)) is not None]
+        return [run for run_id in list(self._handles) if (run := self.abort_local(run_id, stop_reason(reason)))]
 
     def release_local(self) -> None:
         """Lets this instance claim runs again (the database's emergency stop, if set, still holds)."""

@@ -181,7 +181,8 @@ async def test_a_control_plane_this_process_runs_is_refused_while_it_runs_and_on
                 await ensure_allowed(url, allowlist, field="target.url")
             assert str(caught.value).startswith(f"target.url: {url} is not allowed: ")
         await ensure_allowed("http://127.0.0.1:18998", allowlist)
-        assert rule in Destinations(allowlist).shared_allowlist().denied.rules  # what a worker process judges by
+        shared = await Destinations(allowlist).shared_allowlist()  # what a worker process judges new places by
+        assert rule in shared.denied.rules
     await ensure_allowed("http://127.0.0.1:18999", allowlist)
 
 
@@ -215,3 +216,28 @@ async def test_a_denied_name_is_looked_up_and_its_addresses_are_denied_under_any
         await ensure_allowed("http://alias.test:5432", allowlist)
     with pytest.raises(TargetNotAllowed, match="cliffwatch's database"):
         await ensure_allowed("http://127.0.0.1:5432", allowlist)  # on this host: every loopback address
+
+
+async def test_a_pin_a_control_plane_takes_later_is_dropped_before_the_next_connection() -> None:
+    """Another run's private Toxiproxy starts on a port this run admitted (a redirect hop, say): the next
+    connection finds no pin there and the next admission is refused naming it; the built-in target is never."""
+    destinations = Destinations(_allowlist())
+    await destinations.admit("http://127.0.0.1:18995/x")
+    destinations.own("http://127.0.0.1:18994")
+    assert destinations.pinned("127.0.0.1", 18995) == ("127.0.0.1",)
+    with CONTROL_PLANES.holding(rule_for("127.0.0.1", 18995, "cliffwatch's Toxiproxy API (another run's)")):
+        assert destinations.pinned("127.0.0.1", 18995) is None
+        with pytest.raises(TargetNotAllowed, match="another run's"):
+            await destinations.admit("http://127.0.0.1:18995/reset")
+    with CONTROL_PLANES.holding(rule_for("127.0.0.1", 18994, "cliffwatch's Toxiproxy API (another run's)")):
+        assert destinations.pinned("127.0.0.1", 18994) == ("127.0.0.1",)
+
+
+async def test_a_run_admits_at_most_so_many_places(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(target_access, "MAX_PLACES", 3)
+    destinations = Destinations(_allowlist())
+    for port in (18001, 18002, 18003):
+        await destinations.admit(f"http://127.0.0.1:{port}")
+    with pytest.raises(TargetNotAllowed, match="already connects to 3 places"):
+        await destinations.admit("http://127.0.0.1:18004")
+    assert await destinations.admit("http://127.0.0.1:18002") == ("127.0.0.1",)  # admitted ones stay

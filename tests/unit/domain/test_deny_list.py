@@ -117,6 +117,7 @@ def test_a_remote_control_plane_is_refused_at_its_address_and_names_only() -> No
         ("postgresql+asyncpg://cw@[fd00::5]:6000/cw", [(None, "fd00::5/128", 6000)]),
         ("postgresql+asyncpg://cw@a:5432,b:5433/cw", [("a", None, 5432), ("b", None, 5433)]),
         ("postgresql+asyncpg://cw@/cw?host=/run/postgresql", []),
+        ("postgresql+asyncpg://cw@/cw?host=10.0.0.9,db2&port=6543", [(None, "10.0.0.9/32", 6543), ("db2", None, 5432)]),
     ],
 )
 def test_the_database_url_gives_its_network_places(
@@ -179,3 +180,17 @@ def test_a_named_rule_is_matched_by_name_before_it_resolves_and_by_address_after
     assert resolved.refusal("other.internal", 9, ("10.0.0.1",)) is not None
     assert resolved.refusal("other.internal", 10, ("10.0.0.1",)) is None
     assert unresolved.adding([rule]).rules == (rule,)
+
+
+def test_another_host_holds_this_hosts_addresses_where_a_rule_covered_them() -> None:
+    """A Ray worker on another machine: "this host" is its own there, so the coordinator's Toxiproxy on loopback
+    (bound to the wildcard) must be named at the coordinator's network address; names keep what they resolved to."""
+    here = DenyList(
+        rules=(rule_for("127.0.0.1", 8474, TOXIPROXY), rule_for("db.internal", 5432, "the database")),
+        own_addresses=("127.0.0.1", "192.0.2.2"),
+    ).resolved({"db.internal": ("10.0.0.7",)}, ("127.0.0.1", "192.0.2.2"))
+    there = here.for_another_host().resolved({}, ("10.1.1.1",))  # the worker looks nothing up that it cannot
+    assert there.refusal("192.0.2.2", 8474, ()) is not None
+    assert there.refusal("192.0.2.2", 8475, ()) is None
+    assert there.refusal("10.0.0.7", 5432, ()) is not None
+    assert there.refusal("10.1.1.1", 8474, ()) is not None  # the worker's own Toxiproxy port too: denied, harmless

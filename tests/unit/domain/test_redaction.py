@@ -232,3 +232,20 @@ def test_a_credential_masked_under_other_rules_still_fits_its_document() -> None
     assert restore(stored, [credential]) == {"path": "/v1?api_key=sk-1&custom=c-1"}
     with pytest.raises(CliffwatchError, match="does not fit"):
         restore({"path": "/v2?api_key=***"}, [credential])
+
+
+def test_a_body_masks_what_names_a_credential_and_leaves_keys_that_mostly_do_not() -> None:
+    """`key` and `sig` are masked in a query but are ordinary words in a body (a key-value store's `key`); a body's
+    `token`, `password`, a header's name, and a parameter name the settings add are credentials there too."""
+    written = document()
+    written["target"]["request"]["extra_body"] = {"key": "user-17", "sig": "v1", "token": "t-1", "Password": "p-1",
+                                                  "x-api-key": "k-1", "tenant_secret": "ts-1"}  # fmt: skip
+    masked = redact_document(written, RedactionRules.adding((), query=("tenant_secret",))).document
+    assert masked["target"]["request"]["extra_body"] == {
+        "key": "user-17",
+        "sig": "v1",
+        "token": MASK,
+        "Password": MASK,
+        "x-api-key": MASK,
+        "tenant_secret": MASK,
+    }

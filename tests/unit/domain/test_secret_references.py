@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from cliffwatch.domain.errors import ScenarioInvalid
+from cliffwatch.domain.errors import CliffwatchError, ScenarioInvalid
 from cliffwatch.domain.scenario import parse_scenario, with_overrides
-from cliffwatch.domain.secrets import SecretRef, SecretScheme, env_name_allowed, sendable_headers
+from cliffwatch.domain.secrets import SecretRef, SecretScheme, env_name_allowed, sendable_headers, sendable_path
 
 SECRET = "sk-live-0123456789"
 CALM = {"name": "calm", "role": "baseline", "duration_s": 1, "arrival": {"process": "constant", "rate": 1}}
@@ -149,3 +149,17 @@ def test_a_body_string_may_be_a_reference_and_a_malformed_one_is_named_by_its_pa
         "target.request.body.deep.x: a secret reference file:PATH must give an absolute path of printable "
         "characters (at most 4096)",
     ]
+
+
+@pytest.mark.parametrize(
+    ("path", "sent"),
+    [
+        ("/v1/x", "/v1/x?key=a%20b%26c&n=1"),
+        ("/v1/x?page=2", "/v1/x?page=2&key=a%20b%26c&n=1"),
+        ("/v1/x#top", "/v1/x?key=a%20b%26c&n=1#top"),
+    ],
+)
+def test_query_parameters_join_the_paths_own_percent_encoded_before_any_fragment(path: str, sent: str) -> None:
+    assert sendable_path(path, (("key", "a b&c"), ("n", "1"))) == sent
+    with pytest.raises(CliffwatchError, match=r"target.request.query.key: the secret env:K was not resolved"):
+        sendable_path(path, (("key", SecretRef(scheme=SecretScheme.ENV, name="K")),))

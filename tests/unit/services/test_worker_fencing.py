@@ -16,7 +16,7 @@ from outage_kit import OutageStore
 from worker_kit import Prepared, WorkerRig, answered, now, working
 
 from cliffwatch.adapters.clock import MonotonicClock
-from cliffwatch.adapters.target_access import AllowlistPolicy
+from cliffwatch.adapters.network.target_policies import AllowlistPolicy
 from cliffwatch.domain.allowlist import DEFAULT_ALLOWLIST, parse_allowlist
 from cliffwatch.domain.caps import Caps
 from cliffwatch.domain.errors import EmergencyStopNotRecorded, StoreUnavailable

@@ -17,6 +17,7 @@ import email.utils
 import time
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 
@@ -36,10 +37,12 @@ from cliffwatch.adapters.loadgen.token_prompts import CalibratedPrompts, PromptS
 from cliffwatch.adapters.target_access import Destinations
 from cliffwatch.domain.allowlist import DEFAULT_ALLOWLIST, Allowlist, parse_allowlist
 from cliffwatch.domain.errors import CliffwatchError, TargetUnreachable
+from cliffwatch.domain.masking import MASK
 from cliffwatch.domain.outcomes import CAP_REASON, Attempt, TokenSource
 from cliffwatch.domain.plan import PlannedRequest
 from cliffwatch.domain.prompt_sizing import WORDS_SIZING, PromptSizing
 from cliffwatch.domain.rate_limit import TokenBucket
+from cliffwatch.domain.redaction import DEFAULT_RULES
 from cliffwatch.domain.retry import FailureKind
 from cliffwatch.domain.scenario import Scenario
 from cliffwatch.domain.secrets import sendable_headers, sendable_path
@@ -50,6 +53,7 @@ MAX_ERROR_BODY = 64 * 1024
 MAX_BODY = 16 * 1024 * 1024
 PREFLIGHT_TIMEOUT_S = 5.0
 DRAIN_TIMEOUT_S = 0.5
+MIN_QUOTED = 4  # shorter query values are not masked in error texts (they would mask ordinary words)
 
 
 # A sweep step's prompts are numbered from this many times its round up (``next_prompts``): above every id one
@@ -85,6 +89,10 @@ class HttpExecutor:
         self.base_url = base_url.rstrip("/")
         template = scenario.target.request
         self.url = self.base_url + sendable_path(template.path, template.query)  # every secret reference read
+        # Values an error must not quote (``quoted``), longest first; short ones (a page number) would mask words.
+        values = {v for _, v in template.query if isinstance(v, str) and len(v) >= MIN_QUOTED}
+        values |= {quote(v, safe="") for v in values}
+        self._query_values = sorted(values, key=len, reverse=True)
         self.method = template.method
         self.openai = scenario.target.api is not Api.HTTP
         self.stream = self.openai and template.stream
@@ -256,7 +264,17 @@ class HttpExecutor:
                 self._bodies[request.klass].turn(request, state.reply)
             )
         end = state.end or time.perf_counter_ns()
+        if state.error is not None:  # stored with the outcome and shown to viewers: never a key the URL carried
+            state.error = self.quoted(state.error)
         return state.attempt(number, sent_ns=sent, end_ns=end, origin_ns=origin_ns, pool_wait_ns=timing.pool_wait_ns)
+
+    def quoted(self, text: str) -> str:
+        """``text`` as an error may quote it: a redirect's ``Location`` or an exception's URL often carries the query
+        back, so every value of this run's query parameters, and of any sensitive one, is masked."""
+        text = DEFAULT_RULES.mask_text(text)
+        for value in self._query_values:
+            text = text.replace(value, MASK)
+        return text
 
     async def _exchange(
         self,

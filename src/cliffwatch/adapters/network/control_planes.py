@@ -24,21 +24,24 @@ REFRESH_S = 60.0  # a deny rule's name is looked up again after this
 
 
 class ControlPlanes:
-    """Deny rules held while what they name runs (``hold`` … ``release``, ``holding``), or for the life of the
-    process (``add``)."""
+    """Deny rules held while what they name runs (``hold`` … ``release``, ``holding``)."""
 
     def __init__(self) -> None:
         self._held: dict[int, DenyRule] = {}
         self._ids = itertools.count()
+        self._changes = itertools.count(1)  # next() is atomic: a server stopped in a thread counts too
+        self.generation = 0  # changes whenever a rule is held or released: places admitted before are judged again
 
     def hold(self, rule: DenyRule) -> int:
         """Denies ``rule`` until ``release`` is given the key returned."""
         key = next(self._ids)
         self._held[key] = rule
+        self.generation = next(self._changes)
         return key
 
     def release(self, key: int) -> None:
-        self._held.pop(key, None)
+        if self._held.pop(key, None) is not None:
+            self.generation = next(self._changes)
 
     @contextmanager
     def holding(self, rule: DenyRule | None) -> Iterator[None]:
@@ -49,10 +52,6 @@ class ControlPlanes:
         finally:
             if key is not None:
                 self.release(key)
-
-    def add(self, rule: DenyRule) -> None:
-        if rule not in self._held.values():
-            self.hold(rule)
 
     def rules(self) -> tuple[DenyRule, ...]:
         return tuple(self._held.values())

@@ -203,3 +203,22 @@ async def test_each_followed_hop_takes_a_token_of_the_attempt_cap(serve: Serve) 
     assert attempt.failure is FailureKind.REDIRECT
     assert attempt.error is not None
     assert "attempt cap" in attempt.error
+
+
+async def test_a_redirect_that_carries_the_query_back_is_recorded_without_its_keys(serve: Serve) -> None:
+    """Servers redirect keeping the query (a trailing slash, http to https): the outcome's error, which the store
+    keeps and viewers read, names the Location with the run's query values and any sensitive one masked."""
+
+    async def slash(request: web.Request) -> web.StreamResponse:
+        return web.Response(status=301, headers={"Location": f"{request.path}/?{request.query_string}&sig=abc123"})
+
+    target = await serve(slash)
+    scenario = scenario_for(target.url, api="http", request={"path": "/ask?api_key=sk-in-path-1", "query": {
+        "custom": "sk-query-value-2", "n": "2"}})  # fmt: skip
+    attempt = await attempt_on(scenario, target.url, only(target))
+
+    assert attempt.status == 301
+    assert attempt.error is not None
+    for secret in ("sk-in-path-1", "sk-query-value-2", "abc123"):
+        assert secret not in attempt.error
+    assert "/ask/?api_key=***&custom=***&n=2&sig=***" in attempt.error

@@ -21,8 +21,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from cliffwatch.adapters.api import ApiServices, ServiceMetrics, create_app
 from cliffwatch.adapters.cron import ApschedulerCron
 from cliffwatch.adapters.documents import off_loop
+from cliffwatch.adapters.network.target_policies import AllowlistPolicy
 from cliffwatch.adapters.scenario_files import BUNDLED_DIR
-from cliffwatch.adapters.target_access import AllowlistPolicy
 from cliffwatch.config import Settings
 from cliffwatch.domain.allowlist import DEFAULT_ALLOWLIST, parse_allowlist
 from cliffwatch.domain.capacity import StepVerdict
@@ -281,7 +281,8 @@ async def build_parts(settings: Settings) -> Parts:
 
     services = ApiServices(
         runs=RunsService(runs=store, control=store, catalog=catalog,
-                         policy=AllowlistPolicy(settings.allowlist, listen=settings.proxy_listen),
+                         policy=AllowlistPolicy(settings.allowlist, listen=settings.proxy_listen,
+                                                toxiproxy_url=settings.toxiproxy_url),
                          caps=settings.caps, quotas=settings.quotas, now=clock),
         catalog=catalog,
         tokens=tokens,

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from api_harness import Api, build_parts, make_settings, serve
 
-from cliffwatch.adapters.target_access import AllowlistPolicy
+from cliffwatch.adapters.network.target_policies import AllowlistPolicy
 from cliffwatch.domain.errors import StoreUnavailable
 from cliffwatch.domain.result import RunStatus
 from cliffwatch.domain.runs import Role, Run
@@ -36,7 +36,7 @@ class Instance:
 
     def stop_local(self, reason: str) -> list[Run]:
         self.stopped = reason
-        return [r for run_id in self.running if (r := self.abort_local(run_id, reason)) is not None]
+        return [r for run_id in self.running if (r := self.abort_local(run_id, f"emergency stop: {reason}"))]
 
     def release_local(self) -> None:
         self.stopped = None
@@ -100,7 +100,8 @@ async def test_the_emergency_stop_reaches_this_instance_while_the_database_is_do
     assert reply.status == 503
     assert reply.body["type"].endswith(":emergency-stop-not-recorded")
     assert reply.body["stopped_here"] == [run_id]
-    assert instance.stopped == "emergency stop: pager"
+    assert instance.stopped == "pager"
+    assert instance.aborted == {run_id: "emergency stop: pager"}
     down[0] = False
     recorded = await api.call("POST", "/api/v1/stop-all", json={"reason": "pager"})
     assert recorded.status == 200
@@ -135,7 +136,7 @@ async def test_no_run_is_accepted_while_this_instance_holds_a_stop_the_database_
 
     assert reply.status == 503
     assert reply.body["type"].endswith(":emergency-stop-not-recorded")
-    assert "emergency stop: pager" in reply.body["detail"]
+    assert "holds an emergency stop (pager) that the database has not recorded" in reply.body["detail"]
     assert {run.id for run in await api.store.active_runs()} == before
     assert (await api.call("POST", "/api/v1/stop-all", json={"reason": "pager"})).status == 200  # recorded now
     refused = await api.call("POST", "/api/v1/runs", role=Role.OPERATOR, json={"scenario": "burst-storm"})

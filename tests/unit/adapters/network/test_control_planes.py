@@ -13,14 +13,22 @@ from cliffwatch.adapters.network.control_planes import ControlPlanes, guarded
 from cliffwatch.domain.deny_list import DenyList, rule_for
 
 
-def test_a_held_rule_is_denied_until_released_and_an_added_one_for_good() -> None:
+def test_a_held_rule_is_denied_until_released_and_each_change_is_a_new_generation() -> None:
     planes = ControlPlanes()
     held, kept = rule_for("127.0.0.1", 1, "held"), rule_for("127.0.0.1", 2, "kept")
+    seen = [planes.generation]
+    key = planes.hold(kept)
+    seen.append(planes.generation)
     with planes.holding(held):
-        planes.add(kept)
-        planes.add(kept)
-        assert planes.rules() == (held, kept)
+        seen.append(planes.generation)
+        assert planes.rules() == (kept, held)
+    seen.append(planes.generation)
     assert planes.rules() == (kept,)
+    planes.release(key)
+    planes.release(key)  # a second release changes nothing
+    seen.append(planes.generation)
+    assert planes.rules() == ()
+    assert seen == sorted(set(seen))  # every change, and only a change, moves it on
 
 
 async def test_a_name_is_looked_up_once_a_minute_and_one_that_stops_resolving_keeps_its_last_addresses(

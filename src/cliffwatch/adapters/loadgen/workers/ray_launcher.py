@@ -28,6 +28,7 @@ import secrets
 import socket
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -90,9 +91,9 @@ def connect(address: str, *, host: str | None = None) -> RayCluster:
     return RayCluster(address=address, nodes=len(nodes), free_cpus=free, host=host)
 
 
-# Each node's HTTP services: the dashboard agent's serves the job API (jobs run arbitrary commands).
-_NODE_SERVICES = {"DashboardAgentListenPort": "dashboard agent", "RuntimeEnvAgentPort": "runtime environment agent",
-                  "MetricsExportPort": "metrics agent"}  # fmt: skip
+# Each node's HTTP services that act: the dashboard agent's serves the job API (jobs run arbitrary commands), the
+# runtime environment agent installs packages. Its metrics page is read-only, and a fair target.metrics.url.
+_NODE_SERVICES = {"DashboardAgentListenPort": "dashboard agent", "RuntimeEnvAgentPort": "runtime environment agent"}
 
 
 def cluster_control_planes(ray: ModuleType, nodes: list[dict[str, Any]]) -> list[DenyRule]:
@@ -119,14 +120,16 @@ def cluster_control_planes(ray: ModuleType, nodes: list[dict[str, Any]]) -> list
 
 
 _joined: list[int] = []  # the CONTROL_PLANES keys of the cluster this process joined, as last seen
+_joining = threading.Lock()  # runs join from worker threads, and two at once must not leave stale rules
 
 
 def _deny_while_joined(rules: list[DenyRule]) -> None:
     """The joined cluster's services, as found now (a node may have joined since), denied until ``leave``."""
-    keys = [CONTROL_PLANES.hold(rule) for rule in rules]
-    for key in _joined:
-        CONTROL_PLANES.release(key)
-    _joined[:] = keys
+    with _joining:
+        keys = [CONTROL_PLANES.hold(rule) for rule in rules]
+        for key in _joined:
+            CONTROL_PLANES.release(key)
+        _joined[:] = keys
 
 
 def leave() -> None:

@@ -14,6 +14,7 @@ from cliffwatch.adapters.loadgen.workers.pool import Launcher, WorkerPool
 from cliffwatch.adapters.loadgen.workers.ray_launcher import RayLauncher, connect
 from cliffwatch.adapters.loadgen.workers.spec import WorkerSpec
 from cliffwatch.adapters.target_access import Destinations
+from cliffwatch.domain.allowlist import Allowlist
 from cliffwatch.domain.errors import WorkersFailed
 from cliffwatch.domain.rate_limit import RateLimit
 from cliffwatch.domain.redaction import DEFAULT_RULES, RedactionRules
@@ -36,6 +37,7 @@ def worker_pool(
     *,
     load_url: str,
     destinations: Destinations,
+    allowlist: Allowlist | None = None,
     cap: RateLimit | None,
     secrets: tuple[str, ...] = (),
     redaction: RedactionRules = DEFAULT_RULES,
@@ -61,7 +63,7 @@ def worker_pool(
                 count=count,
                 scenario=share,
                 base_url=load_url,
-                allowlist=destinations.shared_allowlist(),
+                allowlist=allowlist or destinations.allowlist,
                 pins=pins,
                 cap=worker_cap,
                 executor=prompts,

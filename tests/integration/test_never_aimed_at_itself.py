@@ -30,6 +30,7 @@ from cliffwatch.adapters.toxiproxy import ToxiproxyClient
 from cliffwatch.bootstrap import prepare_run
 from cliffwatch.config import Settings
 from cliffwatch.domain.allowlist import parse_allowlist
+from cliffwatch.domain.errors import TargetNotAllowed
 from cliffwatch.domain.faults import ToxicState, ToxicType
 from cliffwatch.domain.outcomes import Outcome
 from cliffwatch.domain.result import RunStatus
@@ -224,3 +225,27 @@ async def test_a_proxy_listens_on_the_ip_its_host_was_checked_as(
     assert ipaddress.ip_address(host).is_loopback
     assert result.status is RunStatus.SUCCEEDED, result.abort_reason
     assert result.metrics.phases[0].outcomes[Outcome.ON_TIME] == 2
+
+
+async def test_a_toxiproxy_on_another_host_is_never_given_a_loopback_upstream(
+    serve_once: Callable[..., Any], tmp_path: Path
+) -> None:
+    """Compose runs Toxiproxy in a container of its own: a proxy whose upstream is this host's loopback (the
+    target's, by default) would connect to that container's loopback, where Toxiproxy's own API listens. The run is
+    refused at its start, before Toxiproxy is even asked, and the target receives nothing."""
+    seen: list[str] = []
+
+    async def ok(request: web.Request) -> web.StreamResponse:
+        seen.append(request.path)
+        return web.Response(text="fine")
+
+    target = await serve_once(ok)
+    document = hijack(f"http://127.0.0.1:{target.port}", 1, "x") | {"proxies": [{"name": "p", "listen": "127.0.0.1:0"}]}
+    document["target"] = {"url": f"http://127.0.0.1:{target.port}", "api": "http", "via_proxy": "p"}
+    config = settings(tmp_path, "127.0.0.0/8", toxiproxy_url="http://10.255.255.1:8474")
+    with pytest.raises(TargetNotAllowed) as caught:
+        async with prepare_run(config, parse_scenario(document), observer=CollectingObserver()):
+            pass
+    assert caught.value.field == "target.url"
+    assert "proxy p upstream: 127.0.0.1 is this host's loopback, but Toxiproxy" in caught.value.reason
+    assert seen == []
