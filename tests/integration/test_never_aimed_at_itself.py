@@ -16,20 +16,17 @@ import subprocess
 import sys
 import urllib.request
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
-from aiohttp import web
-from aiohttp.test_utils import TestServer
+from test_load_destinations import settings
 from test_service_api import REPO, call, served_instance
 
 from cliffwatch.adapters.toxiproxy import ToxiproxyClient
 from cliffwatch.bootstrap import prepare_run
-from cliffwatch.config import Settings
-from cliffwatch.domain.allowlist import parse_allowlist
 from cliffwatch.domain.errors import TargetNotAllowed
 from cliffwatch.domain.faults import ToxicState, ToxicType
 from cliffwatch.domain.outcomes import Outcome
@@ -141,42 +138,13 @@ def test_validate_refuses_the_metadata_address_even_when_the_allowlist_names_its
     assert cliffwatch("validate", str(path), env=env, tmp_path=tmp_path).returncode == 0
 
 
-@pytest.fixture
-async def serve_once() -> AsyncIterator[Callable[..., Any]]:
-    started: list[TestServer] = []
-
-    async def start(handler: Callable[[web.Request], Any]) -> TestServer:
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", handler)
-        server = TestServer(app, host="127.0.0.1")
-        await server.start_server()
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:
-        await server.close()
-
-
-def settings(tmp_path: Path, *allowed: str, **changes: Any) -> Settings:
-    allowlist, problems = parse_allowlist(allowed)
-    assert allowlist is not None, problems
-    return Settings(allowlist=allowlist, state_dir=tmp_path, **changes)
-
-
 async def test_a_followed_redirect_to_a_toxiproxy_this_process_runs_is_refused_and_its_faults_stay(
-    toxiproxy: Any, serve_once: Callable[..., Any], tmp_path: Path
+    toxiproxy: Any, servers: Callable[..., Any], tmp_path: Path
 ) -> None:
     """A target that redirects every request (307: method and body kept) to ``POST /reset`` of a Toxiproxy this
     process started, with redirects followed and all of loopback allowed: every hop is refused naming the rule,
     and the toxic another run holds on that Toxiproxy is still there."""
-    seen: list[str] = []
-
-    async def redirecting(request: web.Request) -> web.StreamResponse:
-        seen.append(request.path)
-        return web.Response(status=307, headers={"Location": f"{toxiproxy.url}/reset"})
-
-    target = await serve_once(redirecting)
+    target = await servers(redirect_to=f"{toxiproxy.url}/reset")
     name = f"held-{uuid.uuid4().hex[:8]}"
     async with ToxiproxyClient(toxiproxy.url, timeout_s=5) as api:
         await api.create_proxy(name=name, listen="127.0.0.1:0", upstream="127.0.0.1:9")
@@ -194,22 +162,19 @@ async def test_a_followed_redirect_to_a_toxiproxy_this_process_runs_is_refused_a
     assert result.status is RunStatus.SUCCEEDED, result.abort_reason
     [phase] = result.metrics.phases
     assert phase.outcomes[Outcome.ERROR] == phase.offered == 2
-    assert len(seen) == 1 + 2  # the pre-flight and the two planned requests, none followed
+    assert len(target.requests) == 1 + 2  # the pre-flight and the two planned requests, none followed
     assert proxy is not None
     assert [toxic.name for toxic in proxy.toxics] == ["theirs"]
 
 
 @pytest.mark.parametrize("listen", ["*:0", "localhost:0"])
 async def test_a_proxy_listens_on_the_ip_its_host_was_checked_as(
-    toxiproxy: Any, serve_once: Callable[..., Any], tmp_path: Path, listen: str
+    toxiproxy: Any, servers: Callable[..., Any], tmp_path: Path, listen: str
 ) -> None:
     """Toxiproxy resolves a listen host itself (or cannot: ``*``): the proxy is created on the IP the listen
     allowlist checked, and the run's load goes through it."""
 
-    async def ok(request: web.Request) -> web.StreamResponse:
-        return web.Response(text="fine")
-
-    target = await serve_once(ok)
+    target = await servers()
     name = f"it-{uuid.uuid4().hex[:8]}"
     document = hijack(f"http://127.0.0.1:{target.port}", 1, "x") | {"proxies": [{"name": name, "listen": listen}]}
     document["target"] = {"url": f"http://127.0.0.1:{target.port}", "api": "http", "via_proxy": name}
@@ -228,18 +193,12 @@ async def test_a_proxy_listens_on_the_ip_its_host_was_checked_as(
 
 
 async def test_a_toxiproxy_on_another_host_is_never_given_a_loopback_upstream(
-    serve_once: Callable[..., Any], tmp_path: Path
+    servers: Callable[..., Any], tmp_path: Path
 ) -> None:
     """Compose runs Toxiproxy in a container of its own: a proxy whose upstream is this host's loopback (the
     target's, by default) would connect to that container's loopback, where Toxiproxy's own API listens. The run is
     refused at its start, before Toxiproxy is even asked, and the target receives nothing."""
-    seen: list[str] = []
-
-    async def ok(request: web.Request) -> web.StreamResponse:
-        seen.append(request.path)
-        return web.Response(text="fine")
-
-    target = await serve_once(ok)
+    target = await servers()
     document = hijack(f"http://127.0.0.1:{target.port}", 1, "x") | {"proxies": [{"name": "p", "listen": "127.0.0.1:0"}]}
     document["target"] = {"url": f"http://127.0.0.1:{target.port}", "api": "http", "via_proxy": "p"}
     config = settings(tmp_path, "127.0.0.0/8", toxiproxy_url="http://10.255.255.1:8474")
@@ -248,4 +207,4 @@ async def test_a_toxiproxy_on_another_host_is_never_given_a_loopback_upstream(
             pass
     assert caught.value.field == "target.url"
     assert "proxy p upstream: 127.0.0.1 is this host's loopback, but Toxiproxy" in caught.value.reason
-    assert seen == []
+    assert target.requests == []

@@ -119,17 +119,23 @@ async def test_a_token_never_seen_is_refused_while_the_database_is_down(
     assert reply.body["type"].endswith(":store-unavailable")
 
 
+async def stop_unrecorded(api: Api, down: list[bool]) -> None:
+    """Stop-all while the database is down (the admin token known before), then the database back: this instance
+    holds a stop the database never recorded."""
+    assert (await api.call("GET", "/api/v1/stop-all")).status == 200
+    down[0] = True
+    stopped = await api.call("POST", "/api/v1/stop-all", json={"reason": "pager"})
+    assert stopped.body["type"].endswith(":emergency-stop-not-recorded")
+    down[0] = False
+
+
 async def test_no_run_is_accepted_while_this_instance_holds_a_stop_the_database_has_not_recorded(
     served: tuple[Api, Instance, list[bool]],
 ) -> None:
     """Stop-all while the database is down stops this instance; once the database answers again, a run asked of
     this instance is refused (503, the same problem type) until the stop is recorded, not queued to fire on release."""
     api, _, down = served
-    assert (await api.call("GET", "/api/v1/stop-all")).status == 200  # the admin token is known here
-    down[0] = True
-    stopped = await api.call("POST", "/api/v1/stop-all", json={"reason": "pager"})
-    assert stopped.body["type"].endswith(":emergency-stop-not-recorded")
-    down[0] = False
+    await stop_unrecorded(api, down)
     before = {run.id for run in await api.store.active_runs()}
 
     reply = await api.call("POST", "/api/v1/runs", role=Role.OPERATOR, json={"scenario": "burst-storm"})
@@ -149,11 +155,7 @@ async def test_releasing_a_stop_that_was_never_recorded_aborts_the_runs_queued_u
     """Another instance, which never saw the stop, queues a run while this one holds it unrecorded: releasing the
     stop here aborts that run (it crossed the stop), and this instance may run again."""
     api, instance, down = served
-    assert (await api.call("GET", "/api/v1/stop-all")).status == 200  # the admin token is known here
-    down[0] = True
-    stopped = await api.call("POST", "/api/v1/stop-all", json={"reason": "pager"})
-    assert stopped.body["type"].endswith(":emergency-stop-not-recorded")
-    down[0] = False
+    await stop_unrecorded(api, down)
     elsewhere = RunsService(runs=api.store, control=api.store, catalog=api.services.catalog,
                             policy=AllowlistPolicy(api.settings.allowlist, listen=api.settings.proxy_listen),
                             caps=api.settings.caps, now=api.clock)  # fmt: skip
