@@ -21,6 +21,12 @@ from postgres_kit import PostgresServer, postgres_cluster
 from ray_kit import LocalRay, local_ray
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Slow tests first. ``make test`` hands test modules out to parallel workers in this order, so the longest
+    start first and the run ends on short ones, not on one long module begun last."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(autouse=True)
 def _fresh_structlog(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Tests that call the CLI in-process configure logging as the CLI does, which caches each module's logger

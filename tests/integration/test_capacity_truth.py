@@ -30,7 +30,7 @@ from cliffwatch.domain.target_model import TargetModel
 from cliffwatch.services.memory import CollectingObserver
 from loop_watch import frozen_heap
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]  # sweeps: each step must keep its schedule
 
 
 @pytest.fixture(autouse=True)

@@ -25,7 +25,7 @@ from cliffwatch.domain.target_model import TargetModel
 from cliffwatch.services.memory import CollectingObserver
 from loop_watch import frozen_heap
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]  # the generator must keep its schedule beside the target
 
 
 @pytest.fixture(autouse=True)

@@ -71,6 +71,7 @@ async def sweep(scenario: Any, tmp_path: Path) -> CapacityResult:
     return report.result
 
 
+@pytest.mark.heavy
 async def test_the_shared_prefix_sweep_finds_the_capacity_the_prefix_cache_is_worth(tmp_path: Path) -> None:
     cached, uncached = await sweep(cache(True), tmp_path / "on"), await sweep(cache(False), tmp_path / "off")
     shown = [(s.rate, s.on_time, s.offered) for s in (*cached.steps, *uncached.steps)]

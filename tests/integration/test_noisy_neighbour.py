@@ -16,7 +16,7 @@ from cliffwatch.config import Settings
 from cliffwatch.domain.result import RunResult
 from cliffwatch.services.memory import CollectingObserver
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]  # the generator must keep its schedule
 
 SCENARIOS = Path(__file__).parents[2] / "scenarios"
 

@@ -166,6 +166,7 @@ def test_every_endpoint_of_a_served_instance_on_postgresql(postgres: Any, tmp_pa
     walk_every_endpoint(url, tmp_path)
 
 
+@pytest.mark.heavy  # worker processes (or a Ray cluster of two nodes) beside a service and its target
 @pytest.mark.parametrize("on", ["processes", "ray"])
 def test_the_services_worker_sends_from_worker_processes_and_stop_all_reaches_them(
     tmp_path: Path, on: str, request: pytest.FixtureRequest

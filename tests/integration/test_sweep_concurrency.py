@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+pytestmark = pytest.mark.heavy  # sweeps: each step must keep its schedule, two at most at once
+
 REPO = Path(__file__).resolve().parents[2]
 STATE_DIR = tempfile.mkdtemp(prefix="cliffwatch-sweep-concurrency-")
 

@@ -25,6 +25,8 @@ from playwright.sync_api import Browser, Route
 from cliffwatch.adapters.api.reports import report_headers
 from cliffwatch.adapters.report.render import render_sweep_report
 
+pytestmark = pytest.mark.heavy  # sweeps: each step must keep its schedule, two at most at once
+
 FIXTURE = REPO / "tests" / "fixtures" / "reports" / "sweep-retries.json"
 VARIANT_CHARTS = ("throughput", "attainment", "latency-ttft", "latency-e2e")
 GREEN, VERMILLION = "#009E73", "#D55E00"

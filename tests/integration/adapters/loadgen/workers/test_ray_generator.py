@@ -32,7 +32,7 @@ from cliffwatch.domain.scenario import Scenario
 from priority_kit import may_raise_priority_to
 from ray_kit import LocalRay
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]  # the generator must keep its schedule
 
 
 @asynccontextmanager

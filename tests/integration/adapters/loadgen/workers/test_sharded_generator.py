@@ -37,7 +37,7 @@ from cliffwatch.domain.outcomes import NS_PER_MS, NS_PER_S, Outcome, RequestReco
 from cliffwatch.domain.plan import PlannedRequest, iter_plan
 from cliffwatch.domain.scenario import Scenario
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]  # the generator must keep its schedule
 
 
 class Records:
