@@ -28,7 +28,7 @@ from cliffwatch.adapters.documents import (
     yaml_loader,
 )
 from cliffwatch.domain.errors import ScenarioInvalid
-from cliffwatch.domain.scenario import content_hash, parse_scenario
+from cliffwatch.domain.scenario.scenario import content_hash, parse_scenario
 
 
 def bomb(levels: int) -> str:

@@ -107,7 +107,7 @@ async def run_timer_floor(config: Config, base_url: str, rate: float) -> Samples
 
 
 def _constant_offsets_ns(rate: float, duration_s: float) -> list[int]:
-    """The same send offsets as cliffwatch's constant arrival process (``domain/arrivals.py``)."""
+    """The same send offsets as cliffwatch's constant arrival process (``domain/scenario/arrivals.py``)."""
     gap = 1.0 / rate
     offsets, index = [], 0
     while (offset := index * gap) < duration_s:

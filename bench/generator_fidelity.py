@@ -49,9 +49,9 @@ from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.adapters.loadgen.engine import OpenLoopGenerator
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
 from cliffwatch.adapters.loadgen.token_prompts import TokenExactPrompts, load_counter
-from cliffwatch.domain.outcomes import RequestRecord
-from cliffwatch.domain.plan import PlannedRequest, iter_plan
-from cliffwatch.domain.scenario import Scenario, parse_scenario
+from cliffwatch.domain.results.outcomes import RequestRecord
+from cliffwatch.domain.scenario.scenario import Scenario, parse_scenario
+from cliffwatch.domain.traffic.plan import PlannedRequest, iter_plan
 from fidelity_figures import (
     GENERATORS,
     MAX_P99_LAG_MS,

@@ -24,10 +24,10 @@ from typing import Any
 from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.adapters.loadgen.engine import OpenLoopGenerator
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
-from cliffwatch.domain.outcomes import RequestRecord
-from cliffwatch.domain.plan import PlannedRequest, iter_plan
-from cliffwatch.domain.scenario import parse_scenario
-from cliffwatch.domain.target_spec import Api
+from cliffwatch.domain.results.outcomes import RequestRecord
+from cliffwatch.domain.scenario.scenario import parse_scenario
+from cliffwatch.domain.scenario.target_spec import Api
+from cliffwatch.domain.traffic.plan import PlannedRequest, iter_plan
 
 NS_PER_MS = 1_000_000
 START_LEAD_NS = 50 * NS_PER_MS  # the schedule starts a moment after set-up, as in the runner

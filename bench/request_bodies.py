@@ -18,9 +18,9 @@ from collections.abc import Callable
 
 from cliffwatch.adapters.loadgen.bodies import RequestBodies
 from cliffwatch.adapters.loadgen.prompts import prompt_bytes
-from cliffwatch.domain.plan import PlannedRequest
-from cliffwatch.domain.scenario import parse_scenario
-from cliffwatch.domain.target_spec import MAX_PROMPT_TOKENS
+from cliffwatch.domain.scenario.scenario import parse_scenario
+from cliffwatch.domain.scenario.target_spec import MAX_PROMPT_TOKENS
+from cliffwatch.domain.traffic.plan import PlannedRequest
 
 BODIES = 30
 

@@ -1,7 +1,7 @@
 """How close does a default sweep come to a single slot's analytic capacity? The figures of docs/sweep.md.
 
 Runs ``cliffwatch sweep --auto`` (``prepare_sweep``, every default but the arrivals) against two single-slot
-servers whose capacity is known exactly (``domain/queueing.py``, docs/capacity-model.md "A single slot"):
+servers whose capacity is known exactly (``domain/capacity/queueing.py``, docs/capacity-model.md "A single slot"):
 
 - ``builtin``: the built-in target with ``max_batch: 1`` and 16 steps of 20 ms: 320 ms a request;
 - ``slot``: ``bench/single_slot_server.py``, an independent process that serves one request at a time in
@@ -19,7 +19,7 @@ recursion, no HTTP), many times over, in seconds: the spread a few real sweeps c
     .venv/bin/python bench/sweep_accuracy.py --simulate --reps 100 --step-seconds 60 --trials 5   # what it takes
     .venv/bin/python bench/sweep_accuracy.py --simulate --reps 50 --arrivals poisson --slots 16 --service-ms 2000
 
-Simulated sweeps run with the arrival-luck correction (``domain/arrival_luck.py``) and without it, on a
+Simulated sweeps run with the arrival-luck correction (``domain/capacity/arrival_luck.py``) and without it, on a
 server of ``--slots`` slots whose service time varies by ``--service-cv`` (lognormal; its truth bisected on a
 long run when it is not one exact slot).
 """
@@ -45,12 +45,12 @@ from typing import Any, NamedTuple
 
 from cliffwatch.bootstrap_sweep import prepare_sweep
 from cliffwatch.config import Settings
-from cliffwatch.domain.arrival_luck import ReferenceSlot, WindowRequest
-from cliffwatch.domain.capacity import CapacitySearch, SearchConfig, StepStats, summarize
-from cliffwatch.domain.growth import Growth, latency_trend
-from cliffwatch.domain.queueing import dd1_usable_rate, md1_usable_rate
-from cliffwatch.domain.scenario import Scenario, parse_scenario, with_overrides
-from cliffwatch.domain.sweep_spec import SweepArrival, SweepSpec
+from cliffwatch.domain.capacity.arrival_luck import ReferenceSlot, WindowRequest
+from cliffwatch.domain.capacity.capacity import CapacitySearch, SearchConfig, StepStats, summarize
+from cliffwatch.domain.capacity.growth import Growth, latency_trend
+from cliffwatch.domain.capacity.queueing import dd1_usable_rate, md1_usable_rate
+from cliffwatch.domain.capacity.sweep_spec import SweepArrival, SweepSpec
+from cliffwatch.domain.scenario.scenario import Scenario, parse_scenario, with_overrides
 from cliffwatch.services.memory import CollectingObserver
 
 SERVICE_S = 0.32
@@ -203,7 +203,7 @@ class Server(NamedTuple):
         return out
 
     def truth(self, arrival: str, slo_s: float) -> float:
-        """The usable rate: analytic for one exact slot (``domain/queueing.py``), else bisected on a long run
+        """The usable rate: analytic for one exact slot (``domain/capacity/queueing.py``), else bisected on a long run
         (400,000 arrivals: the 1 % tail within about 2 %)."""
         if self.slots == 1 and self.cv == 0:
             return truth(arrival, slo_s / self.service_s, self.service_s)
@@ -224,7 +224,7 @@ class Server(NamedTuple):
 def simulated_step(rate: float, trial: int, *, server: Server, slo_s: float, window_s: float, warmup_s: float,
                    poisson: bool, seed: str, reference: ReferenceSlot | None) -> StepStats:  # fmt: skip
     """A step of ``server``, every request's wait exact (Lindley's recursion), read beside the sweep's
-    reference slot (``domain/arrival_luck.py``) when ``reference`` is given and the arrivals are Poisson."""
+    reference slot (``domain/capacity/arrival_luck.py``) when ``reference`` is given and the arrivals are Poisson."""
     rng = random.Random(seed)
     at, arrivals = 0.0, []
     while True:

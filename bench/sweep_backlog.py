@@ -32,11 +32,11 @@ from cliffwatch.adapters.builtin_target import BuiltinTarget
 from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.adapters.loadgen.engine import OpenLoopGenerator
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
-from cliffwatch.domain.outcomes import NS_PER_S, RequestRecord
-from cliffwatch.domain.scenario import Scenario, parse_scenario
-from cliffwatch.domain.sweep_plan import step_scenario
-from cliffwatch.domain.sweep_spec import SweepArrival, SweepSpec
-from cliffwatch.domain.target_model import TargetModel
+from cliffwatch.domain.capacity.sweep_plan import step_scenario
+from cliffwatch.domain.capacity.sweep_spec import SweepArrival, SweepSpec
+from cliffwatch.domain.results.outcomes import NS_PER_S, RequestRecord
+from cliffwatch.domain.scenario.scenario import Scenario, parse_scenario
+from cliffwatch.domain.scenario.target_model import TargetModel
 from cliffwatch.services.memory import CollectingObserver, NoFaultInjector
 from cliffwatch.services.runner import RunService
 

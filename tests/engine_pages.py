@@ -1,7 +1,7 @@
 """Prometheus pages as each inference engine renders them, with the numbers a test chooses.
 
 Each page mimics its engine's real exposition: the metric names, labels, types and suffix conventions read
-from the engine's own source (the citations are in src/cliffwatch/domain/engine_profiles.py and
+from the engine's own source (the citations are in src/cliffwatch/domain/server/engine_profiles.py and
 docs/server-metrics.md), including the quirks a scraper must survive:
 
 - vLLM (vllm/v1/metrics/loggers.py, prometheus_client): model_name and engine labels, ``_created`` gauges

@@ -10,7 +10,7 @@ content hashes). Then what earlier versions stored in the clear is masked: each 
 sensitive header values and URL passwords move to ``scenario_credentials`` (the version keeps its hash, so
 the runs that point at it still find it), and runs' target URLs (the column, and the URL in their result
 documents) lose their passwords. The masking rules are the ones of this revision, written out here so that
-later changes to ``domain.redaction`` cannot change what this migration did; header names an operator adds
+later changes to ``domain.security.redaction`` cannot change what this migration did; header names an operator adds
 by setting are masked from the next time a document is stored.
 """
 

@@ -39,11 +39,8 @@ from cliffwatch.adapters.toxiproxy_faults import ToxiproxyFaultInjector
 from cliffwatch.adapters.toxiproxy_server import ManagedToxiproxy, find_toxiproxy_server
 from cliffwatch.adapters.trace_files import load_traces
 from cliffwatch.config import Settings
-from cliffwatch.domain.allowlist import Allowlist
-from cliffwatch.domain.caps import cap_violations, sweep_cap_violations
-from cliffwatch.domain.dataset import with_dataset
+from cliffwatch.domain.capacity.sweep_spec import SweepSpec
 from cliffwatch.domain.errors import CliffwatchError, FaultInjectionFailed, RunRefused, TargetNotAllowed
-from cliffwatch.domain.masking import mask_url
 from cliffwatch.domain.ports import (
     Clock,
     FaultInjector,
@@ -55,10 +52,13 @@ from cliffwatch.domain.ports import (
     ServerWatcher,
     ToxiproxyApi,
 )
-from cliffwatch.domain.rate_limit import TokenBucket
-from cliffwatch.domain.scenario import Scenario
-from cliffwatch.domain.sweep_spec import SweepSpec
-from cliffwatch.domain.trace import trace_notes, traces_of, with_traces
+from cliffwatch.domain.scenario.dataset import with_dataset
+from cliffwatch.domain.scenario.scenario import Scenario
+from cliffwatch.domain.scenario.trace import trace_notes, traces_of, with_traces
+from cliffwatch.domain.security.allowlist import Allowlist
+from cliffwatch.domain.security.masking import mask_url
+from cliffwatch.domain.service.caps import cap_violations, sweep_cap_violations
+from cliffwatch.domain.traffic.rate_limit import TokenBucket
 from cliffwatch.services.memory import NoFaultInjector, NoServerWatcher, NullSink
 from cliffwatch.services.reconcile import ReconcileReport, reconcile_faults
 from cliffwatch.services.runner import RunService

@@ -44,11 +44,11 @@ from cliffwatch.adapters.toxiproxy import ToxiproxyClient
 from cliffwatch.bootstrap import PreparedRun, prepare_run
 from cliffwatch.bootstrap_sweep import SweepHandle, prepare_sweep
 from cliffwatch.config import Settings
+from cliffwatch.domain.capacity.sweep_spec import SweepSpec
 from cliffwatch.domain.errors import CliffwatchError
 from cliffwatch.domain.ports import RecordSink, ToxiproxyApi
-from cliffwatch.domain.runs import Run, Schedule, Trigger
-from cliffwatch.domain.scenario import Scenario
-from cliffwatch.domain.sweep_spec import SweepSpec
+from cliffwatch.domain.scenario.scenario import Scenario
+from cliffwatch.domain.service.runs import Run, Schedule, Trigger
 from cliffwatch.services.catalog import ScenarioCatalog
 from cliffwatch.services.reconcile import reconcile_faults
 from cliffwatch.services.runs import RunRequest, RunsService

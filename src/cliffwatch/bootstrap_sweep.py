@@ -28,14 +28,14 @@ from cliffwatch.bootstrap import (
     with_secrets,
 )
 from cliffwatch.config import Settings
+from cliffwatch.domain.capacity.sweep_plan import sweep_client_scenario
+from cliffwatch.domain.capacity.sweep_spec import SweepMode, SweepSpec, variant_policy
 from cliffwatch.domain.errors import CliffwatchError, Problem, ScenarioInvalid
-from cliffwatch.domain.masking import mask_url
 from cliffwatch.domain.ports import Clock, ProgressObserver, SecretResolver
-from cliffwatch.domain.rate_limit import TokenBucket
-from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.scenario import Scenario
-from cliffwatch.domain.sweep_plan import sweep_client_scenario
-from cliffwatch.domain.sweep_spec import SweepMode, SweepSpec, variant_policy
+from cliffwatch.domain.results.result import RunStatus
+from cliffwatch.domain.scenario.scenario import Scenario
+from cliffwatch.domain.security.masking import mask_url
+from cliffwatch.domain.traffic.rate_limit import TokenBucket
 from cliffwatch.services.secrets import secret_values
 from cliffwatch.services.sweep import StepRunner, SweepObserver, SweepOutcome, SweepReport, SweepService
 

@@ -52,10 +52,10 @@ from cliffwatch.domain.errors import (
     TargetUnreachable,
     WorkersFailed,
 )
-from cliffwatch.domain.result import RunResult, RunStatus
-from cliffwatch.domain.runs import ApiToken, Role
-from cliffwatch.domain.scenario import Scenario, with_overrides
-from cliffwatch.domain.target_model import TargetModel, target_model_from
+from cliffwatch.domain.results.result import RunResult, RunStatus
+from cliffwatch.domain.scenario.scenario import Scenario, with_overrides
+from cliffwatch.domain.scenario.target_model import TargetModel, target_model_from
+from cliffwatch.domain.service.runs import ApiToken, Role
 from cliffwatch.services.reconcile import ReconcileReport
 from cliffwatch.services.runs import check_places
 from cliffwatch.services.tokens import TokenService

@@ -17,8 +17,8 @@ from cliffwatch.adapters.report.files import read_result_file, write_run_report
 from cliffwatch.adapters.report.render import ReportInvalid
 from cliffwatch.config import Settings
 from cliffwatch.domain.errors import RunNotFound
-from cliffwatch.domain.masking import without_password
-from cliffwatch.domain.runs import RunKind
+from cliffwatch.domain.security.masking import without_password
+from cliffwatch.domain.service.runs import RunKind
 
 EXIT_OK, EXIT_INVALID = 0, 2
 

@@ -25,10 +25,10 @@ from cliffwatch.bootstrap_sweep import SweepOutcome, prepare_sweep
 from cliffwatch.cli_signals import stopping_on_signals
 from cliffwatch.cli_workers import add_worker_options, sent_from
 from cliffwatch.config import Settings
-from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.scenario import Scenario, with_overrides
-from cliffwatch.domain.sweep_plan import short_step_warning
-from cliffwatch.domain.sweep_spec import VARIANT_HELP, SweepSpec, parse_sweep_options
+from cliffwatch.domain.capacity.sweep_plan import short_step_warning
+from cliffwatch.domain.capacity.sweep_spec import VARIANT_HELP, SweepSpec, parse_sweep_options
+from cliffwatch.domain.results.result import RunStatus
+from cliffwatch.domain.scenario.scenario import Scenario, with_overrides
 from cliffwatch.services.sweep import unit_of
 
 EXIT_DONE, EXIT_ENVIRONMENT, EXIT_INTERRUPTED = 0, 3, 130

@@ -20,15 +20,22 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from cliffwatch.adapters.documents import CONFIG_LIMITS, DocumentInvalid, load_yaml
-from cliffwatch.domain.allowlist import DEFAULT_ALLOWLIST, Allowlist, parse_allowlist, parse_denied
-from cliffwatch.domain.caps import Caps
-from cliffwatch.domain.deny_list import ALWAYS_DENIED, DenyList, DenyRule, database_rules, ray_rules, rule_for_url
 from cliffwatch.domain.errors import CliffwatchError
-from cliffwatch.domain.ray_address import ray_address_problem
-from cliffwatch.domain.redaction import RedactionRules
-from cliffwatch.domain.runs import Quotas
-from cliffwatch.domain.secrets import RESERVED_ENV_PREFIX, env_name_allowed
-from cliffwatch.domain.target_spec import HEADER_NAME, MAX_OUTPUT_TOKENS, MAX_PROMPT_TOKENS
+from cliffwatch.domain.scenario.target_spec import HEADER_NAME, MAX_OUTPUT_TOKENS, MAX_PROMPT_TOKENS
+from cliffwatch.domain.security.allowlist import DEFAULT_ALLOWLIST, Allowlist, parse_allowlist, parse_denied
+from cliffwatch.domain.security.deny_list import (
+    ALWAYS_DENIED,
+    DenyList,
+    DenyRule,
+    database_rules,
+    ray_rules,
+    rule_for_url,
+)
+from cliffwatch.domain.security.redaction import RedactionRules
+from cliffwatch.domain.security.secrets import RESERVED_ENV_PREFIX, env_name_allowed
+from cliffwatch.domain.service.caps import Caps
+from cliffwatch.domain.service.runs import Quotas
+from cliffwatch.domain.traffic.ray_address import ray_address_problem
 
 LOG_FORMATS = ("auto", "json", "console")
 LOG_LEVELS = ("debug", "info", "warning", "error")

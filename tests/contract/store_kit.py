@@ -11,18 +11,16 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from cliffwatch.adapters.store import SqlStore, create_engine
-from cliffwatch.domain.generator_health import GeneratorLimits, judge_generator
-from cliffwatch.domain.histogram import Histogram
-from cliffwatch.domain.metrics import RunAggregator
-from cliffwatch.domain.outcomes import NS_PER_MS, Attempt, Outcome, RequestRecord, TokenSource
-from cliffwatch.domain.plan import iter_plan, phase_windows
 from cliffwatch.domain.ports import FaultLedger
-from cliffwatch.domain.result import PhaseTiming, RunResult, RunStatus
-from cliffwatch.domain.retry import FailureKind
-from cliffwatch.domain.runs import Overrides, Run, RunEnd, Trigger
-from cliffwatch.domain.scenario import parse_scenario
-from cliffwatch.domain.scoring import score_run
-from cliffwatch.domain.server_view import ServerView
+from cliffwatch.domain.results.histogram import Histogram
+from cliffwatch.domain.results.metrics import RunAggregator
+from cliffwatch.domain.results.outcomes import NS_PER_MS, Attempt, Outcome, RequestRecord, TokenSource
+from cliffwatch.domain.results.result import PhaseTiming, RunResult, RunStatus
+from cliffwatch.domain.results.scoring import score_run
+from cliffwatch.domain.scenario.retry import FailureKind
+from cliffwatch.domain.scenario.scenario import parse_scenario
+from cliffwatch.domain.server.server_view import ServerView
+from cliffwatch.domain.service.runs import Overrides, Run, RunEnd, Trigger
 from cliffwatch.domain.service_ports import (
     ControlStore,
     LeaderLock,
@@ -31,6 +29,8 @@ from cliffwatch.domain.service_ports import (
     ScheduleStore,
     TokenStore,
 )
+from cliffwatch.domain.traffic.generator_health import GeneratorLimits, judge_generator
+from cliffwatch.domain.traffic.plan import iter_plan, phase_windows
 from cliffwatch.services.memory_store import InMemoryStore
 from cliffwatch.services.worker import run_end
 

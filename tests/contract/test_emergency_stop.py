@@ -9,10 +9,10 @@ import contextlib
 
 from store_kit import T0, Backend, Store, make_run, seconds
 
-from cliffwatch.domain.caps import Caps
 from cliffwatch.domain.errors import EmergencyStopActive
-from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.runs import Quotas, Run, RunQuery
+from cliffwatch.domain.results.result import RunStatus
+from cliffwatch.domain.service.caps import Caps
+from cliffwatch.domain.service.runs import Quotas, Run, RunQuery
 from cliffwatch.services.catalog import ScenarioCatalog
 from cliffwatch.services.runs import RunRequest, RunsService
 

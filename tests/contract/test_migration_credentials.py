@@ -16,7 +16,7 @@ from sqlalchemy import Connection, text
 
 from cliffwatch.adapters.store import SqlStore, create_engine
 from cliffwatch.adapters.store.migrate import alembic_config
-from cliffwatch.domain.redaction import restore
+from cliffwatch.domain.security.redaction import restore
 
 if TYPE_CHECKING:
     from conftest import PostgresServer

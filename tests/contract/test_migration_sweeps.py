@@ -14,7 +14,7 @@ from sqlalchemy import Connection, text
 
 from cliffwatch.adapters.store import SqlStore, create_engine, head_revision
 from cliffwatch.adapters.store.migrate import alembic_config
-from cliffwatch.domain.runs import RunKind
+from cliffwatch.domain.service.runs import RunKind
 
 if TYPE_CHECKING:
     from conftest import PostgresServer

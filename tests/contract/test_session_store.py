@@ -9,8 +9,8 @@ from datetime import timedelta
 from store_kit import Backend
 
 from cliffwatch.adapters.store.sessions_sql import SqlSessionStore
-from cliffwatch.domain.runs import Role
-from cliffwatch.domain.sessions import SessionStore
+from cliffwatch.domain.service.runs import Role
+from cliffwatch.domain.service.sessions import SessionStore
 from cliffwatch.services.sessions import InMemorySessionStore, SessionService, csrf_matches, csrf_token
 from cliffwatch.services.tokens import TokenService
 

@@ -11,11 +11,12 @@ import pytest
 from store_kit import T0, Backend, Store, make_record, make_run, scored_end, seconds, sql_only
 
 from cliffwatch.domain.errors import RunNotFound
-from cliffwatch.domain.metrics_spec import Engine, Signal
 from cliffwatch.domain.ports import LedgerEntry
-from cliffwatch.domain.redaction import Credential
-from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.runs import (
+from cliffwatch.domain.results.result import RunStatus
+from cliffwatch.domain.security.redaction import Credential
+from cliffwatch.domain.server.metrics_spec import Engine, Signal
+from cliffwatch.domain.server.server_view import ServerSeries, ServerView
+from cliffwatch.domain.service.runs import (
     ApiToken,
     CatchUp,
     Overrides,
@@ -27,7 +28,6 @@ from cliffwatch.domain.runs import (
     StoredOutcome,
     Trigger,
 )
-from cliffwatch.domain.server_view import ServerSeries, ServerView
 
 LEASE = seconds(30)
 DOC_V1 = {"name": "burst", "seed": 1, "phases": [{"name": "calm", "duration_s": 1.5}]}

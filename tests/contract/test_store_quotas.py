@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from store_kit import T0, Backend, make_run, seconds
 
-from cliffwatch.domain.runs import CallerUsage, ScenarioSource, Trigger
+from cliffwatch.domain.service.runs import CallerUsage, ScenarioSource, Trigger
 
 LEASE = seconds(30)
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from store_kit import T0, Backend, make_run, scored_end, seconds
 
-from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.runs import CatchUp, RunEnd, RunKind, RunQuery, Schedule
-from cliffwatch.domain.sweep_spec import SweepArrival, SweepMode, SweepSpec
+from cliffwatch.domain.capacity.sweep_spec import SweepArrival, SweepMode, SweepSpec
+from cliffwatch.domain.results.result import RunStatus
+from cliffwatch.domain.service.runs import CatchUp, RunEnd, RunKind, RunQuery, Schedule
 
 SPEC = SweepSpec(start=2.0, stop=12.0, trials=2, step_s=5.0, warmup_s=1.0, cooldown_s=0.5,
                  arrival=SweepArrival.CONSTANT, variants=("as-written", "none"))  # fmt: skip

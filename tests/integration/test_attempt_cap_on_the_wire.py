@@ -17,11 +17,11 @@ from aiohttp.test_utils import TestServer
 from cliffwatch.bootstrap import prepare_run
 from cliffwatch.bootstrap_sweep import prepare_sweep
 from cliffwatch.config import Settings
-from cliffwatch.domain.allowlist import DEFAULT_ALLOWLIST, parse_allowlist
+from cliffwatch.domain.capacity.sweep_spec import parse_sweep_spec
 from cliffwatch.domain.errors import RunRefused
 from cliffwatch.domain.ports import Progress
-from cliffwatch.domain.scenario import Scenario, parse_scenario
-from cliffwatch.domain.sweep_spec import parse_sweep_spec
+from cliffwatch.domain.scenario.scenario import Scenario, parse_scenario
+from cliffwatch.domain.security.allowlist import DEFAULT_ALLOWLIST, parse_allowlist
 
 CAP = 5.0  # attempts/s: the cap of the reproduction
 

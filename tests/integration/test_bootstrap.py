@@ -8,7 +8,7 @@ from typing import Any
 
 from cliffwatch.bootstrap import toxiproxy_unavailable
 from cliffwatch.config import Settings
-from cliffwatch.domain.allowlist import DEFAULT_ALLOWLIST, parse_allowlist
+from cliffwatch.domain.security.allowlist import DEFAULT_ALLOWLIST, parse_allowlist
 
 
 def settings(tmp_path: Path, **overrides: Any) -> Settings:

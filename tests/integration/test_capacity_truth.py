@@ -21,12 +21,12 @@ from haproxy_testkit import bounded_server
 
 from cliffwatch.bootstrap_sweep import prepare_sweep
 from cliffwatch.config import Settings
-from cliffwatch.domain.allowlist import DEFAULT_ALLOWLIST, parse_allowlist
-from cliffwatch.domain.capacity import CapacityResult
-from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.scenario import parse_scenario
-from cliffwatch.domain.sweep_spec import SweepArrival, SweepSpec
-from cliffwatch.domain.target_model import TargetModel
+from cliffwatch.domain.capacity.capacity import CapacityResult
+from cliffwatch.domain.capacity.sweep_spec import SweepArrival, SweepSpec
+from cliffwatch.domain.results.result import RunStatus
+from cliffwatch.domain.scenario.scenario import parse_scenario
+from cliffwatch.domain.scenario.target_model import TargetModel
+from cliffwatch.domain.security.allowlist import DEFAULT_ALLOWLIST, parse_allowlist
 from cliffwatch.services.memory import CollectingObserver
 from loop_watch import frozen_heap
 

@@ -16,12 +16,12 @@ import pytest
 
 from cliffwatch.bootstrap import prepare_run
 from cliffwatch.config import Settings
-from cliffwatch.domain.metrics import merge_phases
-from cliffwatch.domain.outcomes import Outcome
-from cliffwatch.domain.result import RunResult, RunStatus
-from cliffwatch.domain.scenario import Role, parse_scenario
-from cliffwatch.domain.scoring import HIDDEN_OVERLOAD, RETRY_CONTAINMENT
-from cliffwatch.domain.target_model import TargetModel
+from cliffwatch.domain.results.metrics import merge_phases
+from cliffwatch.domain.results.outcomes import Outcome
+from cliffwatch.domain.results.result import RunResult, RunStatus
+from cliffwatch.domain.results.scoring import HIDDEN_OVERLOAD, RETRY_CONTAINMENT
+from cliffwatch.domain.scenario.scenario import Role, parse_scenario
+from cliffwatch.domain.scenario.target_model import TargetModel
 from cliffwatch.services.memory import CollectingObserver
 from loop_watch import frozen_heap
 

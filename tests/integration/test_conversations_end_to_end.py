@@ -13,11 +13,11 @@ import yaml
 from cliffwatch.bootstrap import prepare_run
 from cliffwatch.bootstrap_sweep import prepare_sweep
 from cliffwatch.config import Settings
-from cliffwatch.domain.allowlist import DEFAULT_ALLOWLIST, parse_allowlist
-from cliffwatch.domain.capacity import CapacityResult
-from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.scenario import parse_scenario
-from cliffwatch.domain.sweep_spec import SweepArrival, SweepSpec
+from cliffwatch.domain.capacity.capacity import CapacityResult
+from cliffwatch.domain.capacity.sweep_spec import SweepArrival, SweepSpec
+from cliffwatch.domain.results.result import RunStatus
+from cliffwatch.domain.scenario.scenario import parse_scenario
+from cliffwatch.domain.security.allowlist import DEFAULT_ALLOWLIST, parse_allowlist
 from cliffwatch.services.memory import CollectingObserver
 
 pytestmark = pytest.mark.slow

@@ -21,11 +21,11 @@ from toxiproxy import Toxiproxy
 
 from cliffwatch.bootstrap import prepare_run
 from cliffwatch.config import Settings
-from cliffwatch.domain.allowlist import DEFAULT_ALLOWLIST, parse_allowlist
 from cliffwatch.domain.errors import FaultInjectionFailed
-from cliffwatch.domain.outcomes import Outcome
-from cliffwatch.domain.result import RunResult, RunStatus
-from cliffwatch.domain.scenario import Scenario, parse_scenario
+from cliffwatch.domain.results.outcomes import Outcome
+from cliffwatch.domain.results.result import RunResult, RunStatus
+from cliffwatch.domain.scenario.scenario import Scenario, parse_scenario
+from cliffwatch.domain.security.allowlist import DEFAULT_ALLOWLIST, parse_allowlist
 from cliffwatch.services.memory import CollectingObserver
 
 pytestmark = pytest.mark.slow
@@ -330,7 +330,7 @@ async def test_removing_a_toxic_while_clients_disconnect_leaves_nothing_behind(
     from cliffwatch.adapters.fault_ledger import FileFaultLedger
     from cliffwatch.adapters.toxiproxy import ToxiproxyClient
     from cliffwatch.adapters.toxiproxy_faults import ToxiproxyFaultInjector
-    from cliffwatch.domain.target_model import TargetModel
+    from cliffwatch.domain.scenario.target_model import TargetModel
 
     fault = {"type": "latency", "attributes": {"latency": 1000}}
     chosen = scenario(fault, proxy=proxy_name)

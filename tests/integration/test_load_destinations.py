@@ -19,11 +19,11 @@ import pytest
 from cliffwatch.adapters.toxiproxy import ToxiproxyClient
 from cliffwatch.bootstrap import prepare_run
 from cliffwatch.config import Settings
-from cliffwatch.domain.allowlist import parse_allowlist
 from cliffwatch.domain.errors import TargetNotAllowed
-from cliffwatch.domain.outcomes import Outcome
-from cliffwatch.domain.result import RunResult, RunStatus
-from cliffwatch.domain.scenario import Scenario, parse_scenario
+from cliffwatch.domain.results.outcomes import Outcome
+from cliffwatch.domain.results.result import RunResult, RunStatus
+from cliffwatch.domain.scenario.scenario import Scenario, parse_scenario
+from cliffwatch.domain.security.allowlist import parse_allowlist
 from cliffwatch.services.memory import CollectingObserver
 
 

@@ -28,10 +28,10 @@ from test_service_api import REPO, call, served_instance
 from cliffwatch.adapters.toxiproxy import ToxiproxyClient
 from cliffwatch.bootstrap import prepare_run
 from cliffwatch.domain.errors import TargetNotAllowed
-from cliffwatch.domain.faults import ToxicState, ToxicType
-from cliffwatch.domain.outcomes import Outcome
-from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.scenario import parse_scenario
+from cliffwatch.domain.results.outcomes import Outcome
+from cliffwatch.domain.results.result import RunStatus
+from cliffwatch.domain.scenario.faults import ToxicState, ToxicType
+from cliffwatch.domain.scenario.scenario import parse_scenario
 from cliffwatch.services.memory import CollectingObserver
 
 TOXIPROXY_RULE = "cliffwatch's Toxiproxy API"

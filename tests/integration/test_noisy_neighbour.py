@@ -13,7 +13,7 @@ import pytest
 from cliffwatch.adapters.scenario_files import load_scenario
 from cliffwatch.bootstrap import prepare_run
 from cliffwatch.config import Settings
-from cliffwatch.domain.result import RunResult
+from cliffwatch.domain.results.result import RunResult
 from cliffwatch.services.memory import CollectingObserver
 
 pytestmark = [pytest.mark.slow, pytest.mark.heavy]  # the generator must keep its schedule

@@ -18,9 +18,9 @@ from cliffwatch.adapters.store.engine import create_engine
 from cliffwatch.adapters.store.locks import leader_lock
 from cliffwatch.adapters.store.migrate import upgrade
 from cliffwatch.adapters.store.sql import SqlStore
-from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.runs import Run, RunQuery, ScenarioSource, Schedule, Trigger
-from cliffwatch.domain.scenario import content_hash
+from cliffwatch.domain.results.result import RunStatus
+from cliffwatch.domain.scenario.scenario import content_hash
+from cliffwatch.domain.service.runs import Run, RunQuery, ScenarioSource, Schedule, Trigger
 from cliffwatch.services.schedules import FireStatus, ScheduleService, ScheduleSpec
 
 DOCUMENT = {

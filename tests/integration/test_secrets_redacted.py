@@ -35,11 +35,11 @@ from cliffwatch.bootstrap import prepare_run
 from cliffwatch.bootstrap_service import open_service
 from cliffwatch.bootstrap_sweep import prepare_sweep
 from cliffwatch.config import Settings
-from cliffwatch.domain.allowlist import DEFAULT_ALLOWLIST, parse_allowlist
-from cliffwatch.domain.runs import Role
-from cliffwatch.domain.scenario import parse_scenario
-from cliffwatch.domain.secrets import SecretsUnavailable
-from cliffwatch.domain.sweep_spec import parse_sweep_spec
+from cliffwatch.domain.capacity.sweep_spec import parse_sweep_spec
+from cliffwatch.domain.scenario.scenario import parse_scenario
+from cliffwatch.domain.security.allowlist import DEFAULT_ALLOWLIST, parse_allowlist
+from cliffwatch.domain.security.secrets import SecretsUnavailable
+from cliffwatch.domain.service.runs import Role
 from cliffwatch.services.memory import CollectingObserver
 
 pytestmark = pytest.mark.slow

@@ -17,10 +17,10 @@ from aiohttp.test_utils import TestServer
 
 from cliffwatch.bootstrap import prepare_run
 from cliffwatch.config import Settings
-from cliffwatch.domain.metrics_spec import Engine, Signal
-from cliffwatch.domain.result import RunResult
-from cliffwatch.domain.scenario import parse_scenario
-from cliffwatch.domain.scoring import HIDDEN_OVERLOAD
+from cliffwatch.domain.results.result import RunResult
+from cliffwatch.domain.results.scoring import HIDDEN_OVERLOAD
+from cliffwatch.domain.scenario.scenario import parse_scenario
+from cliffwatch.domain.server.metrics_spec import Engine, Signal
 from cliffwatch.services.memory import CollectingObserver
 from engine_pages import PAGES, EngineState
 

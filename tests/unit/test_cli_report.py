@@ -13,8 +13,8 @@ import pytest
 from cliffwatch.bootstrap_service import open_store
 from cliffwatch.cli import main
 from cliffwatch.config import Settings
-from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.runs import Run, RunEnd, Trigger
+from cliffwatch.domain.results.result import RunStatus
+from cliffwatch.domain.service.runs import Run, RunEnd, Trigger
 from report_kit import report_data
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "reports" / "slow-backend.json"

@@ -16,7 +16,7 @@ from types import TracebackType
 
 from cliffwatch.adapters.processes import die_with_parent
 from cliffwatch.domain.errors import BuiltinTargetFailed
-from cliffwatch.domain.target_model import TargetModel
+from cliffwatch.domain.scenario.target_model import TargetModel
 
 READY = re.compile(r"listening on (http://\S+)")
 START_TIMEOUT_S = 30.0

@@ -16,13 +16,13 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from cliffwatch.domain.conversations import pooled
-from cliffwatch.domain.metrics import PhaseStats, merge_phases
-from cliffwatch.domain.outcomes import FAILED, NS_PER_S, OUTCOME_TEXT, Outcome
 from cliffwatch.domain.ports import Progress
-from cliffwatch.domain.result import RunResult
-from cliffwatch.domain.scenario import Role
-from cliffwatch.domain.scoring import HIDDEN_OVERLOAD, PRESERVATION
+from cliffwatch.domain.results.metrics import PhaseStats, merge_phases
+from cliffwatch.domain.results.outcomes import FAILED, NS_PER_S, OUTCOME_TEXT, Outcome
+from cliffwatch.domain.results.result import RunResult
+from cliffwatch.domain.results.scoring import HIDDEN_OVERLOAD, PRESERVATION
+from cliffwatch.domain.scenario.conversations import pooled
+from cliffwatch.domain.scenario.scenario import Role
 
 PLAIN_EVERY_S = 5.0
 

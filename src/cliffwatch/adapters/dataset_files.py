@@ -25,10 +25,10 @@ from typing import Any
 
 from cliffwatch.adapters.data_files import DataFileRefused, allowed_path, readable_data_file
 from cliffwatch.adapters.loadgen.token_prompts import TokenCounter
-from cliffwatch.domain.dataset import DatasetFormat, DatasetSizes, DatasetSpec
 from cliffwatch.domain.errors import Problem, ScenarioInvalid
-from cliffwatch.domain.scenario import Scenario
-from cliffwatch.domain.target_spec import Api
+from cliffwatch.domain.scenario.dataset import DatasetFormat, DatasetSizes, DatasetSpec
+from cliffwatch.domain.scenario.scenario import Scenario
+from cliffwatch.domain.scenario.target_spec import Api
 
 MAX_DATASET_BYTES = 1024 * 1024 * 1024
 MAX_ENTRIES = 2_000_000
@@ -222,7 +222,7 @@ def dataset_notes(scenario: Scenario, dataset: LoadedDataset | None) -> tuple[st
     """The note of the dataset a run draws from, with the lengths its plan drew (walks the plan once)."""
     if dataset is None:
         return ()
-    from cliffwatch.domain.plan import iter_plan
+    from cliffwatch.domain.traffic.plan import iter_plan
 
     plan = [r for r in iter_plan(scenario) if r.entry >= 0]
     return (dataset_note(dataset, [r.prompt_tokens for r in plan], [r.max_tokens for r in plan]),)

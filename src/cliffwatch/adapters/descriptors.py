@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 import structlog
 
 from cliffwatch.domain.errors import CliffwatchError
-from cliffwatch.domain.scenario import Scenario
+from cliffwatch.domain.scenario.scenario import Scenario
 
 log = structlog.get_logger(__name__)
 

@@ -18,9 +18,9 @@ from typing import Any, TextIO
 
 import structlog
 
-from cliffwatch.domain.masking import MASK, header_pattern, mask_headers_in_text
 from cliffwatch.domain.ports import Progress
-from cliffwatch.domain.redaction import DEFAULT_RULES, RedactionRules
+from cliffwatch.domain.security.masking import MASK, header_pattern, mask_headers_in_text
+from cliffwatch.domain.security.redaction import DEFAULT_RULES, RedactionRules
 
 # aiosqlite logs each statement with its parameters at debug level: stored credentials, token hashes.
 QUIET_LIBRARIES = ("aiosqlite",)

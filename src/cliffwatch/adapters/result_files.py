@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from cliffwatch.domain.result import RunResult
+from cliffwatch.domain.results.result import RunResult
 
 
 def write_result(result: RunResult, path: Path) -> None:

@@ -8,8 +8,8 @@ from typing import Any
 
 from cliffwatch.adapters.documents import SCENARIO_LIMITS, DocumentInvalid, load_yaml
 from cliffwatch.domain.errors import Problem, ScenarioInvalid
-from cliffwatch.domain.redaction import DEFAULT_RULES, RedactionRules
-from cliffwatch.domain.scenario import Scenario, parse_scenario
+from cliffwatch.domain.scenario.scenario import Scenario, parse_scenario
+from cliffwatch.domain.security.redaction import DEFAULT_RULES, RedactionRules
 
 MAX_SCENARIO_BYTES = SCENARIO_LIMITS.max_bytes
 # src/cliffwatch/adapters/ → the repository root, where the bundled scenarios live.

@@ -16,7 +16,7 @@ import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from cliffwatch.domain.secrets import SecretRef, SecretScheme, SecretUnavailable, env_name_allowed
+from cliffwatch.domain.security.secrets import SecretRef, SecretScheme, SecretUnavailable, env_name_allowed
 
 MAX_SECRET_BYTES = 64 * 1024
 

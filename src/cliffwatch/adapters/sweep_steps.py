@@ -1,6 +1,6 @@
 """The real ``StepRunner``: one sweep step is one short run of the step scenario against the target.
 
-The step scenario (``domain.sweep_plan.step_scenario``) runs through the same ``RunService``, generator
+The step scenario (``domain.capacity.sweep_plan.step_scenario``) runs through the same ``RunService``, generator
 and HTTP executor as ``cliffwatch run``, so a step measures exactly what a run would: latencies from the
 scheduled send time, every failure in the denominator, a generator that says when it fell behind. The
 target and the HTTP session are the sweep's (started once, in ``bootstrap_sweep``), not the step's.
@@ -18,14 +18,14 @@ from cliffwatch.adapters.loadgen.closed_loop import ClosedLoopGenerator
 from cliffwatch.adapters.loadgen.engine import AttemptExecutor, OpenLoopGenerator
 from cliffwatch.adapters.loadgen.workers.coordinator import ShardedGenerator
 from cliffwatch.adapters.loadgen.workers.pool import WorkerPool
-from cliffwatch.domain.arrival_luck import ReferenceSlot
-from cliffwatch.domain.capacity_stats import StepStats
+from cliffwatch.domain.capacity.arrival_luck import ReferenceSlot
+from cliffwatch.domain.capacity.capacity_stats import StepStats
+from cliffwatch.domain.capacity.sweep_plan import WindowRecords, measured_index, step_scenario, step_stats
+from cliffwatch.domain.capacity.sweep_spec import SweepArrival, SweepMode, SweepSpec
 from cliffwatch.domain.ports import Clock, LoadGenerator, Progress, ProgressObserver, ServerWatcher
-from cliffwatch.domain.rate_limit import TokenBucket
-from cliffwatch.domain.retry import RetryPolicy
-from cliffwatch.domain.scenario import Scenario
-from cliffwatch.domain.sweep_plan import WindowRecords, measured_index, step_scenario, step_stats
-from cliffwatch.domain.sweep_spec import SweepArrival, SweepMode, SweepSpec
+from cliffwatch.domain.scenario.retry import RetryPolicy
+from cliffwatch.domain.scenario.scenario import Scenario
+from cliffwatch.domain.traffic.rate_limit import TokenBucket
 from cliffwatch.services.memory import NoFaultInjector
 from cliffwatch.services.runner import RunService
 from cliffwatch.services.sweep import StepStopped
@@ -84,7 +84,7 @@ class HttpStepRunner:
         self._service: RunService | None = None
         self._stopped = asyncio.Event()
         self._steps = 0
-        # Poisson rate steps are read beside one reference slot for the whole variant (domain.arrival_luck)
+        # Poisson rate steps are read beside one reference slot for the whole variant (domain.capacity.arrival_luck)
         poisson = spec.mode is SweepMode.RATE and spec.arrival is SweepArrival.POISSON
         self._reference = ReferenceSlot() if poisson and spec.luck_correction else None
 

@@ -21,9 +21,9 @@ from yarl import URL
 
 from cliffwatch.adapters.network.control_planes import CONTROL_PLANES, guarded
 from cliffwatch.adapters.network.host_addresses import own_addresses
-from cliffwatch.domain.allowlist import Allowlist
-from cliffwatch.domain.deny_list import DenyList
 from cliffwatch.domain.errors import CliffwatchError, TargetNotAllowed, TargetUnreachable
+from cliffwatch.domain.security.allowlist import Allowlist
+from cliffwatch.domain.security.deny_list import DenyList
 
 log = structlog.get_logger(__name__)
 

@@ -26,7 +26,7 @@ import structlog
 from yarl import URL
 
 from cliffwatch.domain.errors import FaultInjectionFailed
-from cliffwatch.domain.faults import ProxySpec, ProxyState, ToxicState, proxy_matches
+from cliffwatch.domain.scenario.faults import ProxySpec, ProxyState, ToxicState, proxy_matches
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")

@@ -30,8 +30,8 @@ from typing import IO
 from cliffwatch.adapters.network.control_planes import CONTROL_PLANES
 from cliffwatch.adapters.processes import die_with_parent
 from cliffwatch.adapters.toxiproxy import ANY_PROXY, ToxiproxyClient
-from cliffwatch.domain.deny_list import rule_for
 from cliffwatch.domain.errors import FaultInjectionFailed
+from cliffwatch.domain.security.deny_list import rule_for
 
 BINARY = "toxiproxy-server"
 # src/cliffwatch/adapters/ → the repository root, where `make toxiproxy` puts the binary.

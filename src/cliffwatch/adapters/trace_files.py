@@ -25,8 +25,8 @@ from pathlib import Path
 
 from cliffwatch.adapters.data_files import DataFileRefused, readable_data_file
 from cliffwatch.domain.errors import Problem, ScenarioInvalid
-from cliffwatch.domain.scenario import Scenario
-from cliffwatch.domain.trace import (
+from cliffwatch.domain.scenario.scenario import Scenario
+from cliffwatch.domain.scenario.trace import (
     MAX_TRACE_REQUESTS,
     TraceArrival,
     TraceFormat,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cliffwatch.domain.masking import mask_url, without_password
+from cliffwatch.domain.security.masking import mask_url, without_password
 
 
 class CliffwatchError(Exception):

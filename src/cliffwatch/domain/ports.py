@@ -7,13 +7,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from cliffwatch.domain.faults import FaultSpec, ProxyState, ToxicState
-from cliffwatch.domain.generator_health import GeneratorReport
-from cliffwatch.domain.outcomes import RequestRecord
-from cliffwatch.domain.plan import PlannedRequest
-from cliffwatch.domain.prompt_sizing import PromptSizing
-from cliffwatch.domain.secrets import SecretRef
-from cliffwatch.domain.server_view import ServerView
+from cliffwatch.domain.results.outcomes import RequestRecord
+from cliffwatch.domain.scenario.faults import FaultSpec, ProxyState, ToxicState
+from cliffwatch.domain.security.secrets import SecretRef
+from cliffwatch.domain.server.server_view import ServerView
+from cliffwatch.domain.traffic.generator_health import GeneratorReport
+from cliffwatch.domain.traffic.plan import PlannedRequest
+from cliffwatch.domain.workload.prompt_sizing import PromptSizing
 
 
 class Clock(Protocol):

@@ -10,9 +10,9 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from cliffwatch.domain.outcomes import RequestRecord
-from cliffwatch.domain.redaction import Credential
-from cliffwatch.domain.runs import (
+from cliffwatch.domain.results.outcomes import RequestRecord
+from cliffwatch.domain.security.redaction import Credential
+from cliffwatch.domain.service.runs import (
     ApiToken,
     CallerUsage,
     Run,
@@ -40,7 +40,7 @@ class ScenarioStore(Protocol):
         """Stores this version (idempotent on name and hash) and, unless its source is INLINE, makes it the
         name's latest (an inline document sent with one run must not replace a shared scenario).
 
-        ``document`` is masked (``domain.redaction``); ``credentials`` are what was masked out of it, kept in
+        ``document`` is masked (``domain.security.redaction``); ``credentials`` are what was masked out of it, kept in
         the same transaction apart from it, and read back only by ``scenario_credentials``."""
 
     async def scenario_credentials(self, name: str, content_hash: str) -> tuple[Credential, ...]:

@@ -2,7 +2,7 @@
 
 Every version is kept by its content hash, so a run always points at exactly the document it ran.
 
-Every document enters through ``_save``, and is stored redacted (``domain.redaction``): its literal
+Every document enters through ``_save``, and is stored redacted (``domain.security.redaction``): its literal
 credentials masked in the document every view shows, and kept apart (``ScenarioStore.scenario_credentials``)
 for the run alone. The version's hash fingerprints them under the store's key, so a document that differs
 only in a credential is a version of its own, and the hash shown confirms no guess of one.
@@ -16,9 +16,9 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from cliffwatch.domain.errors import Problem, ScenarioInvalid, ScenarioNotFound
-from cliffwatch.domain.redaction import DEFAULT_RULES, Redaction, RedactionRules, redact_document
-from cliffwatch.domain.runs import ScenarioSource, ScenarioVersion
-from cliffwatch.domain.scenario import Scenario, parse_scenario
+from cliffwatch.domain.scenario.scenario import Scenario, parse_scenario
+from cliffwatch.domain.security.redaction import DEFAULT_RULES, Redaction, RedactionRules, redact_document
+from cliffwatch.domain.service.runs import ScenarioSource, ScenarioVersion
 from cliffwatch.domain.service_ports import ScenarioStore
 
 T = TypeVar("T")

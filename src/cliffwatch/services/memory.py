@@ -9,11 +9,6 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from cliffwatch.domain.errors import FaultInjectionFailed
-from cliffwatch.domain.faults import FaultSpec, ProxyState, ToxicState
-from cliffwatch.domain.generator_health import GeneratorLimits, GeneratorReport, judge_generator
-from cliffwatch.domain.histogram import Histogram
-from cliffwatch.domain.outcomes import NS_PER_S, RequestRecord
-from cliffwatch.domain.plan import PlannedRequest
 from cliffwatch.domain.ports import (
     Clock,
     FaultEvent,
@@ -23,8 +18,13 @@ from cliffwatch.domain.ports import (
     Progress,
     ToxiproxyApi,
 )
-from cliffwatch.domain.prompt_sizing import WORDS_SIZING, PromptSizing
-from cliffwatch.domain.server_view import ServerView
+from cliffwatch.domain.results.histogram import Histogram
+from cliffwatch.domain.results.outcomes import NS_PER_S, RequestRecord
+from cliffwatch.domain.scenario.faults import FaultSpec, ProxyState, ToxicState
+from cliffwatch.domain.server.server_view import ServerView
+from cliffwatch.domain.traffic.generator_health import GeneratorLimits, GeneratorReport, judge_generator
+from cliffwatch.domain.traffic.plan import PlannedRequest
+from cliffwatch.domain.workload.prompt_sizing import WORDS_SIZING, PromptSizing
 
 
 class InMemorySink:

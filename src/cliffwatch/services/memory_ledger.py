@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from cliffwatch.domain.ports import LedgerEntry
-from cliffwatch.domain.result import RunStatus
+from cliffwatch.domain.results.result import RunStatus
 
 if TYPE_CHECKING:
     from cliffwatch.services.memory_store import InMemoryStore

@@ -16,8 +16,8 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 
-from cliffwatch.domain.capacity import StepStats
-from cliffwatch.domain.growth import THRESHOLD, Growth, GrowthSignal, Trend
+from cliffwatch.domain.capacity.capacity import StepStats
+from cliffwatch.domain.capacity.growth import THRESHOLD, Growth, GrowthSignal, Trend
 from cliffwatch.services.sweep import StepRunner, StepStopped
 
 TOKENS_PER_REQUEST = 64.0

@@ -13,11 +13,6 @@ from typing import Any
 import structlog
 
 from cliffwatch.domain.errors import CliffwatchError
-from cliffwatch.domain.generator_health import GeneratorReport
-from cliffwatch.domain.isolation import class_plans
-from cliffwatch.domain.metrics import ClassBook, PhaseWindow, RunAggregator
-from cliffwatch.domain.outcomes import NS_PER_S, Outcome, RequestRecord
-from cliffwatch.domain.plan import PlannedRequest, iter_plan, phase_windows
 from cliffwatch.domain.ports import (
     Clock,
     FaultEvent,
@@ -28,11 +23,16 @@ from cliffwatch.domain.ports import (
     RecordSink,
     ServerWatcher,
 )
-from cliffwatch.domain.prompt_sizing import WORDS_SIZING
-from cliffwatch.domain.result import PhaseTiming, RunResult, RunStatus
-from cliffwatch.domain.scenario import Role, Scenario
-from cliffwatch.domain.scoring import score_run
-from cliffwatch.domain.server_view import ServerView
+from cliffwatch.domain.results.isolation import class_plans
+from cliffwatch.domain.results.metrics import ClassBook, PhaseWindow, RunAggregator
+from cliffwatch.domain.results.outcomes import NS_PER_S, Outcome, RequestRecord
+from cliffwatch.domain.results.result import PhaseTiming, RunResult, RunStatus
+from cliffwatch.domain.results.scoring import score_run
+from cliffwatch.domain.scenario.scenario import Role, Scenario
+from cliffwatch.domain.server.server_view import ServerView
+from cliffwatch.domain.traffic.generator_health import GeneratorReport
+from cliffwatch.domain.traffic.plan import PlannedRequest, iter_plan, phase_windows
+from cliffwatch.domain.workload.prompt_sizing import WORDS_SIZING
 from cliffwatch.services.memory import NoServerWatcher
 
 log = structlog.get_logger(__name__)

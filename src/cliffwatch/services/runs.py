@@ -2,7 +2,7 @@
 
 Everything that can refuse a run is checked here, before it is queued: the emergency stop, the scenario's
 validity, the target allowlist (the service must never aim load at an arbitrary host), the caps (the worst
-case the scenario allows, ``domain.caps``) and, for API callers, their quotas. A sweep is a run of kind
+case the scenario allows, ``domain.service.caps``) and, for API callers, their quotas. A sweep is a run of kind
 sweep: the same checks, with the caps applied to the sweep's highest step and length. A refused request
 stores nothing: an inline document is kept only once every check has passed.
 """
@@ -17,7 +17,8 @@ from typing import Any, Protocol
 
 import structlog
 
-from cliffwatch.domain.caps import Caps, cap_violations, sweep_cap_violations
+from cliffwatch.domain.capacity.sweep_plan import sweep_warnings
+from cliffwatch.domain.capacity.sweep_spec import SweepSpec
 from cliffwatch.domain.errors import (
     EmergencyStopActive,
     EmergencyStopNotRecorded,
@@ -29,13 +30,12 @@ from cliffwatch.domain.errors import (
     StoreUnavailable,
     TargetNotAllowed,
 )
-from cliffwatch.domain.masking import mask_url
-from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.runs import Overrides, Quotas, Run, RunKind, RunPage, RunQuery, ScenarioVersion, Trigger
-from cliffwatch.domain.scenario import Scenario, parse_scenario, with_overrides
+from cliffwatch.domain.results.result import RunStatus
+from cliffwatch.domain.scenario.scenario import Scenario, parse_scenario, with_overrides
+from cliffwatch.domain.security.masking import mask_url
+from cliffwatch.domain.service.caps import Caps, cap_violations, sweep_cap_violations
+from cliffwatch.domain.service.runs import Overrides, Quotas, Run, RunKind, RunPage, RunQuery, ScenarioVersion, Trigger
 from cliffwatch.domain.service_ports import ControlStore, RunStore
-from cliffwatch.domain.sweep_plan import sweep_warnings
-from cliffwatch.domain.sweep_spec import SweepSpec
 from cliffwatch.services.catalog import Identified, ScenarioCatalog
 from cliffwatch.services.store_values import stop_reason
 

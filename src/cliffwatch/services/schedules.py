@@ -19,6 +19,7 @@ from typing import Protocol
 
 import structlog
 
+from cliffwatch.domain.capacity.sweep_spec import SweepSpec
 from cliffwatch.domain.errors import (
     CliffwatchError,
     Problem,
@@ -27,11 +28,10 @@ from cliffwatch.domain.errors import (
     ScheduleNotFound,
     StoreUnavailable,
 )
-from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.runs import CatchUp, Overrides, Run, RunKind, Schedule, Trigger
-from cliffwatch.domain.scenario import parse_scenario, with_overrides
+from cliffwatch.domain.results.result import RunStatus
+from cliffwatch.domain.scenario.scenario import parse_scenario, with_overrides
+from cliffwatch.domain.service.runs import CatchUp, Overrides, Run, RunKind, Schedule, Trigger
 from cliffwatch.domain.service_ports import CronCalendar, RunStore, ScenarioStore, ScheduleStore
-from cliffwatch.domain.sweep_spec import SweepSpec
 
 log = structlog.get_logger(__name__)
 

@@ -15,11 +15,12 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from cliffwatch.domain.masking import url_credentials
 from cliffwatch.domain.ports import SecretResolver
-from cliffwatch.domain.redaction import RedactionRules
-from cliffwatch.domain.scenario import Scenario
-from cliffwatch.domain.secrets import (
+from cliffwatch.domain.scenario.scenario import Scenario
+from cliffwatch.domain.scenario.target_spec import RequestTemplate, header_value_problem
+from cliffwatch.domain.security.masking import url_credentials
+from cliffwatch.domain.security.redaction import RedactionRules
+from cliffwatch.domain.security.secrets import (
     SecretRef,
     SecretsUnavailable,
     SecretUnavailable,
@@ -27,7 +28,6 @@ from cliffwatch.domain.secrets import (
     is_body_reference,
     with_body_secrets,
 )
-from cliffwatch.domain.target_spec import RequestTemplate, header_value_problem
 from cliffwatch.domain.validation import Problems
 
 REQUEST_PATH = "target.request"

@@ -1,7 +1,7 @@
 """The capacity sweep driver: for each client retry variant, ask the search which rate to measure next,
 measure it with a ``StepRunner``, and summarise the steps into a ``CapacityResult``.
 
-The statistics and the search are pure (``domain.capacity``); here are only the order of things, progress,
+The statistics and the search are pure (``domain.capacity.capacity``); here are only the order of things, progress,
 and stopping. A sweep interrupted or aborted mid-step discards that step: a partial window would count
 requests that never had the chance to fail, so it could only make the target look better than it is.
 """
@@ -17,13 +17,20 @@ from typing import Any, Protocol
 import structlog
 
 from cliffwatch import __version__
-from cliffwatch.domain.capacity import CapacityResult, CapacitySearch, SearchConfig, StepStats, StepVerdict, summarize
+from cliffwatch.domain.capacity.capacity import (
+    CapacityResult,
+    CapacitySearch,
+    SearchConfig,
+    StepStats,
+    StepVerdict,
+    summarize,
+)
+from cliffwatch.domain.capacity.sweep_plan import sweep_warnings
+from cliffwatch.domain.capacity.sweep_spec import SweepMode, SweepSpec, variant_policy
 from cliffwatch.domain.ports import ProgressObserver
-from cliffwatch.domain.result import RunStatus, scenario_summary
-from cliffwatch.domain.retry import RetryPolicy
-from cliffwatch.domain.scenario import Scenario
-from cliffwatch.domain.sweep_plan import sweep_warnings
-from cliffwatch.domain.sweep_spec import SweepMode, SweepSpec, variant_policy
+from cliffwatch.domain.results.result import RunStatus, scenario_summary
+from cliffwatch.domain.scenario.retry import RetryPolicy
+from cliffwatch.domain.scenario.scenario import Scenario
 
 log = structlog.get_logger(__name__)
 

@@ -14,10 +14,10 @@ import asyncio
 from datetime import datetime
 from typing import Any
 
-from cliffwatch.domain.capacity import StepStats, StepVerdict, summarize
-from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.scenario import Scenario
-from cliffwatch.domain.sweep_spec import SweepSpec
+from cliffwatch.domain.capacity.capacity import StepStats, StepVerdict, summarize
+from cliffwatch.domain.capacity.sweep_spec import SweepSpec
+from cliffwatch.domain.results.result import RunStatus
+from cliffwatch.domain.scenario.scenario import Scenario
 from cliffwatch.services.sweep import SweepOutcome, SweepReport, describe_variant, unit_of
 
 

@@ -19,7 +19,7 @@ from datetime import datetime
 import structlog
 
 from cliffwatch.domain.errors import StoreUnavailable
-from cliffwatch.domain.runs import ApiToken, Role
+from cliffwatch.domain.service.runs import ApiToken, Role
 from cliffwatch.domain.service_ports import TokenStore
 
 log = structlog.get_logger(__name__)

@@ -28,10 +28,10 @@ from typing import Any, TypeVar
 import structlog
 
 from cliffwatch.domain.errors import CliffwatchError, StoreUnavailable
-from cliffwatch.domain.redaction import restore
-from cliffwatch.domain.result import RunResult, RunStatus
-from cliffwatch.domain.runs import Run, RunEnd, RunKind
-from cliffwatch.domain.scenario import Scenario, parse_scenario, with_overrides
+from cliffwatch.domain.results.result import RunResult, RunStatus
+from cliffwatch.domain.scenario.scenario import Scenario, parse_scenario, with_overrides
+from cliffwatch.domain.security.redaction import restore
+from cliffwatch.domain.service.runs import Run, RunEnd, RunKind
 from cliffwatch.domain.service_ports import RunStore, ScenarioStore
 from cliffwatch.services.lease import LeaseKeeper, LeaseTiming
 from cliffwatch.services.outcome_sink import BufferedStoreSink

@@ -8,10 +8,10 @@ from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
+from cliffwatch.domain.capacity.sweep_spec import SweepSpec
 from cliffwatch.domain.ports import RecordSink
-from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.scenario import Scenario
-from cliffwatch.domain.sweep_spec import SweepSpec
+from cliffwatch.domain.results.result import RunStatus
+from cliffwatch.domain.scenario.scenario import Scenario
 from cliffwatch.services.runner import RunService
 from cliffwatch.services.sweep import SweepObserver
 

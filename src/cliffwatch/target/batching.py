@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from cliffwatch.domain.errors import CliffwatchError
-from cliffwatch.domain.target_model import Admission, Scheduling, TargetModel
+from cliffwatch.domain.scenario.target_model import Admission, Scheduling, TargetModel
 from cliffwatch.target.prefix_cache import PrefixCache, continued
 from cliffwatch.target.waiting import WaitingQueue
 

@@ -17,7 +17,7 @@ from typing import Protocol
 import structlog
 
 from cliffwatch.domain.errors import CliffwatchError
-from cliffwatch.domain.target_model import TargetModel
+from cliffwatch.domain.scenario.target_model import TargetModel
 from cliffwatch.target.batching import BatchCore, EngineRequest, EngineStats, Result, SeqState
 
 log = structlog.get_logger(__name__)

@@ -16,7 +16,7 @@ from enum import StrEnum
 from typing import Any
 
 from cliffwatch.domain.errors import CliffwatchError
-from cliffwatch.domain.target_model import Scheduling, TargetModel
+from cliffwatch.domain.scenario.target_model import Scheduling, TargetModel
 from cliffwatch.target.prefix_cache import block_hashes
 
 DONE_EVENT = b"data: [DONE]\n\n"

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from aiohttp import web
 
 from cliffwatch.domain.errors import BuiltinTargetFailed
-from cliffwatch.domain.target_model import TargetModel
+from cliffwatch.domain.scenario.target_model import TargetModel
 from cliffwatch.target.server import create_app
 
 # In-flight handlers end as soon as the engine closes on shutdown; this only bounds slow writers.

@@ -15,7 +15,7 @@ from typing import Any
 
 from aiohttp import web
 
-from cliffwatch.domain.target_model import TargetModel
+from cliffwatch.domain.scenario.target_model import TargetModel
 from cliffwatch.target.batching import QueueFull
 from cliffwatch.target.engine import (
     Engine,

@@ -18,7 +18,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from typing import Generic, Protocol, TypeVar
 
-from cliffwatch.domain.target_model import Scheduling
+from cliffwatch.domain.scenario.target_model import Scheduling
 
 
 class Waiter(Protocol):

@@ -17,9 +17,9 @@ from apscheduler.triggers.date import DateTrigger
 
 from cliffwatch.adapters.cron import ApschedulerCron
 from cliffwatch.adapters.scheduler import FireExecutor, ScheduleDriver
-from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.runs import CatchUp, Run, RunQuery, ScenarioSource, Schedule, Trigger
-from cliffwatch.domain.scenario import content_hash
+from cliffwatch.domain.results.result import RunStatus
+from cliffwatch.domain.scenario.scenario import content_hash
+from cliffwatch.domain.service.runs import CatchUp, Run, RunQuery, ScenarioSource, Schedule, Trigger
 from cliffwatch.domain.service_ports import CronCalendar
 from cliffwatch.services.memory_store import InMemoryStore
 from cliffwatch.services.schedules import FireOutcome, FireStatus, ScheduleService, ScheduleSpec

@@ -36,7 +36,7 @@ from cliffwatch.adapters import toxiproxy_server
 from cliffwatch.adapters.toxiproxy import ToxiproxyClient
 from cliffwatch.adapters.toxiproxy_server import ManagedToxiproxy, find_toxiproxy_server
 from cliffwatch.domain.errors import FaultInjectionFailed
-from cliffwatch.domain.faults import ProxySpec, ToxicState, ToxicType, toxic_name
+from cliffwatch.domain.scenario.faults import ProxySpec, ToxicState, ToxicType, toxic_name
 
 if TYPE_CHECKING:
     from conftest import ToxiproxyServer

@@ -21,7 +21,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from toxiproxy import Toxiproxy
 
-from cliffwatch.domain.faults import ToxicState
+from cliffwatch.domain.scenario.faults import ToxicState
 
 
 def oracle(host: str, port: int) -> Toxiproxy:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from cliffwatch.domain.target_model import Admission, TargetModel
+from cliffwatch.domain.scenario.target_model import Admission, TargetModel
 
 SLOW = {"max_batch": 1, "decode_base_ms": 10.0, "decode_per_seq_ms": 0.0, "prefill_base_ms": 0.0}
 

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from cliffwatch.domain.target_model import TargetModel
+from cliffwatch.domain.scenario.target_model import TargetModel
 
 FAST = TargetModel(model="sim", max_batch=8, decode_base_ms=1.0, decode_per_seq_ms=0.1, prefill_base_ms=0.5)
 CHAT = {"model": "sim", "messages": [{"role": "user", "content": "say something nice"}]}

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from cliffwatch.domain.target_model import TargetModel
+from cliffwatch.domain.scenario.target_model import TargetModel
 
 MODEL = TargetModel(
     max_batch=4, decode_base_ms=5.0, decode_per_seq_ms=1.5, prefill_base_ms=1.0, prefill_per_token_ms=0.0

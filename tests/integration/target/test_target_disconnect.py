@@ -9,7 +9,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from cliffwatch.domain.target_model import TargetModel
+from cliffwatch.domain.scenario.target_model import TargetModel
 from cliffwatch.target.batching import Result
 from cliffwatch.target.server import ENGINE, create_app
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from cliffwatch.domain.target_model import TargetModel
+from cliffwatch.domain.scenario.target_model import TargetModel
 
 
 def chat(words: int, max_tokens: int) -> dict[str, object]:

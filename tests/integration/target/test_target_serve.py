@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 
 from cliffwatch.domain.errors import BuiltinTargetFailed
-from cliffwatch.domain.target_model import TargetModel
+from cliffwatch.domain.scenario.target_model import TargetModel
 from cliffwatch.target.runner import base_url, serve
 
 MODEL = TargetModel(model="sim", max_batch=1, decode_base_ms=10.0, prefill_base_ms=0.0)

@@ -11,10 +11,10 @@ import pytest
 
 from cliffwatch.adapters.dataset_files import load_dataset
 from cliffwatch.adapters.loadgen.bodies import RequestBodies
-from cliffwatch.domain.dataset import with_dataset
 from cliffwatch.domain.errors import ScenarioInvalid
-from cliffwatch.domain.plan import iter_plan
-from cliffwatch.domain.scenario import parse_scenario
+from cliffwatch.domain.scenario.dataset import with_dataset
+from cliffwatch.domain.scenario.scenario import parse_scenario
+from cliffwatch.domain.traffic.plan import iter_plan
 
 DATASETS = Path(__file__).parents[2] / "fixtures" / "datasets"
 

@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 
 from cliffwatch.adapters.descriptors import DescriptorBudget, DescriptorsTooFew, within_budget
-from cliffwatch.domain.scenario import parse_scenario
+from cliffwatch.domain.scenario.scenario import parse_scenario
 
 SETTLE = """
 import json

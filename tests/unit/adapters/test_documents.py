@@ -22,7 +22,7 @@ from cliffwatch.adapters.documents import (
     load_yaml,
     yaml_loader,
 )
-from cliffwatch.domain.scenario import content_hash, parse_scenario
+from cliffwatch.domain.scenario.scenario import content_hash, parse_scenario
 from cliffwatch.services.store_values import plain_json
 from loop_watch import frozen_heap, watch_loop
 

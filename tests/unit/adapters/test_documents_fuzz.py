@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from cliffwatch.adapters.documents import SCENARIO_LIMITS, dump_yaml, load_yaml
 from cliffwatch.adapters.scenario_files import load_scenario, parse_scenario_text
 from cliffwatch.domain.errors import ScenarioInvalid
-from cliffwatch.domain.scenario import Scenario, content_hash
+from cliffwatch.domain.scenario.scenario import Scenario, content_hash
 from cliffwatch.services.store_values import plain_json
 from document_strategies import hostile_texts
 

@@ -11,7 +11,7 @@ import pytest
 import structlog
 
 from cliffwatch.adapters.logs import configure_logging, forget_secrets, remember_secrets
-from cliffwatch.domain.redaction import RedactionRules
+from cliffwatch.domain.security.redaction import RedactionRules
 
 KEY = "sk-live-0123456789"
 

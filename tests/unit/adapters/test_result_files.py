@@ -12,13 +12,13 @@ import pytest
 
 from cliffwatch.adapters import result_files
 from cliffwatch.adapters.result_files import write_result
-from cliffwatch.domain.generator_health import GeneratorLimits, judge_generator
-from cliffwatch.domain.histogram import Histogram
-from cliffwatch.domain.metrics import RunAggregator
-from cliffwatch.domain.plan import phase_windows
-from cliffwatch.domain.result import RunResult, RunStatus
-from cliffwatch.domain.scenario import parse_scenario
-from cliffwatch.domain.scoring import score_run
+from cliffwatch.domain.results.histogram import Histogram
+from cliffwatch.domain.results.metrics import RunAggregator
+from cliffwatch.domain.results.result import RunResult, RunStatus
+from cliffwatch.domain.results.scoring import score_run
+from cliffwatch.domain.scenario.scenario import parse_scenario
+from cliffwatch.domain.traffic.generator_health import GeneratorLimits, judge_generator
+from cliffwatch.domain.traffic.plan import phase_windows
 
 
 def _result(run_id: str = "run-1") -> RunResult:

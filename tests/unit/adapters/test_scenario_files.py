@@ -16,7 +16,7 @@ from cliffwatch.adapters.scenario_files import (
     resolve,
 )
 from cliffwatch.domain.errors import ScenarioInvalid
-from cliffwatch.domain.scenario import Scenario
+from cliffwatch.domain.scenario.scenario import Scenario
 
 BUNDLED = sorted(BUNDLED_DIR.glob("*.yaml"))
 

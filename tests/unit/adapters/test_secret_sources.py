@@ -9,7 +9,7 @@ import pytest
 
 from cliffwatch.adapters.secret_sources import MAX_SECRET_BYTES, LocalSecrets
 from cliffwatch.config import Settings
-from cliffwatch.domain.secrets import SecretRef, SecretScheme, SecretUnavailable
+from cliffwatch.domain.security.secrets import SecretRef, SecretScheme, SecretUnavailable
 
 KEY = "sk-live-0123456789"
 

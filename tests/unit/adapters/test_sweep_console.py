@@ -25,14 +25,14 @@ from cliffwatch.adapters.sweep_console import (
 )
 from cliffwatch.cli import main
 from cliffwatch.config import Settings
-from cliffwatch.domain.allowlist import DEFAULT_ALLOWLIST, parse_allowlist
-from cliffwatch.domain.arrival_luck import ReferenceReading
-from cliffwatch.domain.capacity import StepStats, StepVerdict, summarize
-from cliffwatch.domain.capacity_stats import ClassStep
-from cliffwatch.domain.growth import Growth, GrowthSignal, Trend
-from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.scenario import parse_scenario
-from cliffwatch.domain.sweep_spec import SweepSpec, parse_sweep_spec
+from cliffwatch.domain.capacity.arrival_luck import ReferenceReading
+from cliffwatch.domain.capacity.capacity import StepStats, StepVerdict, summarize
+from cliffwatch.domain.capacity.capacity_stats import ClassStep
+from cliffwatch.domain.capacity.growth import Growth, GrowthSignal, Trend
+from cliffwatch.domain.capacity.sweep_spec import SweepSpec, parse_sweep_spec
+from cliffwatch.domain.results.result import RunStatus
+from cliffwatch.domain.scenario.scenario import parse_scenario
+from cliffwatch.domain.security.allowlist import DEFAULT_ALLOWLIST, parse_allowlist
 from cliffwatch.services.memory import CollectingObserver
 from cliffwatch.services.sweep import SweepOutcome, SweepReport
 

@@ -9,11 +9,11 @@ from contextlib import asynccontextmanager
 
 from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.adapters.sweep_steps import HttpStepRunner
-from cliffwatch.domain.outcomes import Attempt
-from cliffwatch.domain.plan import PlannedRequest
-from cliffwatch.domain.prompt_sizing import WORDS_SIZING, PromptSizing
-from cliffwatch.domain.scenario import parse_scenario
-from cliffwatch.domain.sweep_spec import SweepArrival, SweepSpec
+from cliffwatch.domain.capacity.sweep_spec import SweepArrival, SweepSpec
+from cliffwatch.domain.results.outcomes import Attempt
+from cliffwatch.domain.scenario.scenario import parse_scenario
+from cliffwatch.domain.traffic.plan import PlannedRequest
+from cliffwatch.domain.workload.prompt_sizing import WORDS_SIZING, PromptSizing
 from cliffwatch.services.memory import CollectingObserver
 from cliffwatch.services.sweep import StepRunner, SweepService
 

@@ -16,9 +16,9 @@ from cliffwatch.adapters import target_access
 from cliffwatch.adapters.network import control_planes
 from cliffwatch.adapters.network.control_planes import CONTROL_PLANES
 from cliffwatch.adapters.target_access import Destinations, ensure_allowed, first_reachable
-from cliffwatch.domain.allowlist import DEFAULT_ALLOWLIST, Allowlist, parse_allowlist
-from cliffwatch.domain.deny_list import ALWAYS_DENIED, database_rules, rule_for
 from cliffwatch.domain.errors import CliffwatchError, TargetNotAllowed
+from cliffwatch.domain.security.allowlist import DEFAULT_ALLOWLIST, Allowlist, parse_allowlist
+from cliffwatch.domain.security.deny_list import ALWAYS_DENIED, database_rules, rule_for
 
 
 def _allowlist(*items: str) -> Allowlist:

@@ -10,8 +10,8 @@ import pytest
 from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.adapters.toxiproxy_faults import ToxiproxyFaultInjector, host_port, with_address
 from cliffwatch.domain.errors import FaultInjectionFailed, StoreUnavailable
-from cliffwatch.domain.faults import ProxyState
-from cliffwatch.domain.scenario import Scenario, parse_scenario
+from cliffwatch.domain.scenario.faults import ProxyState
+from cliffwatch.domain.scenario.scenario import Scenario, parse_scenario
 from cliffwatch.services.memory import InMemoryFaultLedger, InMemoryToxiproxy
 
 LATENCY = {"proxy": "llm", "type": "latency", "attributes": {"latency": 100}}

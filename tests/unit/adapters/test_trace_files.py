@@ -11,9 +11,9 @@ import pytest
 from cliffwatch.adapters.data_files import DataFileRefused
 from cliffwatch.adapters.trace_files import TraceUnreadable, load_traces, read_trace
 from cliffwatch.domain.errors import ScenarioInvalid
-from cliffwatch.domain.plan import iter_plan
-from cliffwatch.domain.scenario import parse_scenario
-from cliffwatch.domain.trace import TraceArrival, TraceFormat
+from cliffwatch.domain.scenario.scenario import parse_scenario
+from cliffwatch.domain.scenario.trace import TraceArrival, TraceFormat
+from cliffwatch.domain.traffic.plan import iter_plan
 
 TRACES = Path(__file__).parents[2] / "fixtures" / "traces"
 FILES = {"azure": "azure.csv", "mooncake": "mooncake.jsonl", "burstgpt": "burstgpt.csv", "jsonl": "steady.jsonl"}

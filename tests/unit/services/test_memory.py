@@ -8,9 +8,9 @@ import pytest
 
 from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.domain.errors import FaultInjectionFailed
-from cliffwatch.domain.faults import FaultSpec, Stream, ToxicType
-from cliffwatch.domain.outcomes import NS_PER_MS, Attempt, Outcome, RequestRecord
-from cliffwatch.domain.plan import PlannedRequest
+from cliffwatch.domain.results.outcomes import NS_PER_MS, Attempt, Outcome, RequestRecord
+from cliffwatch.domain.scenario.faults import FaultSpec, Stream, ToxicType
+from cliffwatch.domain.traffic.plan import PlannedRequest
 from cliffwatch.services.memory import NoFaultInjector, RecordingFaultInjector, ScriptedGenerator
 
 LATENCY = FaultSpec(proxy="llm", type=ToxicType.LATENCY, stream=Stream.DOWNSTREAM, toxicity=1.0, attributes={})

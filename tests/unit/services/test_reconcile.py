@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from cliffwatch.domain.errors import FaultInjectionFailed
-from cliffwatch.domain.faults import ToxicState, toxic_name
-from cliffwatch.domain.faults import ToxicType as T
 from cliffwatch.domain.ports import LedgerEntry, ToxiproxyApi
+from cliffwatch.domain.scenario.faults import ToxicState, toxic_name
+from cliffwatch.domain.scenario.faults import ToxicType as T
 from cliffwatch.services.memory import InMemoryFaultLedger, InMemoryToxiproxy, in_memory_connect
 from cliffwatch.services.reconcile import ReconcileReport, reconcile_faults
 

@@ -17,15 +17,15 @@ import pytest
 
 from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.domain.errors import FaultInjectionFailed, TargetUnreachable
-from cliffwatch.domain.faults import FaultSpec
-from cliffwatch.domain.outcomes import NS_PER_MS, NS_PER_S, Attempt, Outcome, RequestRecord, Slo, classify
-from cliffwatch.domain.plan import PlannedRequest, iter_plan, phase_windows
 from cliffwatch.domain.ports import Clock, FaultEvent, FaultInjector
-from cliffwatch.domain.prompt_sizing import WORDS_SIZING, PromptSizing
-from cliffwatch.domain.result import RunResult, RunStatus
-from cliffwatch.domain.retry import FailureKind
-from cliffwatch.domain.scenario import Scenario, parse_scenario
-from cliffwatch.domain.scoring import SCORE_VERSION
+from cliffwatch.domain.results.outcomes import NS_PER_MS, NS_PER_S, Attempt, Outcome, RequestRecord, Slo, classify
+from cliffwatch.domain.results.result import RunResult, RunStatus
+from cliffwatch.domain.results.scoring import SCORE_VERSION
+from cliffwatch.domain.scenario.faults import FaultSpec
+from cliffwatch.domain.scenario.retry import FailureKind
+from cliffwatch.domain.scenario.scenario import Scenario, parse_scenario
+from cliffwatch.domain.traffic.plan import PlannedRequest, iter_plan, phase_windows
+from cliffwatch.domain.workload.prompt_sizing import WORDS_SIZING, PromptSizing
 from cliffwatch.services.memory import (
     CollectingObserver,
     InMemorySink,

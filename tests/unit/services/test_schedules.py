@@ -16,9 +16,9 @@ from structlog.testing import capture_logs
 
 from cliffwatch.adapters.cron import ApschedulerCron
 from cliffwatch.domain.errors import ScheduleInvalid, ScheduleNotFound, StoreUnavailable, TargetNotAllowed
-from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.runs import CatchUp, Overrides, Run, RunEnd, RunQuery, ScenarioSource, Schedule, Trigger
-from cliffwatch.domain.scenario import content_hash
+from cliffwatch.domain.results.result import RunStatus
+from cliffwatch.domain.scenario.scenario import content_hash
+from cliffwatch.domain.service.runs import CatchUp, Overrides, Run, RunEnd, RunQuery, ScenarioSource, Schedule, Trigger
 from cliffwatch.services.memory import ManualClock
 from cliffwatch.services.memory_store import InMemoryStore
 from cliffwatch.services.schedules import FireStatus, ScheduleService, ScheduleSpec

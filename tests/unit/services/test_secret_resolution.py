@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from cliffwatch.domain.redaction import DEFAULT_RULES
-from cliffwatch.domain.scenario import parse_scenario
-from cliffwatch.domain.secrets import SecretsUnavailable
+from cliffwatch.domain.scenario.scenario import parse_scenario
+from cliffwatch.domain.security.redaction import DEFAULT_RULES
+from cliffwatch.domain.security.secrets import SecretsUnavailable
 from cliffwatch.services.secrets import InMemorySecrets, resolve_secrets, secret_values
 
 KEY = "sk-live-0123456789"

@@ -7,10 +7,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from cliffwatch.domain.capacity import StepStats, StepVerdict
-from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.scenario import Scenario, parse_scenario
-from cliffwatch.domain.sweep_spec import SweepSpec, parse_sweep_spec
+from cliffwatch.domain.capacity.capacity import StepStats, StepVerdict
+from cliffwatch.domain.capacity.sweep_spec import SweepSpec, parse_sweep_spec
+from cliffwatch.domain.results.result import RunStatus
+from cliffwatch.domain.scenario.scenario import Scenario, parse_scenario
 from cliffwatch.services.memory import CollectingObserver
 from cliffwatch.services.memory_sweep import model_runners
 from cliffwatch.services.sweep import SweepOutcome, SweepService, describe_variant

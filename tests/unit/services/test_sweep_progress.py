@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from cliffwatch.domain.capacity import StepStats, StepVerdict, summarize
-from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.scenario import parse_scenario
-from cliffwatch.domain.sweep_plan import sweep_warnings
-from cliffwatch.domain.sweep_spec import parse_sweep_spec
+from cliffwatch.domain.capacity.capacity import StepStats, StepVerdict, summarize
+from cliffwatch.domain.capacity.sweep_plan import sweep_warnings
+from cliffwatch.domain.capacity.sweep_spec import parse_sweep_spec
+from cliffwatch.domain.results.result import RunStatus
+from cliffwatch.domain.scenario.scenario import parse_scenario
 from cliffwatch.services.memory import CollectingObserver
 from cliffwatch.services.memory_sweep import ModelStepRunner, model_runners
 from cliffwatch.services.sweep import SweepOutcome, SweepService

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from cliffwatch.domain.scenario import parse_scenario
-from cliffwatch.domain.sweep_plan import step_scenario
-from cliffwatch.domain.sweep_spec import parse_sweep_spec
+from cliffwatch.domain.capacity.sweep_plan import step_scenario
+from cliffwatch.domain.capacity.sweep_spec import parse_sweep_spec
+from cliffwatch.domain.scenario.scenario import parse_scenario
 from cliffwatch.services.sweep import unit_of
 
 DOCUMENT = {

@@ -13,11 +13,11 @@ from worker_kit import Prepared, WorkerRig, answered, now, working
 
 from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.domain.errors import TargetUnreachable
-from cliffwatch.domain.outcomes import Outcome
 from cliffwatch.domain.ports import RecordSink
-from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.runs import Run, Trigger
-from cliffwatch.domain.scenario import Scenario, parse_scenario
+from cliffwatch.domain.results.outcomes import Outcome
+from cliffwatch.domain.results.result import RunStatus
+from cliffwatch.domain.scenario.scenario import Scenario, parse_scenario
+from cliffwatch.domain.service.runs import Run, Trigger
 from cliffwatch.services.catalog import ScenarioCatalog
 from cliffwatch.services.memory import CollectingObserver, RecordingFaultInjector, ScriptedGenerator
 from cliffwatch.services.memory_store import InMemoryStore

@@ -17,14 +17,14 @@ from worker_kit import Prepared, WorkerRig, answered, now, working
 
 from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.adapters.network.target_policies import AllowlistPolicy
-from cliffwatch.domain.allowlist import DEFAULT_ALLOWLIST, parse_allowlist
-from cliffwatch.domain.caps import Caps
 from cliffwatch.domain.errors import EmergencyStopNotRecorded, StoreUnavailable
-from cliffwatch.domain.outcomes import Outcome, RequestRecord
-from cliffwatch.domain.plan import PlannedRequest
 from cliffwatch.domain.ports import RecordSink
-from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.scenario import Scenario
+from cliffwatch.domain.results.outcomes import Outcome, RequestRecord
+from cliffwatch.domain.results.result import RunStatus
+from cliffwatch.domain.scenario.scenario import Scenario
+from cliffwatch.domain.security.allowlist import DEFAULT_ALLOWLIST, parse_allowlist
+from cliffwatch.domain.service.caps import Caps
+from cliffwatch.domain.traffic.plan import PlannedRequest
 from cliffwatch.services.catalog import ScenarioCatalog
 from cliffwatch.services.memory import CollectingObserver, RecordingFaultInjector, ScriptedGenerator
 from cliffwatch.services.memory_store import InMemoryStore

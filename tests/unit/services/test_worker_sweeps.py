@@ -17,11 +17,11 @@ from worker_kit import WorkerRig, now, working
 
 from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.bootstrap_sweep import SweepHandle
+from cliffwatch.domain.capacity.sweep_spec import SweepSpec
 from cliffwatch.domain.errors import TargetUnreachable
-from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.runs import Run, RunKind
-from cliffwatch.domain.scenario import Scenario
-from cliffwatch.domain.sweep_spec import SweepSpec
+from cliffwatch.domain.results.result import RunStatus
+from cliffwatch.domain.scenario.scenario import Scenario
+from cliffwatch.domain.service.runs import Run, RunKind
 from cliffwatch.services.memory import CollectingObserver
 from cliffwatch.services.memory_store import InMemoryStore
 from cliffwatch.services.memory_sweep import model_runners

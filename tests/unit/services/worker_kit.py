@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from cliffwatch.domain.outcomes import NS_PER_MS, Attempt, RequestRecord, classify
-from cliffwatch.domain.plan import PlannedRequest
-from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.runs import Run, ScenarioSource, Trigger
-from cliffwatch.domain.scenario import Scenario, content_hash
+from cliffwatch.domain.results.outcomes import NS_PER_MS, Attempt, RequestRecord, classify
+from cliffwatch.domain.results.result import RunStatus
+from cliffwatch.domain.scenario.scenario import Scenario, content_hash
+from cliffwatch.domain.service.runs import Run, ScenarioSource, Trigger
+from cliffwatch.domain.traffic.plan import PlannedRequest
 from cliffwatch.services.memory_store import InMemoryStore
 from cliffwatch.services.runner import RunService
 from cliffwatch.services.worker import Worker

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cliffwatch.domain.target_model import Admission, Scheduling, TargetModel
+from cliffwatch.domain.scenario.target_model import Admission, Scheduling, TargetModel
 from cliffwatch.target.batching import (
     VOCABULARY,
     BatchCore,

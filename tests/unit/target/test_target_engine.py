@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from cliffwatch.domain.target_model import Admission, TargetModel
+from cliffwatch.domain.scenario.target_model import Admission, TargetModel
 from cliffwatch.target.batching import Result
 from cliffwatch.target.engine import (
     Engine,

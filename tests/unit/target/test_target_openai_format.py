@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from cliffwatch.domain.target_model import Scheduling, TargetModel
+from cliffwatch.domain.scenario.target_model import Scheduling, TargetModel
 from cliffwatch.target.openai_format import (
     DONE_EVENT,
     ApiError,

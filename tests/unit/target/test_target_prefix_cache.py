@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cliffwatch.domain.target_model import TargetModel
+from cliffwatch.domain.scenario.target_model import TargetModel
 from cliffwatch.target.batching import BatchCore
 from cliffwatch.target.openai_format import Kind, parse_generation
 from cliffwatch.target.prefix_cache import PrefixCache, block_hashes

@@ -13,7 +13,7 @@ from cliffwatch.adapters.api.context import caller, services
 from cliffwatch.adapters.api.problems import not_found
 from cliffwatch.adapters.api.requests import Body, Query, read_json
 from cliffwatch.adapters.api.views import token_view
-from cliffwatch.domain.runs import Role
+from cliffwatch.domain.service.runs import Role
 
 
 async def create_token(request: web.Request) -> web.Response:

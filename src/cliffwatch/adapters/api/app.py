@@ -23,8 +23,8 @@ from cliffwatch.adapters.api.context import (
 )
 from cliffwatch.adapters.api.middleware import guard, observe, problems
 from cliffwatch.config import Settings
-from cliffwatch.domain.rate_limit import KeyedBuckets, RateLimit
-from cliffwatch.domain.runs import Role
+from cliffwatch.domain.service.runs import Role
+from cliffwatch.domain.traffic.rate_limit import KeyedBuckets, RateLimit
 
 V1 = "/api/v1"
 # For ``web.AppRunner(max_line_size=...)``: a query string the document allows (a 2,000-character target of

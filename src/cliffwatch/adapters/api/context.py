@@ -15,9 +15,9 @@ from aiohttp import web
 
 from cliffwatch.adapters.api.metrics import ServiceMetrics
 from cliffwatch.config import Settings
-from cliffwatch.domain.rate_limit import KeyedBuckets
-from cliffwatch.domain.runs import ApiToken, Role
+from cliffwatch.domain.service.runs import ApiToken, Role
 from cliffwatch.domain.service_ports import RunStore
+from cliffwatch.domain.traffic.rate_limit import KeyedBuckets
 from cliffwatch.services.catalog import ScenarioCatalog
 from cliffwatch.services.runs import RunsService
 from cliffwatch.services.schedules import ScheduleService

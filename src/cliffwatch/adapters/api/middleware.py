@@ -36,8 +36,8 @@ from cliffwatch.adapters.api.context import (
 )
 from cliffwatch.adapters.api.problems import ApiError, from_error, problem_response
 from cliffwatch.domain.errors import CliffwatchError
-from cliffwatch.domain.rate_limit import retry_after_s
-from cliffwatch.domain.runs import ApiToken, Role
+from cliffwatch.domain.service.runs import ApiToken, Role
+from cliffwatch.domain.traffic.rate_limit import retry_after_s
 from cliffwatch.services.tokens import token_hash
 
 log = structlog.get_logger(__name__)

@@ -12,9 +12,9 @@ from typing import Any
 
 from cliffwatch import __version__
 from cliffwatch.adapters.api.openapi_schemas import DATE_TIME, SCHEMAS, Schema, ref, text
-from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.runs import RunKind
-from cliffwatch.domain.trends import Bucket
+from cliffwatch.domain.results.result import RunStatus
+from cliffwatch.domain.service.runs import RunKind
+from cliffwatch.domain.service.trends import Bucket
 
 PROBLEM_JSON = "application/problem+json"
 _RETRY_AFTER = {"Retry-After": {"description": "seconds to wait", "schema": {"type": "string"}, "required": True}}

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from cliffwatch.domain.outcomes import Outcome
-from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.runs import CatchUp, Role, RunKind, ScenarioSource, Trigger
-from cliffwatch.domain.scenario import MAX_SEED
-from cliffwatch.domain.sweep_spec import MAX_VARIANTS, SweepArrival, SweepMode, SweepSpec
-from cliffwatch.domain.trends import Bucket
+from cliffwatch.domain.capacity.sweep_spec import MAX_VARIANTS, SweepArrival, SweepMode, SweepSpec
+from cliffwatch.domain.results.outcomes import Outcome
+from cliffwatch.domain.results.result import RunStatus
+from cliffwatch.domain.scenario.scenario import MAX_SEED
+from cliffwatch.domain.service.runs import CatchUp, Role, RunKind, ScenarioSource, Trigger
+from cliffwatch.domain.service.trends import Bucket
 
 Schema = dict[str, Any]
 

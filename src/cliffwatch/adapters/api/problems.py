@@ -38,7 +38,7 @@ from cliffwatch.domain.errors import (
     TargetUnreachable,
     WorkersFailed,
 )
-from cliffwatch.domain.rate_limit import retry_after_s
+from cliffwatch.domain.traffic.rate_limit import retry_after_s
 
 PROBLEM_JSON = "application/problem+json"
 TYPE_PREFIX = "tag:cliffwatch.dev,2026:problem:"

@@ -18,7 +18,7 @@ from cliffwatch.adapters.api.requests import Query
 from cliffwatch.adapters.api.views import run_view, shown_result
 from cliffwatch.adapters.report.assets import script_hashes
 from cliffwatch.adapters.report.render import render_run_report, render_status_report, render_sweep_report
-from cliffwatch.domain.runs import Run, RunKind
+from cliffwatch.domain.service.runs import Run, RunKind
 
 
 def content_security_policy() -> str:

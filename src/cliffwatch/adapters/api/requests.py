@@ -23,8 +23,8 @@ from cliffwatch.adapters.api.context import SETTINGS
 from cliffwatch.adapters.api.problems import ApiError, body_invalid, query_invalid
 from cliffwatch.adapters.documents import SCENARIO_LIMITS, DocumentInvalid, load_json, load_off_loop
 from cliffwatch.domain.errors import Problem
-from cliffwatch.domain.runs import Overrides
-from cliffwatch.domain.scenario import MAX_SEED
+from cliffwatch.domain.scenario.scenario import MAX_SEED
+from cliffwatch.domain.service.runs import Overrides
 from cliffwatch.domain.validation import short_repr
 
 E = TypeVar("E", bound=StrEnum)

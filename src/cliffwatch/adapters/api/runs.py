@@ -18,11 +18,11 @@ from cliffwatch.adapters.api.context import caller, services
 from cliffwatch.adapters.api.problems import ApiError
 from cliffwatch.adapters.api.requests import Body, Query, read_json, read_overrides
 from cliffwatch.adapters.api.views import outcome_view, run_detail, run_location, run_view
+from cliffwatch.domain.capacity.sweep_spec import parse_sweep_spec
 from cliffwatch.domain.errors import Problem
-from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.runs import Overrides, RunKind, RunQuery, Trigger
-from cliffwatch.domain.sweep_spec import parse_sweep_spec
-from cliffwatch.domain.trends import Bucket
+from cliffwatch.domain.results.result import RunStatus
+from cliffwatch.domain.service.runs import Overrides, RunKind, RunQuery, Trigger
+from cliffwatch.domain.service.trends import Bucket
 from cliffwatch.services.runs import RunRequest
 
 MAX_PAGE = 200

@@ -13,9 +13,9 @@ from aiohttp import web
 from cliffwatch.adapters.api.context import caller, services
 from cliffwatch.adapters.api.requests import Body, Query, read_json, read_overrides
 from cliffwatch.adapters.api.views import API_PREFIX, schedule_view, timestamp
+from cliffwatch.domain.capacity.sweep_spec import parse_sweep_spec
 from cliffwatch.domain.errors import Problem
-from cliffwatch.domain.runs import CatchUp, Overrides, RunKind
-from cliffwatch.domain.sweep_spec import parse_sweep_spec
+from cliffwatch.domain.service.runs import CatchUp, Overrides, RunKind
 from cliffwatch.services.schedules import MAX_NAME_LENGTH, MAX_NEXT_FIRE_TIMES, ScheduleSpec
 
 DEFAULT_NEXT = 5

@@ -1,7 +1,7 @@
 """The JSON the API answers with: stored values → plain dicts, shaped as the OpenAPI document describes.
 
 Nothing secret leaves here: token records lose their hash, and a token itself is only ever in the one
-response that created it. Scenario documents are stored with their credentials masked (``domain.redaction``)
+response that created it. Scenario documents are stored with their credentials masked (``domain.security.redaction``)
 and shown as stored.
 """
 
@@ -11,10 +11,10 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from cliffwatch.domain.masking import mask_url
-from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.runs import ApiToken, Overrides, Run, RunKind, ScenarioVersion, Schedule, StoredOutcome
-from cliffwatch.domain.server_view import ServerView
+from cliffwatch.domain.results.result import RunStatus
+from cliffwatch.domain.security.masking import mask_url
+from cliffwatch.domain.server.server_view import ServerView
+from cliffwatch.domain.service.runs import ApiToken, Overrides, Run, RunKind, ScenarioVersion, Schedule, StoredOutcome
 
 API_PREFIX = "/api/v1"
 

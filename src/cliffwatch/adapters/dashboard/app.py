@@ -25,8 +25,8 @@ from cliffwatch.adapters.dashboard.context import (
 from cliffwatch.adapters.dashboard.security import see_other, ui_guard
 from cliffwatch.adapters.dashboard.static_files import static_file
 from cliffwatch.config import Settings
-from cliffwatch.domain.rate_limit import KeyedBuckets, RateLimit
-from cliffwatch.domain.runs import Role
+from cliffwatch.domain.service.runs import Role
+from cliffwatch.domain.traffic.rate_limit import KeyedBuckets, RateLimit
 
 PREFIX = "/ui"
 VIEWER, OPERATOR, ADMIN = Role.VIEWER, Role.OPERATOR, Role.ADMIN

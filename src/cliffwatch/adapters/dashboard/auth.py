@@ -31,7 +31,7 @@ from cliffwatch.adapters.dashboard.security import (
     see_other,
     set_session_cookie,
 )
-from cliffwatch.domain.rate_limit import KeyedBuckets, retry_after_s
+from cliffwatch.domain.traffic.rate_limit import KeyedBuckets, retry_after_s
 from cliffwatch.services.tokens import token_hash
 
 log = structlog.get_logger(__name__)

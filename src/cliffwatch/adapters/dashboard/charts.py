@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cliffwatch.adapters.report.charts import run_charts
-from cliffwatch.domain.outcomes import OUTCOMES
-from cliffwatch.domain.runs import Run, StoredOutcome
+from cliffwatch.domain.results.outcomes import OUTCOMES
+from cliffwatch.domain.service.runs import Run, StoredOutcome
 from cliffwatch.domain.service_ports import RunStore
 
 MAX_LIVE_OUTCOMES = 20_000  # beyond this a live chart is cut short (the final one has everything)

@@ -10,8 +10,8 @@ from aiohttp import web
 
 from cliffwatch.adapters.api.context import ApiServices, Handler
 from cliffwatch.config import Settings
-from cliffwatch.domain.rate_limit import KeyedBuckets
-from cliffwatch.domain.runs import ApiToken, Role
+from cliffwatch.domain.service.runs import ApiToken, Role
+from cliffwatch.domain.traffic.rate_limit import KeyedBuckets
 from cliffwatch.services.sessions import SessionService, csrf_token
 
 

@@ -25,7 +25,7 @@ from cliffwatch.adapters.documents import (
     load_yaml,
     off_loop,
 )
-from cliffwatch.domain.trends import Bucket
+from cliffwatch.domain.service.trends import Bucket
 
 NEXT_FIRE_TIMES = 3
 MAX_PASTED_BYTES = 256 * 1024

@@ -23,10 +23,10 @@ from cliffwatch.adapters.dashboard.render import render
 from cliffwatch.adapters.dashboard.security import Redirect
 from cliffwatch.adapters.report import sections
 from cliffwatch.adapters.report.render import ReportInvalid, SweepParts, sweep_parts
+from cliffwatch.domain.capacity.sweep_spec import parse_sweep_spec
 from cliffwatch.domain.errors import CliffwatchError, ScenarioNotFound
-from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.runs import Overrides, Run, RunKind, RunQuery, Trigger
-from cliffwatch.domain.sweep_spec import parse_sweep_spec
+from cliffwatch.domain.results.result import RunStatus
+from cliffwatch.domain.service.runs import Overrides, Run, RunKind, RunQuery, Trigger
 from cliffwatch.services.runs import RunRequest
 
 log = structlog.get_logger(__name__)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from cliffwatch.adapters.loadgen.openai_stream import OpenAIStream
-from cliffwatch.domain.completeness import Expectation, shortfall
-from cliffwatch.domain.outcomes import Attempt, TokenSource
-from cliffwatch.domain.retry import FailureKind
+from cliffwatch.domain.results.outcomes import Attempt, TokenSource
+from cliffwatch.domain.scenario.completeness import Expectation, shortfall
+from cliffwatch.domain.scenario.retry import FailureKind
 
 EMPTY_ANSWER = "incomplete: empty answer (no content, reasoning or tool call)"
 
@@ -48,7 +48,9 @@ class AttemptState:
         self.tokens = 0
         self.token_source = TokenSource.NONE
         self.retry_after_s: float | None = None
-        self.state: tuple[tuple[str, float], ...] = ()  # the server-state headers' readings (domain.state_headers)
+        self.state: tuple[
+            tuple[str, float], ...
+        ] = ()  # the server-state headers' readings (domain.server.state_headers)
         self.stream: OpenAIStream | None = None
         self.end: int | None = None  # when the answer was complete, if that was before the body ended
         self.answered = False  # an OpenAI answer was read to its end: judge it against target.expect

@@ -23,12 +23,12 @@ from typing import Any
 from cliffwatch.adapters.dataset_files import LoadedDataset
 from cliffwatch.adapters.loadgen import prompts
 from cliffwatch.adapters.loadgen.token_prompts import PromptSource, WordCount
-from cliffwatch.domain.conversations import PREFIX_ID_BASE, PrefixSpec
 from cliffwatch.domain.errors import CliffwatchError
-from cliffwatch.domain.plan import PlannedRequest
-from cliffwatch.domain.scenario import Scenario
-from cliffwatch.domain.secrets import unresolved_body
-from cliffwatch.domain.target_spec import Api, RequestTemplate
+from cliffwatch.domain.scenario.conversations import PREFIX_ID_BASE, PrefixSpec
+from cliffwatch.domain.scenario.scenario import Scenario
+from cliffwatch.domain.scenario.target_spec import Api, RequestTemplate
+from cliffwatch.domain.security.secrets import unresolved_body
+from cliffwatch.domain.traffic.plan import PlannedRequest
 
 # Per process, random: no scenario can contain them by chance, so a split never lands in the user's values.
 _PROMPT = f"cliffwatch-prompt-{uuid.uuid4().hex}"

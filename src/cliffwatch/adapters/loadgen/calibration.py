@@ -1,7 +1,7 @@
 """Calibration probes: what the target counts as the tokens of prompts of known word counts.
 
 A few non-streamed requests (``max_tokens: 1``) with prompts of ``PROBE_WORDS`` words each read the
-server's ``usage.prompt_tokens``; ``domain.prompt_sizing.fit_calibration`` fits ``tokens ≈ a + b × words``
+server's ``usage.prompt_tokens``; ``domain.workload.prompt_sizing.fit_calibration`` fits ``tokens ≈ a + b × words``
 over them (the intercept is the chat template's own tokens). Each probe takes a token of the run's attempt
 cap. A target that answers a probe with an error or without usage cannot be calibrated: prompts stay in
 words, and the sizing says why.
@@ -15,10 +15,10 @@ import json
 import aiohttp
 
 from cliffwatch.adapters.loadgen.prompts import WORDS
-from cliffwatch.domain.prompt_sizing import PROBE_WORDS, PromptSizing, PromptSource, fit_calibration
-from cliffwatch.domain.rate_limit import TokenBucket
-from cliffwatch.domain.scenario import Scenario
-from cliffwatch.domain.target_spec import Api
+from cliffwatch.domain.scenario.scenario import Scenario
+from cliffwatch.domain.scenario.target_spec import Api
+from cliffwatch.domain.traffic.rate_limit import TokenBucket
+from cliffwatch.domain.workload.prompt_sizing import PROBE_WORDS, PromptSizing, PromptSource, fit_calibration
 
 PROBE_TIMEOUT_S = 30.0
 MAX_PROBE_BODY = 1024 * 1024

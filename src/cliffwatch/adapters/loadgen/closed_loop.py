@@ -21,14 +21,14 @@ import random
 from collections.abc import Iterable
 
 from cliffwatch.adapters.loadgen.engine import AttemptExecutor, OpenLoopGenerator
-from cliffwatch.domain.arrivals import Mix
-from cliffwatch.domain.conversations import PrefixChooser
-from cliffwatch.domain.generator_health import GeneratorLimits
-from cliffwatch.domain.outcomes import NS_PER_S
-from cliffwatch.domain.plan import PlannedRequest, later_turns_of, phase_windows
 from cliffwatch.domain.ports import Clock, GeneratorListener
-from cliffwatch.domain.rate_limit import TokenBucket
-from cliffwatch.domain.scenario import Scenario
+from cliffwatch.domain.results.outcomes import NS_PER_S
+from cliffwatch.domain.scenario.arrivals import Mix
+from cliffwatch.domain.scenario.conversations import PrefixChooser
+from cliffwatch.domain.scenario.scenario import Scenario
+from cliffwatch.domain.traffic.generator_health import GeneratorLimits
+from cliffwatch.domain.traffic.plan import PlannedRequest, later_turns_of, phase_windows
+from cliffwatch.domain.traffic.rate_limit import TokenBucket
 
 CAP_POLL_S = 0.1  # a client waiting for the cap looks at the stop and the clock at least this often
 

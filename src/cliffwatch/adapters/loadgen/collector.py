@@ -29,8 +29,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from cliffwatch.domain.generator_health import CollectorReport
-from cliffwatch.domain.outcomes import NS_PER_MS
+from cliffwatch.domain.results.outcomes import NS_PER_MS
+from cliffwatch.domain.traffic.generator_health import CollectorReport
 
 # Young collections every 10,000 net allocations instead of 700: each walks only the young objects, so a
 # larger first threshold means fewer pauses of a few ms; the middle and oldest keep CPython's ratios.

@@ -24,17 +24,22 @@ from typing import Protocol
 import structlog
 
 from cliffwatch.adapters.loadgen.collector import generator_collector
-from cliffwatch.domain.conversations import turn_id
-from cliffwatch.domain.generator_health import GeneratorLimits, GeneratorMeasures, GeneratorReport, judge_measures
-from cliffwatch.domain.histogram import Histogram
-from cliffwatch.domain.outcomes import CAP_REASON, NS_PER_MS, NS_PER_S, Attempt, RequestRecord
-from cliffwatch.domain.plan import PlannedRequest, later_turns_of, phase_windows
 from cliffwatch.domain.ports import Clock, GeneratorListener, LiveCounters
-from cliffwatch.domain.prompt_sizing import PromptSizing
-from cliffwatch.domain.rate_limit import TokenBucket
-from cliffwatch.domain.retry import FailureKind, RetryBudgetState, RetryKind, decide_retry
-from cliffwatch.domain.scenario import Scenario
-from cliffwatch.domain.shards import budget_share
+from cliffwatch.domain.results.histogram import Histogram
+from cliffwatch.domain.results.outcomes import CAP_REASON, NS_PER_MS, NS_PER_S, Attempt, RequestRecord
+from cliffwatch.domain.scenario.conversations import turn_id
+from cliffwatch.domain.scenario.retry import FailureKind, RetryBudgetState, RetryKind, decide_retry
+from cliffwatch.domain.scenario.scenario import Scenario
+from cliffwatch.domain.traffic.generator_health import (
+    GeneratorLimits,
+    GeneratorMeasures,
+    GeneratorReport,
+    judge_measures,
+)
+from cliffwatch.domain.traffic.plan import PlannedRequest, later_turns_of, phase_windows
+from cliffwatch.domain.traffic.rate_limit import TokenBucket
+from cliffwatch.domain.traffic.shards import budget_share
+from cliffwatch.domain.workload.prompt_sizing import PromptSizing
 
 log = structlog.get_logger(__name__)
 
@@ -103,7 +108,7 @@ class OpenLoopGenerator:
         self._lag = Histogram()
         self._max_stall_ns = 0
         # A retry budget is a client's: each traffic class (a tenant's client) has its own, in each phase. A
-        # worker sending one of ``shares`` of the load keeps that share of each reserve (``domain.shards``).
+        # worker sending one of ``shares`` of the load keeps that share of each reserve (``domain.traffic.shards``).
         self._budgets = {
             (phase, klass): RetryBudgetState(budget_share(scenario.retry_for(phase, klass).budget, shares))
             for phase in range(len(scenario.phases))

@@ -35,19 +35,19 @@ from cliffwatch.adapters.loadgen.redirects import Hop, next_hop, shown_url
 from cliffwatch.adapters.loadgen.server_tokenize import ServerFittedPrompts, fit_lengths
 from cliffwatch.adapters.loadgen.token_prompts import CalibratedPrompts, PromptSource
 from cliffwatch.adapters.target_access import Destinations
-from cliffwatch.domain.allowlist import DEFAULT_ALLOWLIST, Allowlist, parse_allowlist
 from cliffwatch.domain.errors import CliffwatchError, TargetUnreachable
-from cliffwatch.domain.masking import MASK
-from cliffwatch.domain.outcomes import CAP_REASON, Attempt, TokenSource
-from cliffwatch.domain.plan import PlannedRequest
-from cliffwatch.domain.prompt_sizing import WORDS_SIZING, PromptSizing
-from cliffwatch.domain.rate_limit import TokenBucket
-from cliffwatch.domain.redaction import DEFAULT_RULES
-from cliffwatch.domain.retry import FailureKind
-from cliffwatch.domain.scenario import Scenario
-from cliffwatch.domain.secrets import sendable_headers, sendable_path
-from cliffwatch.domain.state_headers import readings, watched
-from cliffwatch.domain.target_spec import Api, RequestTemplate
+from cliffwatch.domain.results.outcomes import CAP_REASON, Attempt, TokenSource
+from cliffwatch.domain.scenario.retry import FailureKind
+from cliffwatch.domain.scenario.scenario import Scenario
+from cliffwatch.domain.scenario.target_spec import Api, RequestTemplate
+from cliffwatch.domain.security.allowlist import DEFAULT_ALLOWLIST, Allowlist, parse_allowlist
+from cliffwatch.domain.security.masking import MASK
+from cliffwatch.domain.security.redaction import DEFAULT_RULES
+from cliffwatch.domain.security.secrets import sendable_headers, sendable_path
+from cliffwatch.domain.server.state_headers import readings, watched
+from cliffwatch.domain.traffic.plan import PlannedRequest
+from cliffwatch.domain.traffic.rate_limit import TokenBucket
+from cliffwatch.domain.workload.prompt_sizing import WORDS_SIZING, PromptSizing
 
 MAX_ERROR_BODY = 64 * 1024
 MAX_BODY = 16 * 1024 * 1024

@@ -10,8 +10,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from cliffwatch.domain.outcomes import TokenSource
-from cliffwatch.domain.retry import FailureKind
+from cliffwatch.domain.results.outcomes import TokenSource
+from cliffwatch.domain.scenario.retry import FailureKind
 
 MAX_ERROR_CHARS = 300  # error texts kept on an attempt; bodies can be whole HTML pages
 _EXCERPT_CHARS = 80  # of a malformed payload, quoted in its error

@@ -54,7 +54,7 @@ At the end (:meth:`OpenAIStream.finish`) the stream is judged, most specific fir
 - neither ``[DONE]`` nor a finish_reason: ``FailureKind.TRUNCATED``, the server or a proxy dropped it;
 - a finish_reason (with or without ``[DONE]``, which some compatible servers never send): it ended
   properly. Whether the answer is a whole one (a real finish reason, enough tokens) is the caller's
-  judgement against the scenario's expectation (``domain.completeness.shortfall``).
+  judgement against the scenario's expectation (``domain.scenario.completeness.shortfall``).
 
 A failure the client sees itself (a timeout, a reset) takes precedence. Tokens seen before a failure are
 still reported. The output token count is ``usage`` when the stream carried it (source "usage"), else the
@@ -81,8 +81,8 @@ from cliffwatch.adapters.loadgen.openai_body import (
     tool_call_text,
 )
 from cliffwatch.adapters.loadgen.sse import DEFAULT_MAX_PENDING, SseDecoder, SseEvent, SseLineTooLong
-from cliffwatch.domain.outcomes import TokenSource
-from cliffwatch.domain.retry import FailureKind
+from cliffwatch.domain.results.outcomes import TokenSource
+from cliffwatch.domain.scenario.retry import FailureKind
 
 
 class EventKind(StrEnum):

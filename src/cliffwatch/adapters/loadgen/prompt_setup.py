@@ -21,10 +21,10 @@ from cliffwatch.adapters.loadgen.token_prompts import (
     load_counter,
 )
 from cliffwatch.domain.errors import Problem, ScenarioInvalid
-from cliffwatch.domain.plan import iter_plan
-from cliffwatch.domain.prompt_sizing import SERVER, PromptSizing, PromptSource
-from cliffwatch.domain.scenario import Scenario
-from cliffwatch.domain.target_spec import Api
+from cliffwatch.domain.scenario.scenario import Scenario
+from cliffwatch.domain.scenario.target_spec import Api
+from cliffwatch.domain.traffic.plan import iter_plan
+from cliffwatch.domain.workload.prompt_sizing import SERVER, PromptSizing, PromptSource
 
 TOKENIZER_FIELD = "target.request.tokenizer"
 

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 import aiohttp
 
 from cliffwatch.adapters.loadgen.prompts import WORDS
-from cliffwatch.domain.prompt_sizing import Calibration, PromptSizing, PromptSource, fit_calibration
-from cliffwatch.domain.scenario import Scenario
-from cliffwatch.domain.target_spec import Api
+from cliffwatch.domain.scenario.scenario import Scenario
+from cliffwatch.domain.scenario.target_spec import Api
+from cliffwatch.domain.workload.prompt_sizing import Calibration, PromptSizing, PromptSource, fit_calibration
 
 MAX_FITTED_LENGTHS = 4096
 MAX_STEPS = 12  # per length: from a good first guess the search takes one to three

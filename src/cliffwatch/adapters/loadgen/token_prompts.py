@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from cliffwatch.adapters.loadgen.prompts import VOCABULARY, WordPrompts
 from cliffwatch.domain.errors import CliffwatchError
-from cliffwatch.domain.prompt_sizing import Calibration
+from cliffwatch.domain.workload.prompt_sizing import Calibration
 
 MAX_TOKENIZER_BYTES = 64 * 1024 * 1024  # tokenizer.json files of large vocabularies are 10–20 MB
 MIN_FILLER_WORDS = 8

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from cliffwatch.adapters.network.host_addresses import own_addresses
-from cliffwatch.domain.deny_list import DenyList, DenyRule
+from cliffwatch.domain.security.deny_list import DenyList, DenyRule
 
 LOOKUP_TIMEOUT_S = 2.0  # a deny rule's name that does not resolve by then is matched by name only
 REFRESH_S = 60.0  # a deny rule's name is looked up again after this

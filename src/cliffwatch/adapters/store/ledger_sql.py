@@ -26,7 +26,7 @@ from cliffwatch.adapters.fault_ledger import Owner
 from cliffwatch.adapters.store.database import Database
 from cliffwatch.adapters.store.tables import fault_ledger, ledger_runs, runs
 from cliffwatch.domain.ports import LedgerEntry
-from cliffwatch.domain.result import RunStatus
+from cliffwatch.domain.results.result import RunStatus
 from cliffwatch.services.store_values import utc_now
 
 

@@ -26,8 +26,8 @@ from cliffwatch.adapters.store.tables import (
     schedules,
     store_keys,
 )
-from cliffwatch.domain.redaction import Credential
-from cliffwatch.domain.runs import ApiToken, ScenarioSource, ScenarioVersion, Schedule
+from cliffwatch.domain.security.redaction import Credential
+from cliffwatch.domain.service.runs import ApiToken, ScenarioSource, ScenarioVersion, Schedule
 from cliffwatch.services.store_values import EMERGENCY_STOP, plain_json
 
 FINGERPRINT_KEY = "fingerprint"

@@ -14,9 +14,10 @@ from typing import Any
 
 from sqlalchemy import RowMapping
 
-from cliffwatch.domain.outcomes import OUTCOMES
-from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.runs import (
+from cliffwatch.domain.capacity.sweep_spec import SweepSpec, parse_sweep_spec
+from cliffwatch.domain.results.outcomes import OUTCOMES
+from cliffwatch.domain.results.result import RunStatus
+from cliffwatch.domain.service.runs import (
     ApiToken,
     CatchUp,
     Overrides,
@@ -30,7 +31,6 @@ from cliffwatch.domain.runs import (
     StoredOutcome,
     Trigger,
 )
-from cliffwatch.domain.sweep_spec import SweepSpec, parse_sweep_spec
 from cliffwatch.services.store_values import result_document
 
 

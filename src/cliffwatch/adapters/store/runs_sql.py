@@ -21,8 +21,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from cliffwatch.adapters.store.database import Database
 from cliffwatch.adapters.store.rows import end_values, phase_rows, run_of, run_row, second_rows
 from cliffwatch.adapters.store.tables import control, run_phases, run_seconds, runs, scenario_versions
-from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.runs import CallerUsage, Run, RunEnd, RunKind, RunPage, RunQuery, ScenarioSource, Trigger
+from cliffwatch.domain.results.result import RunStatus
+from cliffwatch.domain.service.runs import CallerUsage, Run, RunEnd, RunKind, RunPage, RunQuery, ScenarioSource, Trigger
 from cliffwatch.services.store_values import (
     EMERGENCY_STOP,
     as_utc,

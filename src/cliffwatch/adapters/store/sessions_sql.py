@@ -14,8 +14,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from cliffwatch.adapters.store.database import Database
 from cliffwatch.adapters.store.tables import api_tokens, ui_sessions
-from cliffwatch.domain.runs import ApiToken, Role
-from cliffwatch.domain.sessions import UiSession
+from cliffwatch.domain.service.runs import ApiToken, Role
+from cliffwatch.domain.service.sessions import UiSession
 from cliffwatch.services.store_values import utc_now
 
 

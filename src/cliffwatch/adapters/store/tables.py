@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 
-from cliffwatch.domain.outcomes import OUTCOMES
+from cliffwatch.domain.results.outcomes import OUTCOMES
 from cliffwatch.services.store_values import without_nul
 
 metadata = sa.MetaData(
@@ -109,7 +109,7 @@ scenario_latest = sa.Table(
     sa.ForeignKeyConstraint(["name", "content_hash"], ["scenario_versions.name", "scenario_versions.content_hash"]),
 )
 
-# The literal credentials masked out of a version's document (migration 0006; ``domain.redaction``): a
+# The literal credentials masked out of a version's document (migration 0006; ``domain.security.redaction``): a
 # table of their own, which no view reads, so that nothing that shows a document can show them. Only a
 # run of that version reads them back, to put them where the document shows the mask.
 scenario_credentials = sa.Table(

@@ -18,8 +18,8 @@ import pytest
 from aiohttp import web
 from multidict import CIMultiDictProxy
 
-from cliffwatch.domain.plan import PlannedRequest
-from cliffwatch.domain.scenario import Scenario, parse_scenario
+from cliffwatch.domain.scenario.scenario import Scenario, parse_scenario
+from cliffwatch.domain.traffic.plan import PlannedRequest
 
 FIXTURES = Path(__file__).parents[3] / "fixtures" / "sse"
 CHAT_STREAM = (FIXTURES / "llamacpp-chat-stream.txt").read_bytes()

@@ -13,10 +13,10 @@ from loadgen_testkit import Serve
 from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.adapters.loadgen.engine import OpenLoopGenerator
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
-from cliffwatch.domain.metrics import RunAggregator
-from cliffwatch.domain.outcomes import NS_PER_S, Outcome, RequestRecord
-from cliffwatch.domain.plan import PlannedRequest, iter_plan, phase_windows
-from cliffwatch.domain.scenario import Scenario, parse_scenario
+from cliffwatch.domain.results.metrics import RunAggregator
+from cliffwatch.domain.results.outcomes import NS_PER_S, Outcome, RequestRecord
+from cliffwatch.domain.scenario.scenario import Scenario, parse_scenario
+from cliffwatch.domain.traffic.plan import PlannedRequest, iter_plan, phase_windows
 
 
 class Records:

@@ -27,11 +27,11 @@ from loadgen_testkit import (
 from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.adapters.loadgen.engine import OpenLoopGenerator
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
-from cliffwatch.domain.generator_health import GeneratorLimits, GeneratorReport
-from cliffwatch.domain.outcomes import NS_PER_MS, NS_PER_S, Outcome, RequestRecord
-from cliffwatch.domain.plan import PlannedRequest, iter_plan
-from cliffwatch.domain.retry import FailureKind
-from cliffwatch.domain.scenario import Scenario
+from cliffwatch.domain.results.outcomes import NS_PER_MS, NS_PER_S, Outcome, RequestRecord
+from cliffwatch.domain.scenario.retry import FailureKind
+from cliffwatch.domain.scenario.scenario import Scenario
+from cliffwatch.domain.traffic.generator_health import GeneratorLimits, GeneratorReport
+from cliffwatch.domain.traffic.plan import PlannedRequest, iter_plan
 
 LEAD_S = 0.05  # the run starts this long after it is set up, as the runner does
 # Generous for a shared 2-core machine, yet far below what a generator held back by responses would show.

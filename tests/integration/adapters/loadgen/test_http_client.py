@@ -29,10 +29,10 @@ from loadgen_testkit import (
 
 from cliffwatch.adapters.loadgen.http_client import DRAIN_TIMEOUT_S, HttpExecutor
 from cliffwatch.domain.errors import TargetUnreachable
-from cliffwatch.domain.outcomes import NS_PER_S, Attempt, TokenSource
-from cliffwatch.domain.plan import PlannedRequest
-from cliffwatch.domain.retry import FailureKind
-from cliffwatch.domain.scenario import Scenario
+from cliffwatch.domain.results.outcomes import NS_PER_S, Attempt, TokenSource
+from cliffwatch.domain.scenario.retry import FailureKind
+from cliffwatch.domain.scenario.scenario import Scenario
+from cliffwatch.domain.traffic.plan import PlannedRequest
 
 GAP_S = 0.05  # the servers' pause between writes, where a test needs the client to see them apart
 

@@ -13,11 +13,11 @@ from loadgen_testkit import Serve, Served, planned, scenario_for
 
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
 from cliffwatch.adapters.target_access import Destinations
-from cliffwatch.domain.allowlist import Allowlist, parse_allowlist
-from cliffwatch.domain.outcomes import Attempt, Outcome, Slo, classify
-from cliffwatch.domain.rate_limit import RateLimit, TokenBucket
-from cliffwatch.domain.retry import FailureKind
-from cliffwatch.domain.scenario import Scenario
+from cliffwatch.domain.results.outcomes import Attempt, Outcome, Slo, classify
+from cliffwatch.domain.scenario.retry import FailureKind
+from cliffwatch.domain.scenario.scenario import Scenario
+from cliffwatch.domain.security.allowlist import Allowlist, parse_allowlist
+from cliffwatch.domain.traffic.rate_limit import RateLimit, TokenBucket
 
 CREDENTIALS = {
     "Authorization": "Bearer sk-target",

@@ -9,10 +9,10 @@ from aiohttp import web
 from loadgen_testkit import CHAT_NONSTREAM, Serve, planned, scenario_for
 
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
-from cliffwatch.domain.metrics import RunAggregator
-from cliffwatch.domain.outcomes import Attempt
-from cliffwatch.domain.plan import phase_windows
-from cliffwatch.domain.result import state_headers_summary as state_summary
+from cliffwatch.domain.results.metrics import RunAggregator
+from cliffwatch.domain.results.outcomes import Attempt
+from cliffwatch.domain.results.result import state_headers_summary as state_summary
+from cliffwatch.domain.traffic.plan import phase_windows
 
 TGI_HEADERS = {  # what TGI's generate_internal sets on a whole answer (router/src/server.rs)
     "x-compute-type": "1-nvidia-a10g", "x-compute-time": "0.111191439", "x-compute-characters": "23",

@@ -13,9 +13,9 @@ from aiohttp.test_utils import TestServer
 from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.adapters.server_metrics.scraper import PrometheusWatcher
 from cliffwatch.adapters.target_access import Destinations
-from cliffwatch.domain.allowlist import DEFAULT_ALLOWLIST, parse_allowlist
 from cliffwatch.domain.errors import TargetNotAllowed
-from cliffwatch.domain.metrics_spec import Engine, MetricsSpec, Signal
+from cliffwatch.domain.security.allowlist import DEFAULT_ALLOWLIST, parse_allowlist
+from cliffwatch.domain.server.metrics_spec import Engine, MetricsSpec, Signal
 from engine_pages import PAGES, EngineState
 
 Page = Callable[[web.Request], Awaitable[web.StreamResponse]]

@@ -24,20 +24,20 @@ from cliffwatch.adapters.documents import off_loop
 from cliffwatch.adapters.network.target_policies import AllowlistPolicy
 from cliffwatch.adapters.scenario_files import BUNDLED_DIR
 from cliffwatch.config import Settings
-from cliffwatch.domain.allowlist import DEFAULT_ALLOWLIST, parse_allowlist
-from cliffwatch.domain.capacity import StepVerdict
-from cliffwatch.domain.generator_health import GeneratorLimits, judge_generator
-from cliffwatch.domain.histogram import Histogram
-from cliffwatch.domain.metrics import RunAggregator
-from cliffwatch.domain.outcomes import NS_PER_MS, Attempt, Outcome, RequestRecord, TokenSource
-from cliffwatch.domain.plan import iter_plan, phase_windows
-from cliffwatch.domain.result import RunResult, RunStatus
-from cliffwatch.domain.retry import FailureKind
-from cliffwatch.domain.runs import Role, Run, Schedule
-from cliffwatch.domain.scenario import parse_scenario
-from cliffwatch.domain.scoring import score_run
-from cliffwatch.domain.server_view import ServerView
-from cliffwatch.domain.sweep_spec import SweepSpec
+from cliffwatch.domain.capacity.capacity import StepVerdict
+from cliffwatch.domain.capacity.sweep_spec import SweepSpec
+from cliffwatch.domain.results.histogram import Histogram
+from cliffwatch.domain.results.metrics import RunAggregator
+from cliffwatch.domain.results.outcomes import NS_PER_MS, Attempt, Outcome, RequestRecord, TokenSource
+from cliffwatch.domain.results.result import RunResult, RunStatus
+from cliffwatch.domain.results.scoring import score_run
+from cliffwatch.domain.scenario.retry import FailureKind
+from cliffwatch.domain.scenario.scenario import parse_scenario
+from cliffwatch.domain.security.allowlist import DEFAULT_ALLOWLIST, parse_allowlist
+from cliffwatch.domain.server.server_view import ServerView
+from cliffwatch.domain.service.runs import Role, Run, Schedule
+from cliffwatch.domain.traffic.generator_health import GeneratorLimits, judge_generator
+from cliffwatch.domain.traffic.plan import iter_plan, phase_windows
 from cliffwatch.services.catalog import ScenarioCatalog
 from cliffwatch.services.memory_store import InMemoryStore
 from cliffwatch.services.memory_sweep import ModelStepRunner

@@ -10,7 +10,7 @@ from api_harness import Api
 
 from cliffwatch.adapters.api.app import ROUTE_TABLE
 from cliffwatch.adapters.api.context import Route
-from cliffwatch.domain.runs import Role
+from cliffwatch.domain.service.runs import Role
 
 ORDER = (Role.VIEWER, Role.OPERATOR, Role.ADMIN)
 

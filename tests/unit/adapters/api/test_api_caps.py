@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from api_harness import Api, build_parts, make_settings, serve, small_scenario
 
-from cliffwatch.domain.runs import Role
+from cliffwatch.domain.service.runs import Role
 
 SWEEP = {"start": 1, "stop": 4, "step_s": 2, "warmup_s": 0, "cooldown_s": 0}
 

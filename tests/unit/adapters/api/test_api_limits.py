@@ -8,7 +8,7 @@ from typing import Any
 
 from api_harness import Api, build_parts, make_settings, serve
 
-from cliffwatch.domain.runs import Role
+from cliffwatch.domain.service.runs import Role
 
 
 async def test_a_token_over_its_rate_gets_429_with_retry_after_and_others_do_not() -> None:

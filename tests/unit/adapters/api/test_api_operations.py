@@ -16,7 +16,7 @@ from api_harness import Api, build_parts, make_settings, serve
 
 from cliffwatch.adapters.api import ops
 from cliffwatch.domain.errors import StoreUnavailable
-from cliffwatch.domain.runs import Role
+from cliffwatch.domain.service.runs import Role
 from cliffwatch.services.memory_store import InMemoryStore
 
 _SAMPLE = re.compile(r'^[a-z_]+(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? (-?[0-9.]+([eE][-+]?[0-9]+)?|[-+]?Inf|NaN)$')

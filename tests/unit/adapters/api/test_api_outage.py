@@ -12,8 +12,8 @@ from api_harness import Api, build_parts, make_settings, serve
 
 from cliffwatch.adapters.network.target_policies import AllowlistPolicy
 from cliffwatch.domain.errors import StoreUnavailable
-from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.runs import Role, Run
+from cliffwatch.domain.results.result import RunStatus
+from cliffwatch.domain.service.runs import Role, Run
 from cliffwatch.services.runs import RunRequest, RunsService
 
 DOWN_METHODS = ("token_by_hash", "request_abort", "set_emergency_stop", "active_runs", "get_run", "emergency_stop")

@@ -11,8 +11,8 @@ from typing import Any
 from api_harness import Api
 
 from cliffwatch.adapters.report.assets import script_hashes
-from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.runs import Role, RunEnd
+from cliffwatch.domain.results.result import RunStatus
+from cliffwatch.domain.service.runs import Role, RunEnd
 from report_kit import report_data
 
 SWEEP_FIXTURE = Path(__file__).parents[3] / "fixtures" / "reports" / "sweep-retries.json"

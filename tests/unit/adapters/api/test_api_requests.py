@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from api_harness import Api, build_parts, make_settings, serve
 
-from cliffwatch.domain.runs import Role
+from cliffwatch.domain.service.runs import Role
 
 
 @pytest.mark.parametrize(

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from api_harness import Api, build_parts, make_settings, serve, small_scenario
 
-from cliffwatch.domain.allowlist import parse_denied
-from cliffwatch.domain.metrics_spec import Engine, Signal
-from cliffwatch.domain.runs import Role
-from cliffwatch.domain.server_view import ServerSeries, ServerView
+from cliffwatch.domain.security.allowlist import parse_denied
+from cliffwatch.domain.server.metrics_spec import Engine, Signal
+from cliffwatch.domain.server.server_view import ServerSeries, ServerView
+from cliffwatch.domain.service.runs import Role
 
 
 async def test_a_run_by_name_is_queued_with_202_and_its_location(api: Api) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from api_harness import Api, bundled_documents, small_scenario
 
-from cliffwatch.domain.runs import Role
-from cliffwatch.domain.scenario import content_hash
+from cliffwatch.domain.scenario.scenario import content_hash
+from cliffwatch.domain.service.runs import Role
 
 
 async def test_the_bundled_scenarios_are_listed_by_name(api: Api) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from api_harness import Api
 
-from cliffwatch.domain.runs import Role
+from cliffwatch.domain.service.runs import Role
 
 WEEKDAYS_AT_NINE = {"name": "morning game day", "cron": "0 9 * * 1-5", "timezone": "Europe/Berlin",
                     "scenario": "burst-storm"}  # fmt: skip

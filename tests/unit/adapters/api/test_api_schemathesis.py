@@ -25,7 +25,7 @@ from aiohttp import web
 from api_harness import DOCUMENT, build_parts, make_settings
 
 from cliffwatch.adapters.api import MAX_LINE_SIZE, create_app
-from cliffwatch.domain.runs import Role
+from cliffwatch.domain.service.runs import Role
 from loop_watch import frozen_heap, watching
 
 MAX_EXAMPLES = 25

@@ -7,8 +7,8 @@ from typing import Any
 
 from api_harness import Api, small_scenario
 
-from cliffwatch.domain.runs import Role
-from cliffwatch.domain.scenario import content_hash
+from cliffwatch.domain.scenario.scenario import content_hash
+from cliffwatch.domain.service.runs import Role
 
 KEY = "sk-live-0123456789"
 PASSWORD = "pw-9876543210"

@@ -11,9 +11,9 @@ import pytest
 from api_harness import Api, provisional_sweep, small_scenario
 
 from cliffwatch.adapters.cron import ApschedulerCron
-from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.runs import Role, Run, RunEnd, RunKind, Schedule, Trigger
-from cliffwatch.domain.sweep_spec import SweepSpec
+from cliffwatch.domain.capacity.sweep_spec import SweepSpec
+from cliffwatch.domain.results.result import RunStatus
+from cliffwatch.domain.service.runs import Role, Run, RunEnd, RunKind, Schedule, Trigger
 from cliffwatch.services.runs import RunRequest
 from cliffwatch.services.schedules import FireStatus, ScheduleService
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from api_harness import Api, small_scenario
 
-from cliffwatch.domain.runs import Role
+from cliffwatch.domain.service.runs import Role
 
 
 async def _finished(api: Api, name: str, count: int) -> list[str]:

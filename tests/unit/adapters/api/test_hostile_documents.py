@@ -15,7 +15,7 @@ from api_harness import Api, small_scenario
 from ui_harness import Ui, serve_ui
 
 from cliffwatch.adapters.documents import SCENARIO_LIMITS
-from cliffwatch.domain.runs import Role
+from cliffwatch.domain.service.runs import Role
 from loop_watch import frozen_heap, slowest_answer_while, watch_loop
 
 T = TypeVar("T")

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ui_harness import serve_ui
 
-from cliffwatch.domain.runs import Role
+from cliffwatch.domain.service.runs import Role
 from document_strategies import hostile_json_bodies, hostile_texts
 from loop_watch import frozen_heap, slowest_answer_while, watch_loop
 

@@ -20,10 +20,10 @@ from ui_harness import Ui, serve_ui
 from cliffwatch.adapters.api.reports import report_headers
 from cliffwatch.adapters.dashboard.auth import login_wait
 from cliffwatch.adapters.report.render import sweep_parts
-from cliffwatch.domain.rate_limit import KeyedBuckets, RateLimit
-from cliffwatch.domain.result import RunStatus
-from cliffwatch.domain.runs import Role, RunEnd
-from cliffwatch.domain.sweep_spec import parse_sweep_spec
+from cliffwatch.domain.capacity.sweep_spec import parse_sweep_spec
+from cliffwatch.domain.results.result import RunStatus
+from cliffwatch.domain.service.runs import Role, RunEnd
+from cliffwatch.domain.traffic.rate_limit import KeyedBuckets, RateLimit
 from cliffwatch.services.runs import RunRequest
 
 DATA = re.compile(r'<script type="application/json" id="dashboard-data">(.*?)</script>', re.DOTALL)

@@ -17,7 +17,7 @@ from api_harness import Parts, TickingClock, build_parts, make_settings
 from cliffwatch.adapters.api import create_app
 from cliffwatch.adapters.dashboard import mount_dashboard
 from cliffwatch.adapters.dashboard.context import DashboardServices
-from cliffwatch.domain.runs import Role
+from cliffwatch.domain.service.runs import Role
 from cliffwatch.services.sessions import InMemorySessionStore, SessionService
 
 CSRF = re.compile(r'name="csrf" value="([0-9a-f]{64})"')

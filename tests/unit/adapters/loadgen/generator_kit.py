@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from cliffwatch.domain.outcomes import RequestRecord
-from cliffwatch.domain.plan import PlannedRequest
+from cliffwatch.domain.results.outcomes import RequestRecord
+from cliffwatch.domain.traffic.plan import PlannedRequest
 
 
 class Listener:

@@ -10,13 +10,13 @@ from generator_kit import Listener
 from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.adapters.loadgen.closed_loop import ClosedLoopGenerator
 from cliffwatch.adapters.loadgen.engine import OpenLoopGenerator
-from cliffwatch.domain.outcomes import CAP_REASON, NS_PER_S, Attempt, Outcome
-from cliffwatch.domain.plan import PlannedRequest, iter_plan
-from cliffwatch.domain.prompt_sizing import WORDS_SIZING, PromptSizing
-from cliffwatch.domain.rate_limit import RateLimit, TokenBucket
-from cliffwatch.domain.retry import FailureKind
-from cliffwatch.domain.runs import StoredOutcome
-from cliffwatch.domain.scenario import Scenario, parse_scenario
+from cliffwatch.domain.results.outcomes import CAP_REASON, NS_PER_S, Attempt, Outcome
+from cliffwatch.domain.scenario.retry import FailureKind
+from cliffwatch.domain.scenario.scenario import Scenario, parse_scenario
+from cliffwatch.domain.service.runs import StoredOutcome
+from cliffwatch.domain.traffic.plan import PlannedRequest, iter_plan
+from cliffwatch.domain.traffic.rate_limit import RateLimit, TokenBucket
+from cliffwatch.domain.workload.prompt_sizing import WORDS_SIZING, PromptSizing
 
 
 def scenario(*, rate: float, duration_s: float, retries: int) -> Scenario:

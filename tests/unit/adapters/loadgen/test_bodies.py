@@ -11,9 +11,9 @@ import pytest
 from cliffwatch.adapters.loadgen import bodies as bodies_module
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
 from cliffwatch.adapters.loadgen.prompts import prompt_text
-from cliffwatch.domain.plan import PlannedRequest
-from cliffwatch.domain.scenario import Scenario, parse_scenario
-from cliffwatch.domain.target_spec import MAX_PROMPT_TOKENS
+from cliffwatch.domain.scenario.scenario import Scenario, parse_scenario
+from cliffwatch.domain.scenario.target_spec import MAX_PROMPT_TOKENS
+from cliffwatch.domain.traffic.plan import PlannedRequest
 
 URL = "http://127.0.0.1:9"
 

@@ -8,10 +8,10 @@ import pytest
 
 from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.adapters.loadgen.closed_loop import ClosedLoopGenerator
-from cliffwatch.domain.outcomes import NS_PER_S, Attempt, Outcome, RequestRecord
-from cliffwatch.domain.plan import PlannedRequest, iter_plan
-from cliffwatch.domain.prompt_sizing import WORDS_SIZING, PromptSizing
-from cliffwatch.domain.scenario import parse_scenario
+from cliffwatch.domain.results.outcomes import NS_PER_S, Attempt, Outcome, RequestRecord
+from cliffwatch.domain.scenario.scenario import parse_scenario
+from cliffwatch.domain.traffic.plan import PlannedRequest, iter_plan
+from cliffwatch.domain.workload.prompt_sizing import WORDS_SIZING, PromptSizing
 
 SERVICE_S = 0.05
 SCENARIO_DOCUMENT = {

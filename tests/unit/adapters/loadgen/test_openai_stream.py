@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from cliffwatch.adapters.loadgen.openai_body import MAX_ERROR_CHARS, error_message, parse_completion
 from cliffwatch.adapters.loadgen.openai_stream import EventKind, OpenAIStream, StreamSummary
 from cliffwatch.adapters.loadgen.sse import SseDecoder, SseEvent
-from cliffwatch.domain.outcomes import TokenSource
-from cliffwatch.domain.retry import FailureKind
+from cliffwatch.domain.results.outcomes import TokenSource
+from cliffwatch.domain.scenario.retry import FailureKind
 
 FIXTURES = Path(__file__).parents[3] / "fixtures" / "sse"
 CHAT = (FIXTURES / "llamacpp-chat-stream.txt").read_bytes()

@@ -8,7 +8,7 @@ import pytest
 
 from cliffwatch.adapters.loadgen.prompts import WORDS, prepare, prompt_bytes, prompt_text
 from cliffwatch.adapters.loadgen.token_prompts import CalibratedPrompts
-from cliffwatch.domain.prompt_sizing import Calibration
+from cliffwatch.domain.workload.prompt_sizing import Calibration
 
 
 @pytest.mark.parametrize("words", [0, 1, 2, 64, 4095, 4096, 4097, 20_000])

@@ -9,12 +9,12 @@ from generator_kit import Listener
 
 from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.adapters.loadgen.engine import OpenLoopGenerator
-from cliffwatch.domain.outcomes import Attempt, Outcome
-from cliffwatch.domain.plan import PlannedRequest, iter_plan
-from cliffwatch.domain.prompt_sizing import WORDS_SIZING, PromptSizing
-from cliffwatch.domain.retry import FailureKind
-from cliffwatch.domain.runs import StoredOutcome
-from cliffwatch.domain.scenario import Scenario, parse_scenario
+from cliffwatch.domain.results.outcomes import Attempt, Outcome
+from cliffwatch.domain.scenario.retry import FailureKind
+from cliffwatch.domain.scenario.scenario import Scenario, parse_scenario
+from cliffwatch.domain.service.runs import StoredOutcome
+from cliffwatch.domain.traffic.plan import PlannedRequest, iter_plan
+from cliffwatch.domain.workload.prompt_sizing import WORDS_SIZING, PromptSizing
 
 STALLED = "not sent: attempt timeout after 1s before the request left the client, with a connection in hand"
 POOLED = "not sent: attempt timeout after 1s before the request left the client, 990 ms of it waiting"

@@ -10,7 +10,7 @@ import pytest
 
 from cliffwatch.adapters.network import control_planes
 from cliffwatch.adapters.network.control_planes import ControlPlanes, guarded
-from cliffwatch.domain.deny_list import DenyList, rule_for
+from cliffwatch.domain.security.deny_list import DenyList, rule_for
 
 
 def test_a_held_rule_is_denied_until_released_and_each_change_is_a_new_generation() -> None:

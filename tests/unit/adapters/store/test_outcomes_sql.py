@@ -6,7 +6,7 @@ import pytest
 
 from cliffwatch.adapters.store import outcomes_sql
 from cliffwatch.adapters.store.tables import request_outcomes
-from cliffwatch.domain.runs import OUTCOME_FIELDS
+from cliffwatch.domain.service.runs import OUTCOME_FIELDS
 
 
 def test_the_tuples_follow_the_tables_columns_in_order() -> None:

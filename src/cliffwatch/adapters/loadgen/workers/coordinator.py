@@ -2,7 +2,7 @@
 
 The coordinator keeps what must be one for the run: the clock (every worker sends from the same instant:
 ``start_ns`` on the machine's monotonic clock, translated for a worker on another machine by its measured
-offset, ``domain.clock_agreement``), the plan (dealt round-robin, ``domain.shards``, shipped about
+offset, ``domain.traffic.clock_agreement``), the plan (dealt round-robin, ``domain.traffic.shards``, shipped about
 ``LOOKAHEAD_S`` ahead of its time), stops (every worker is told at once), live counters (summed from the
 workers' batches) and the records (each worker's, in order, handed to the run's listener as they arrive, so
 phases, abort guards, progress, aggregation and the store work as with one process). Faults, leases and the
@@ -24,21 +24,21 @@ from typing import Any
 
 from cliffwatch.adapters.loadgen.workers.pool import Worker, WorkerPool
 from cliffwatch.adapters.loadgen.workers.wire import WireBroken, plan_row, planned, receive, recorded
-from cliffwatch.domain.clock_agreement import skew_ms
 from cliffwatch.domain.errors import WorkersFailed
-from cliffwatch.domain.generator_health import (
+from cliffwatch.domain.ports import Clock, GeneratorListener, LiveCounters
+from cliffwatch.domain.results.outcomes import NS_PER_MS, NS_PER_S
+from cliffwatch.domain.scenario.scenario import Scenario
+from cliffwatch.domain.traffic.clock_agreement import skew_ms
+from cliffwatch.domain.traffic.generator_health import (
     GeneratorLimits,
     GeneratorMeasures,
     GeneratorReport,
     WorkerShare,
     judge_measures,
 )
-from cliffwatch.domain.outcomes import NS_PER_MS, NS_PER_S
-from cliffwatch.domain.plan import PlannedRequest
-from cliffwatch.domain.ports import Clock, GeneratorListener, LiveCounters
-from cliffwatch.domain.prompt_sizing import PromptSizing
-from cliffwatch.domain.scenario import Scenario
-from cliffwatch.domain.shards import client_share, lost_reason, merged_measures
+from cliffwatch.domain.traffic.plan import PlannedRequest
+from cliffwatch.domain.traffic.shards import client_share, lost_reason, merged_measures
+from cliffwatch.domain.workload.prompt_sizing import PromptSizing
 
 LOOKAHEAD_S = 1.0  # the plan reaches a worker this far ahead of its time
 # The dealer sleeps only once it is this much further ahead, so it wakes (and ships) for a slice of the plan,
@@ -168,7 +168,7 @@ class ShardedGenerator:
 
     async def _skew(self, worker: Worker) -> float | None:
         """How far off the start a worker on another machine was sent could have been: its clock measured again
-        now its run is done (``domain.clock_agreement``). None on the coordinator's clock."""
+        now its run is done (``domain.traffic.clock_agreement``). None on the coordinator's clock."""
         if worker.clock.same_clock:
             return None
         end = None

@@ -26,11 +26,11 @@ from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
 from cliffwatch.adapters.loadgen.workers.spec import BEAT_INTERVAL_S, WorkerSpec, this_boot
 from cliffwatch.adapters.loadgen.workers.wire import WireBroken, pack, receive
-from cliffwatch.domain.clock_agreement import SAME_CLOCK, ClockAgreement, ClockSample, agreement
 from cliffwatch.domain.errors import WorkersFailed
 from cliffwatch.domain.ports import Clock
-from cliffwatch.domain.prompt_sizing import PromptSizing
-from cliffwatch.domain.rate_limit import RateLimit
+from cliffwatch.domain.traffic.clock_agreement import SAME_CLOCK, ClockAgreement, ClockSample, agreement
+from cliffwatch.domain.traffic.rate_limit import RateLimit
+from cliffwatch.domain.workload.prompt_sizing import PromptSizing
 
 log = structlog.get_logger(__name__)
 
@@ -257,7 +257,7 @@ async def hand_spec(worker: Worker, spec: WorkerSpec) -> None:
 
 
 async def agree_clock(worker: Worker, clock: Clock) -> ClockAgreement:
-    """The worker's clock against ``clock`` by ``CLOCK_ROUNDS`` round trips (``domain.clock_agreement``); only
+    """The worker's clock against ``clock`` by ``CLOCK_ROUNDS`` round trips (``domain.traffic.clock_agreement``); only
     while nothing else reads its stream (before its first run, or after it said it was done)."""
     samples = []
     try:

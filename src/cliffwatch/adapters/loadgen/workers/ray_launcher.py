@@ -7,7 +7,7 @@ starts beside itself (sending from inside Ray's own worker process, with its thr
 far more: docs/design.md), which from then on speaks exactly what a local worker speaks over its socket pair
 (``wire.py``): the coordinator deals the plan, stops, beats and reads the
 records, so faults, stop-all, leases, fencing and the store work as they do on one machine. A worker on another
-node has its clock measured (``domain.clock_agreement``) and is sent the start in its own clock.
+node has its clock measured (``domain.traffic.clock_agreement``) and is sent the start in its own clock.
 
 The connection is the trust boundary: the coordinator listens on one address for as long as the workers
 start, each actor is given a random token of its own, and a connection that does not open with a token the
@@ -38,9 +38,9 @@ import structlog
 from cliffwatch.adapters.loadgen.workers.pool import WORKER_MODULE, Worker, hand_spec
 from cliffwatch.adapters.loadgen.workers.spec import WorkerSpec
 from cliffwatch.adapters.network.control_planes import CONTROL_PLANES
-from cliffwatch.domain.deny_list import DenyRule, rule_for
 from cliffwatch.domain.errors import WorkersFailed
-from cliffwatch.domain.ray_address import ray_address_problem
+from cliffwatch.domain.security.deny_list import DenyRule, rule_for
+from cliffwatch.domain.traffic.ray_address import ray_address_problem
 
 log = structlog.get_logger(__name__)
 

@@ -14,19 +14,19 @@ from cliffwatch.adapters.loadgen.workers.pool import Launcher, WorkerPool
 from cliffwatch.adapters.loadgen.workers.ray_launcher import RayLauncher, connect
 from cliffwatch.adapters.loadgen.workers.spec import WorkerSpec
 from cliffwatch.adapters.target_access import Destinations
-from cliffwatch.domain.allowlist import Allowlist
 from cliffwatch.domain.errors import WorkersFailed
-from cliffwatch.domain.rate_limit import RateLimit
-from cliffwatch.domain.redaction import DEFAULT_RULES, RedactionRules
-from cliffwatch.domain.scenario import AUTO_WORKERS, MAX_WORKERS, Scenario
-from cliffwatch.domain.shards import cap_share, client_share, worker_count
+from cliffwatch.domain.scenario.scenario import AUTO_WORKERS, MAX_WORKERS, Scenario
+from cliffwatch.domain.security.allowlist import Allowlist
+from cliffwatch.domain.security.redaction import DEFAULT_RULES, RedactionRules
+from cliffwatch.domain.traffic.rate_limit import RateLimit
+from cliffwatch.domain.traffic.shards import cap_share, client_share, worker_count
 
 AUTO_IN_PROCESS = "client.workers: auto found one usable core (or a cap of one worker): this process sends"
 
 
 def workers_for(scenario: Scenario, *, most: int = MAX_WORKERS) -> int:
     """How many worker processes ``scenario`` gets on this machine; 0: its run's own process sends (no
-    ``client.workers``, or ``auto`` on one core, ``domain.shards.worker_count``)."""
+    ``client.workers``, or ``auto`` on one core, ``domain.traffic.shards.worker_count``)."""
     asked = scenario.client.workers
     return 0 if asked is None else worker_count(asked, cores=usable_cores(), most=most)
 

@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cliffwatch.domain.allowlist import Allowlist
-from cliffwatch.domain.rate_limit import RateLimit
-from cliffwatch.domain.redaction import DEFAULT_RULES, RedactionRules
-from cliffwatch.domain.scenario import Scenario
+from cliffwatch.domain.scenario.scenario import Scenario
+from cliffwatch.domain.security.allowlist import Allowlist
+from cliffwatch.domain.security.redaction import DEFAULT_RULES, RedactionRules
+from cliffwatch.domain.traffic.rate_limit import RateLimit
 
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 BEAT_INTERVAL_S = 0.5  # the coordinator says it is alive this often
@@ -27,7 +27,7 @@ BEAT_TIMEOUT_S = 3.0  # a worker that hears nothing for this long fences itself:
 class WorkerSpec:
     index: int
     count: int
-    scenario: Scenario  # as sent, its client cut to this worker's share (``domain.shards.client_share``)
+    scenario: Scenario  # as sent, its client cut to this worker's share (``domain.traffic.shards.client_share``)
     base_url: str  # where the load goes (the target, or the proxy in front of it)
     allowlist: Allowlist
     pins: tuple[tuple[str, int, tuple[str, ...]], ...]  # (host, port, addresses) the run admitted

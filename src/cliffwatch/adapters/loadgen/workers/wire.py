@@ -34,9 +34,9 @@ from dataclasses import fields
 from typing import Any
 
 from cliffwatch.domain.errors import CliffwatchError
-from cliffwatch.domain.outcomes import Attempt, Outcome, RequestRecord, TokenSource
-from cliffwatch.domain.plan import PlannedRequest
-from cliffwatch.domain.retry import FailureKind
+from cliffwatch.domain.results.outcomes import Attempt, Outcome, RequestRecord, TokenSource
+from cliffwatch.domain.scenario.retry import FailureKind
+from cliffwatch.domain.traffic.plan import PlannedRequest
 
 _LENGTH = struct.Struct(">I")
 MAX_MESSAGE = 256 * 1024 * 1024  # a batch is far smaller; a larger length means a broken stream

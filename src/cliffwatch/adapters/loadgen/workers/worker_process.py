@@ -30,10 +30,10 @@ from cliffwatch.adapters.loadgen.workers.spec import WorkerSpec, this_boot
 from cliffwatch.adapters.loadgen.workers.wire import WireBroken, pack, plan_row, planned, receive, record_row
 from cliffwatch.adapters.logs import configure_logging, remember_secrets
 from cliffwatch.adapters.target_access import Destinations
-from cliffwatch.domain.outcomes import RequestRecord
-from cliffwatch.domain.plan import PlannedRequest
-from cliffwatch.domain.rate_limit import TokenBucket
-from cliffwatch.domain.scenario import Scenario
+from cliffwatch.domain.results.outcomes import RequestRecord
+from cliffwatch.domain.scenario.scenario import Scenario
+from cliffwatch.domain.traffic.plan import PlannedRequest
+from cliffwatch.domain.traffic.rate_limit import TokenBucket
 
 log = structlog.get_logger(__name__)
 

@@ -24,11 +24,11 @@ from cliffwatch.adapters.loadgen.workers.coordinator import ShardedGenerator
 from cliffwatch.adapters.loadgen.workers.ray_launcher import RayActor, RayCluster, RayLauncher
 from cliffwatch.adapters.loadgen.workers.setup import worker_pool
 from cliffwatch.adapters.target_access import ensure_allowed
-from cliffwatch.domain.allowlist import parse_allowlist
 from cliffwatch.domain.errors import TargetNotAllowed
-from cliffwatch.domain.outcomes import Outcome
-from cliffwatch.domain.plan import iter_plan
-from cliffwatch.domain.scenario import Scenario
+from cliffwatch.domain.results.outcomes import Outcome
+from cliffwatch.domain.scenario.scenario import Scenario
+from cliffwatch.domain.security.allowlist import parse_allowlist
+from cliffwatch.domain.traffic.plan import iter_plan
 from priority_kit import may_raise_priority_to
 from ray_kit import LocalRay
 

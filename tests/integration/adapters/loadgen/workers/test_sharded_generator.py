@@ -31,11 +31,11 @@ from cliffwatch.adapters.loadgen.workers.setup import worker_pool
 from cliffwatch.adapters.loadgen.workers.spec import WorkerSpec
 from cliffwatch.adapters.loadgen.workers.wire import plan_row, receive
 from cliffwatch.adapters.target_access import Destinations
-from cliffwatch.domain.allowlist import parse_allowlist
 from cliffwatch.domain.errors import WorkersFailed
-from cliffwatch.domain.outcomes import NS_PER_MS, NS_PER_S, Outcome, RequestRecord
-from cliffwatch.domain.plan import PlannedRequest, iter_plan
-from cliffwatch.domain.scenario import Scenario
+from cliffwatch.domain.results.outcomes import NS_PER_MS, NS_PER_S, Outcome, RequestRecord
+from cliffwatch.domain.scenario.scenario import Scenario
+from cliffwatch.domain.security.allowlist import parse_allowlist
+from cliffwatch.domain.traffic.plan import PlannedRequest, iter_plan
 
 pytestmark = [pytest.mark.slow, pytest.mark.heavy]  # the generator must keep its schedule
 
@@ -246,8 +246,8 @@ COORDINATOR = textwrap.dedent(
     from cliffwatch.adapters.loadgen.http_client import HttpExecutor
     from cliffwatch.adapters.loadgen.workers.coordinator import ShardedGenerator
     from cliffwatch.adapters.loadgen.workers.setup import worker_pool
-    from cliffwatch.domain.plan import iter_plan
-    from cliffwatch.domain.scenario import parse_scenario
+    from cliffwatch.domain.traffic.plan import iter_plan
+    from cliffwatch.domain.scenario.scenario import parse_scenario
 
     url = sys.argv[1]
     scenario = parse_scenario({"name": "fence", "seed": 1, "slo": {"e2e_ms": 1000, "timeout_ms": 3000},

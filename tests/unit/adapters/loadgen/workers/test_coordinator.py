@@ -13,9 +13,9 @@ from cliffwatch.adapters.loadgen.workers.coordinator import (
     _Share,
 )
 from cliffwatch.adapters.loadgen.workers.pool import Worker, WorkerPool
-from cliffwatch.domain.outcomes import NS_PER_S, RequestRecord
-from cliffwatch.domain.plan import PlannedRequest, iter_plan
-from cliffwatch.domain.scenario import parse_scenario
+from cliffwatch.domain.results.outcomes import NS_PER_S, RequestRecord
+from cliffwatch.domain.scenario.scenario import parse_scenario
+from cliffwatch.domain.traffic.plan import PlannedRequest, iter_plan
 
 
 class NotingWorker:

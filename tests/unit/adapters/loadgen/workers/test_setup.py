@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cliffwatch.adapters.loadgen.workers import setup
-from cliffwatch.domain.scenario import AUTO_WORKERS, Scenario, parse_scenario
+from cliffwatch.domain.scenario.scenario import AUTO_WORKERS, Scenario, parse_scenario
 
 
 def scenario(workers: int | str | None) -> Scenario:

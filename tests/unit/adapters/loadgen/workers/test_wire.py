@@ -16,9 +16,9 @@ from cliffwatch.adapters.loadgen.workers.wire import (
     record_row,
     recorded,
 )
-from cliffwatch.domain.outcomes import Attempt, Outcome, RequestRecord, TokenSource
-from cliffwatch.domain.plan import PlannedRequest
-from cliffwatch.domain.retry import FailureKind
+from cliffwatch.domain.results.outcomes import Attempt, Outcome, RequestRecord, TokenSource
+from cliffwatch.domain.scenario.retry import FailureKind
+from cliffwatch.domain.traffic.plan import PlannedRequest
 
 
 def stream_of(data: bytes, *, eof: bool = True) -> asyncio.StreamReader:

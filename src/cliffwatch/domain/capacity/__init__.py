@@ -1,0 +1,1 @@
+"""Capacity sweeps: spec and plan, steps, search, statistics, luck, growth, queueing, the result."""

@@ -1,0 +1,54 @@
+"""Capacity sweeps, the pure part: measured steps and their verdicts, the search over rates, and the result.
+
+One import for callers; the parts live in ``capacity_stats`` (a step and Wilson intervals),
+``capacity_steps`` (judging, pooling and settling a rate), ``capacity_search`` (which rate to measure next)
+and ``capacity_result`` (usable capacity, peaks and the decision rule's verdict). docs/sweep.md explains the
+statistics and the search.
+"""
+
+from __future__ import annotations
+
+from cliffwatch.domain.capacity.capacity_result import (
+    CONSTRAINED_SHARE,
+    CapacityResult,
+    num,
+    pct,
+    settle_all,
+    summarize,
+)
+from cliffwatch.domain.capacity.capacity_search import CapacitySearch, NextStep, SearchConfig, round_sig
+from cliffwatch.domain.capacity.capacity_steps import (
+    PERCENTILES,
+    Interval,
+    PooledRate,
+    SettledRate,
+    StepStats,
+    StepVerdict,
+    judge,
+    pool_rates,
+    settle,
+    wilson,
+)
+
+__all__ = [
+    "CONSTRAINED_SHARE",
+    "PERCENTILES",
+    "CapacityResult",
+    "CapacitySearch",
+    "Interval",
+    "NextStep",
+    "PooledRate",
+    "SearchConfig",
+    "SettledRate",
+    "StepStats",
+    "StepVerdict",
+    "judge",
+    "num",
+    "pct",
+    "pool_rates",
+    "round_sig",
+    "settle",
+    "settle_all",
+    "summarize",
+    "wilson",
+]

@@ -1,0 +1,1 @@
+"""What a run measured and how it is judged: outcomes, metrics, histograms, scoring, isolation, the result."""

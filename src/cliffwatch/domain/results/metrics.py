@@ -1,0 +1,416 @@
+"""Incremental aggregation of request records into per-phase statistics and a per-second time series.
+
+Records arrive as requests finish, in any order; nothing per request is kept once it is counted, so
+memory is bounded by the run's duration, not its request count. Conventions (also in docs/scoring.md):
+- outcome counts and latency histograms belong to the phase and second the request was *scheduled* in,
+  so ``on_time / offered`` is exact for each of them, every failure in the denominator;
+- output tokens, completions and attempts are counted when they *happened* (chunk arrival, finish, send),
+  which is what a throughput chart shows;
+- ``in_flight`` is the mean number of attempts outstanding during the second (exact, from their intervals).
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from cliffwatch.domain.results.histogram import Histogram
+from cliffwatch.domain.results.outcomes import (
+    NS_PER_MS,
+    NS_PER_S,
+    OUTCOMES,
+    Attempt,
+    Outcome,
+    RequestRecord,
+    TokenSource,
+    time_per_output_token_ms,
+)
+from cliffwatch.domain.scenario.conversations import ConversationBook, ConversationStats
+from cliffwatch.domain.scenario.scenario import Role
+
+LATENCY_METRICS = (
+    "ttft",
+    "ttfa",
+    "e2e",
+    "tpot",
+    "itl",
+    "shed_latency",
+    "failure_latency",
+    "schedule_lag",
+    "pool_wait",
+)
+_SOURCE_NAMES = {source: source.value for source in TokenSource}  # a dict lookup, not an enum property per record
+
+
+@dataclass(frozen=True, kw_only=True)
+class PhaseWindow:
+    index: int
+    name: str
+    role: Role
+    start_ns: int
+    end_ns: int
+
+    @property
+    def duration_s(self) -> float:
+        return (self.end_ns - self.start_ns) / NS_PER_S
+
+
+@dataclass(kw_only=True)
+class PhaseStats:
+    """What happened to the requests scheduled in one phase, and what the target did during it."""
+
+    window: PhaseWindow
+    offered: int = 0
+    outcomes: Counter[Outcome] = field(default_factory=Counter)
+    attempts: int = 0  # every attempt made for this phase's requests, retries included
+    fast_shed: int = 0  # shed within the fast-fail bound of the scheduled time
+    capped: int = 0  # requests an attempt of which the run's attempt cap refused (RequestRecord.capped)
+    output_tokens: float = 0.0  # received during the phase's time window, from any request
+    completions: int = 0  # successful finishes during the window
+    on_time_completions: int = 0
+    token_sources: Counter[str] = field(default_factory=Counter)
+    # Output tokens of the successful answers whose split is known (``Attempt.reasoning_tokens``): reasoning,
+    # the rest (the answer), and how many answers that covers.
+    reasoning_tokens: int = 0
+    answer_tokens: int = 0
+    split_answers: int = 0
+    # The server's count of each prompt (usage.prompt_tokens) against the intended one: the absolute error in
+    # percent of the intended count, and the signed errors' sum (over prompt_error.count answers).
+    prompt_error: Histogram = field(default_factory=Histogram)
+    prompt_error_signed: float = 0.0
+    latency: dict[str, Histogram] = field(default_factory=lambda: {m: Histogram() for m in LATENCY_METRICS})
+    # What the answers' server-state headers said (domain.server.state_headers): each reading's values, by name.
+    state_headers: dict[str, Histogram] = field(default_factory=dict)
+
+    @property
+    def sent(self) -> int:
+        return self.offered - self.outcomes[Outcome.NOT_SENT]
+
+    @property
+    def on_time(self) -> int:
+        return self.outcomes[Outcome.ON_TIME]
+
+    @property
+    def on_time_ratio(self) -> float | None:
+        """On-time share of every request offered in the phase; None when nothing was offered."""
+        return self.on_time / self.offered if self.offered else None
+
+    @property
+    def amplification(self) -> float | None:
+        """Attempts per logical request sent: 1.0 without retries."""
+        return self.attempts / self.sent if self.sent else None
+
+    @property
+    def retries(self) -> int:
+        return self.attempts - self.sent
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.output_tokens / self.window.duration_s
+
+    @property
+    def goodput_rps(self) -> float:
+        return self.on_time / self.window.duration_s
+
+    @property
+    def offered_rps(self) -> float:
+        return self.offered / self.window.duration_s
+
+
+@dataclass(kw_only=True)
+class SecondStats:
+    t: int  # seconds since the run started
+    offered: int = 0
+    attempts: int = 0
+    retries: int = 0
+    in_flight_ns: int = 0  # attempt-nanoseconds outstanding during this second
+    outcomes: Counter[Outcome] = field(default_factory=Counter)  # by scheduled second
+    finished: Counter[Outcome] = field(default_factory=Counter)  # by finish second, for sliding windows
+    output_tokens: float = 0.0
+    completions: int = 0
+    on_time_completions: int = 0
+    ttft: Histogram = field(default_factory=Histogram)
+    e2e: Histogram = field(default_factory=Histogram)
+
+    @property
+    def in_flight(self) -> float:
+        return self.in_flight_ns / NS_PER_S
+
+    @property
+    def on_time_ratio(self) -> float | None:
+        return self.outcomes[Outcome.ON_TIME] / self.offered if self.offered else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunMetrics:
+    phases: tuple[PhaseStats, ...]
+    seconds: tuple[SecondStats, ...]
+    # With traffic classes: each class's own metrics, by name, in the classes' order (the totals are the above).
+    classes: tuple[tuple[str, RunMetrics], ...] = ()
+    # With conversations: those that started in each phase, and how they ended (empty without sessions).
+    conversations: tuple[ConversationStats, ...] = ()
+
+    def by_role(self, role: Role) -> list[PhaseStats]:
+        return [p for p in self.phases if p.window.role is role]
+
+
+def merge_phases(phases: Sequence[PhaseStats]) -> PhaseStats | None:
+    """Several phases (e.g. every stress phase) pooled into one, spanning their combined duration."""
+    if not phases:
+        return None
+    first = phases[0].window
+    duration_ns = sum(p.window.end_ns - p.window.start_ns for p in phases)
+    pooled = PhaseStats(
+        window=PhaseWindow(
+            index=first.index,
+            name="+".join(p.window.name for p in phases),
+            role=first.role,
+            start_ns=first.start_ns,
+            end_ns=first.start_ns + duration_ns,
+        )
+    )
+    for p in phases:
+        pooled.offered += p.offered
+        pooled.outcomes.update(p.outcomes)
+        pooled.attempts += p.attempts
+        pooled.fast_shed += p.fast_shed
+        pooled.capped += p.capped
+        pooled.output_tokens += p.output_tokens
+        pooled.completions += p.completions
+        pooled.on_time_completions += p.on_time_completions
+        pooled.token_sources.update(p.token_sources)
+        pooled.reasoning_tokens += p.reasoning_tokens
+        pooled.answer_tokens += p.answer_tokens
+        pooled.split_answers += p.split_answers
+        pooled.prompt_error.merge(p.prompt_error)
+        pooled.prompt_error_signed += p.prompt_error_signed
+        for name, hist in p.latency.items():
+            pooled.latency[name].merge(hist)
+        for name, hist in p.state_headers.items():
+            pooled.state_headers.setdefault(name, Histogram()).merge(hist)
+    return pooled
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClassBook:
+    """A traffic class the aggregator keeps apart: its name and the bounds its requests are judged by."""
+
+    name: str
+    e2e_ms: float
+    fast_fail_ms: float
+
+
+class RunAggregator:
+    """Counts records into phases and seconds as they finish; answers the live abort checks.
+
+    With ``classes`` (more than one traffic class), each class's records are also counted into an aggregator
+    of the class's own, so every figure exists per class beside the totals."""
+
+    def __init__(
+        self,
+        windows: Sequence[PhaseWindow],
+        *,
+        e2e_ms: float,
+        fast_fail_ms: float,
+        classes: Sequence[ClassBook] = (),
+    ) -> None:
+        self._class_names = tuple(c.name for c in classes)
+        self._by_class = [RunAggregator(windows, e2e_ms=c.e2e_ms, fast_fail_ms=c.fast_fail_ms) for c in classes]
+        self.windows = tuple(windows)
+        self._starts = [w.start_ns for w in self.windows]
+        self._phases = [PhaseStats(window=w) for w in self.windows]
+        self._seconds: dict[int, SecondStats] = {}
+        self._e2e_ns = int(e2e_ms * NS_PER_MS)
+        self._fast_fail_ns = int(fast_fail_ms * NS_PER_MS)
+        self._outstanding: dict[int, tuple[int, int]] = {}  # request id → (phase, scheduled_ns)
+        self._conversations: ConversationBook | None = None  # made when the first turn of one is counted
+
+    # -- feeding -----------------------------------------------------------------------------------
+
+    def dispatched(self, request_id: int, phase: int, scheduled_ns: int) -> None:
+        """A request left for the target; until it finishes it counts in the live checks as outstanding."""
+        self._outstanding[request_id] = (phase, scheduled_ns)
+
+    def add(self, record: RequestRecord) -> None:
+        """Counts one finished (or never sent) logical request."""
+        if self._by_class:
+            self._by_class[record.klass].add(record)
+        self._outstanding.pop(record.id, None)
+        if record.conversation >= 0:
+            if self._conversations is None:
+                self._conversations = ConversationBook(len(self._phases))
+            final = record.final
+            self._conversations.add(conversation=record.conversation, turn=record.turn, turns=record.turns,
+                                    phase=record.phase, on_time=record.outcome is Outcome.ON_TIME,
+                                    succeeded=final is not None and final.succeeded,
+                                    attempted=bool(record.attempts))  # fmt: skip
+        # Every finished request passes here, on the generator's event loop: one lookup of each second and
+        # attribute, no properties (docs/performance.md, "the whole run path").
+        outcome, scheduled_ns = record.outcome, record.scheduled_ns
+        phase = self._phases[record.phase]
+        scheduled = self._second(scheduled_ns)
+        phase.offered += 1
+        phase.outcomes[outcome] += 1
+        phase.capped += record.capped
+        scheduled.offered += 1
+        scheduled.outcomes[outcome] += 1
+        attempts = record.attempts
+        if not attempts:
+            return
+        final = attempts[-1]
+        self._add_attempts(attempts, phase)
+        if final.server_prompt_tokens is not None and record.prompt_tokens > 0 and record.sized_alone:
+            error = 100.0 * (final.server_prompt_tokens - record.prompt_tokens) / record.prompt_tokens
+            phase.prompt_error.add(abs(error))
+            phase.prompt_error_signed += error
+        latency = phase.latency
+        latency["schedule_lag"].add(max(0.0, (attempts[0].sent_ns - scheduled_ns) / NS_PER_MS))
+        end_ns = final.end_ns
+        finish_second = self._second(end_ns)
+        finish_second.finished[outcome] += 1
+        # A send timer may fire a little early, so a quick refusal can end before its scheduled time;
+        # that is 0 ms of latency, not a negative one (which the histograms refuse).
+        e2e_ms = max(0.0, (end_ns - scheduled_ns) / NS_PER_MS)
+        if final.failure is None:
+            self._add_success(record, final, e2e_ms, phase, scheduled, finish_second)
+        elif outcome is Outcome.SHED:
+            latency["shed_latency"].add(e2e_ms)
+            if end_ns - scheduled_ns <= self._fast_fail_ns:
+                phase.fast_shed += 1
+        else:
+            latency["failure_latency"].add(e2e_ms)
+
+    def _add_success(
+        self,
+        record: RequestRecord,
+        final: Attempt,
+        e2e_ms: float,
+        phase: PhaseStats,
+        scheduled: SecondStats,
+        finish_second: SecondStats,
+    ) -> None:
+        latency = phase.latency
+        latency["e2e"].add(e2e_ms)
+        scheduled.e2e.add(e2e_ms)
+        if final.first_token_ns is not None:  # as ``RequestRecord.ttft_ms`` and ``tpot_ms`` read a success
+            ttft = max(0.0, (final.first_token_ns - record.scheduled_ns) / NS_PER_MS)
+            latency["ttft"].add(ttft)
+            scheduled.ttft.add(ttft)
+            tpot = time_per_output_token_ms(final)
+            if tpot is not None:
+                latency["tpot"].add(tpot)
+        if final.first_answer_ns is not None:
+            latency["ttfa"].add(max(0.0, (final.first_answer_ns - record.scheduled_ns) / NS_PER_MS))
+        if final.reasoning_tokens is not None:
+            reasoning = min(final.reasoning_tokens, final.output_tokens)
+            phase.reasoning_tokens += reasoning
+            phase.answer_tokens += final.output_tokens - reasoning
+            phase.split_answers += 1
+        chunks = final.chunk_times_ns
+        if len(chunks) > 1:
+            itl = latency["itl"]
+            for before, after in itertools.pairwise(chunks):
+                itl.add((after - before) / NS_PER_MS)
+        phase.token_sources[_SOURCE_NAMES[final.token_source]] += 1
+        on_time = record.outcome is Outcome.ON_TIME
+        finish_second.completions += 1
+        finish_second.on_time_completions += on_time
+        finish_phase = self._phase_at(final.end_ns)
+        if finish_phase is not None:
+            finish_phase.completions += 1
+            finish_phase.on_time_completions += on_time
+
+    def _add_attempts(self, attempts: Iterable[Attempt], phase: PhaseStats) -> None:
+        for attempt in attempts:
+            phase.attempts += 1
+            sent = self._second(attempt.sent_ns)
+            sent.attempts += 1
+            sent.retries += attempt.number > 1
+            if attempt.pool_wait_ns:
+                phase.latency["pool_wait"].add(attempt.pool_wait_ns / NS_PER_MS)
+            for name, value in attempt.state:
+                histogram = phase.state_headers.get(name)
+                if histogram is None:
+                    histogram = phase.state_headers[name] = Histogram()
+                histogram.add(value)
+            self._spread_in_flight(attempt.sent_ns, attempt.end_ns)
+            if attempt.output_tokens > 0:
+                self._spread_tokens(attempt)
+
+    def _spread_in_flight(self, start_ns: int, end_ns: int) -> None:
+        while start_ns < end_ns:
+            second = start_ns // NS_PER_S
+            boundary = min(end_ns, (second + 1) * NS_PER_S)
+            self._second(start_ns).in_flight_ns += boundary - start_ns
+            start_ns = boundary
+
+    def _spread_tokens(self, attempt: Attempt) -> None:
+        if attempt.output_tokens <= 0:
+            return
+        times = attempt.chunk_times_ns or (attempt.end_ns,)
+        share = attempt.output_tokens / len(times)
+        for at in times:
+            self._second(at).output_tokens += share
+            window_phase = self._phase_at(at)
+            if window_phase is not None:
+                window_phase.output_tokens += share
+
+    def _second(self, at_ns: int) -> SecondStats:
+        index = at_ns // NS_PER_S if at_ns > 0 else 0
+        stats = self._seconds.get(index)
+        if stats is None:
+            stats = self._seconds[index] = SecondStats(t=index)
+        return stats
+
+    def _phase_at(self, at_ns: int) -> PhaseStats | None:
+        position = bisect.bisect_right(self._starts, at_ns) - 1
+        if position < 0 or at_ns >= self.windows[position].end_ns:
+            return None
+        return self._phases[position]
+
+    # -- live checks -------------------------------------------------------------------------------
+
+    def window_ratio(self, now_ns: int, window_s: float, outcomes: frozenset[Outcome]) -> tuple[float, int]:
+        """Share of the requests finished in the last ``window_s`` with an outcome in ``outcomes``, and their count."""
+        last = now_ns // NS_PER_S
+        first = (now_ns - int(window_s * NS_PER_S)) // NS_PER_S
+        total = bad = 0
+        for index in range(max(0, first), last + 1):
+            stats = self._seconds.get(index)
+            if stats is None:
+                continue
+            total += stats.finished.total()
+            bad += sum(stats.finished[o] for o in outcomes)
+        return (bad / total if total else 0.0), total
+
+    def phase_health(self, phase: int, now_ns: int) -> tuple[float | None, int]:
+        """On-time share of a phase's requests that are already decided, and how many are decided.
+
+        Requests still outstanding past the e2e bound can no longer be on time, so they count as
+        failures now; younger outstanding ones are left out until they finish.
+        """
+        stats = self._phases[phase]
+        overdue = sum(
+            1 for p, scheduled in self._outstanding.values() if p == phase and now_ns - scheduled > self._e2e_ns
+        )
+        decided = stats.offered + overdue
+        return (stats.on_time / decided if decided else None), decided
+
+    # -- results -----------------------------------------------------------------------------------
+
+    def result(self) -> RunMetrics:
+        classes = tuple((name, book.result()) for name, book in zip(self._class_names, self._by_class, strict=True))
+        conversations = () if self._conversations is None else self._conversations.result()
+        seconds: tuple[SecondStats, ...] = ()
+        if self._seconds:
+            last = max(self._seconds)
+            seconds = tuple(self._seconds.get(t) or SecondStats(t=t) for t in range(last + 1))
+        return RunMetrics(phases=tuple(self._phases), seconds=seconds, classes=classes, conversations=conversations)
+
+
+def outcome_counts(counter: Mapping[Outcome, int]) -> dict[str, int]:
+    """Every outcome class with its count, zeros included, in a fixed order."""
+    return {o.value: int(counter.get(o, 0)) for o in OUTCOMES}

@@ -1,0 +1,152 @@
+"""Trace arrivals: a phase that replays a production trace's requests at their timestamps, scaled by ``speed``.
+
+``arrival: {process: trace, path, format, speed, start_s, duration_s}`` names the file and the window of it
+to replay, in the trace's own seconds: from ``start_s`` for ``duration_s`` (default: as much as the phase
+holds at that speed). Each request of the window is sent at ``(t - start_s) / speed`` into the phase, with
+the trace's input length as its ``prompt_tokens`` and its output length as its ``max_tokens``.
+
+The file is read by an adapter (``adapters.trace_files``) before the run, and the requests it holds are
+attached to the arrival (``TraceArrival.loaded``); the plan is then as deterministic as any other. Before it
+is loaded (when a scenario is only validated, or judged against the caps at submit), its rates are unknown
+and taken as 0: the run-time attempt cap still bounds what is sent.
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import itertools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+from cliffwatch.domain.validation import Reader
+
+if TYPE_CHECKING:
+    from cliffwatch.domain.scenario.scenario import Scenario
+
+MAX_TRACE_REQUESTS = 1_000_000
+
+
+class TraceFormat(StrEnum):
+    AZURE = "azure"  # Azure LLM inference traces: CSV TIMESTAMP,ContextTokens,GeneratedTokens
+    MOONCAKE = "mooncake"  # Mooncake: JSONL timestamp (ms), input_length, output_length, hash_ids
+    BURSTGPT = "burstgpt"  # BurstGPT: CSV Timestamp (s), Model, Request tokens, Response tokens, ...
+    JSONL = "jsonl"  # cliffwatch's own: JSONL time_s, prompt_tokens, output_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class TraceRequest:
+    time_s: float  # seconds from the trace's first request
+    prompt_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class TraceRequests:
+    """A trace's requests in time order, as read from its file; ``digest`` identifies the file's content."""
+
+    requests: tuple[TraceRequest, ...]
+    digest: str
+
+    def __post_init__(self) -> None:
+        times = [r.time_s for r in self.requests]
+        if any(b < a for a, b in itertools.pairwise(times)):
+            object.__setattr__(self, "requests", tuple(sorted(self.requests, key=lambda r: r.time_s)))
+
+
+@dataclass(frozen=True, kw_only=True)
+class TraceArrival:
+    path: str
+    format: TraceFormat
+    speed: float = 1.0
+    start_s: float = 0.0
+    window_s: float | None = None  # trace seconds to replay; None: what the phase holds at this speed
+    loaded: TraceRequests | None = field(default=None, compare=False, repr=False)
+
+    def window(self, phase_s: float) -> list[TraceRequest]:
+        """The loaded requests this phase replays (none before the trace is loaded)."""
+        if self.loaded is None:
+            return []
+        span = phase_s * self.speed if self.window_s is None else min(self.window_s, phase_s * self.speed)
+        requests = self.loaded.requests
+        times = [r.time_s for r in requests]
+        low = bisect.bisect_left(times, self.start_s)
+        high = bisect.bisect_left(times, self.start_s + span)
+        return list(requests[low:high])
+
+    def offsets(self, phase_s: float) -> list[tuple[float, TraceRequest]]:
+        """Each replayed request with its send offset into the phase, ``(t - start_s) / speed``."""
+        return [((r.time_s - self.start_s) / self.speed, r) for r in self.window(phase_s)]
+
+    def mean_rate(self, duration_s: float) -> float:
+        return len(self.window(duration_s)) / duration_s if duration_s > 0 else 0.0
+
+    def peak_rate(self) -> float:
+        """The most requests any one second of the replay sends (0 before the trace is loaded)."""
+        if self.loaded is None or not self.loaded.requests:
+            return 0.0
+        counts: dict[int, int] = {}
+        for request in self.loaded.requests:
+            if request.time_s >= self.start_s:
+                second = math.floor((request.time_s - self.start_s) / self.speed)
+                counts[second] = counts.get(second, 0) + 1
+        return float(max(counts.values(), default=0))
+
+    def describe(self) -> str:
+        window = f" from {self.start_s:g}s" if self.start_s else ""
+        return f"trace {self.format.value} {self.path}{window} at {self.speed:g}×"
+
+
+def parse_trace(reader: Reader) -> TraceArrival | None:
+    """The rest of an ``arrival`` mapping whose ``process`` is ``trace``."""
+    path = reader.string("path")
+    if isinstance(path, str) and ("\x00" in path or len(path) > 4096):
+        reader.error("path", "must be a path")
+        path = None
+    form = reader.string("format", choices=tuple(f.value for f in TraceFormat))
+    speed = reader.number("speed", 1.0, gt=0, le=1000)
+    start_s = reader.number("start_s", 0.0, ge=0)
+    window_s = reader.number("duration_s", None, gt=0)
+    if None in (path, form, speed, start_s) or (reader.has("duration_s") and window_s is None):
+        return None
+    return TraceArrival(path=path, format=TraceFormat(form), speed=speed, start_s=start_s, window_s=window_s)
+
+
+def with_traces(scenario: Scenario, loaded: Mapping[int, TraceRequests]) -> Scenario:
+    """``scenario`` with the trace phases ``loaded`` holds (by phase index) attached to their arrivals."""
+    if not loaded:
+        return scenario
+    phases = tuple(
+        dataclasses.replace(phase, arrival=dataclasses.replace(phase.arrival, loaded=loaded[index]))
+        if index in loaded and isinstance(phase.arrival, TraceArrival)
+        else phase
+        for index, phase in enumerate(scenario.phases)
+    )
+    return dataclasses.replace(scenario, phases=phases)
+
+
+def traces_of(scenario: Scenario) -> dict[int, TraceRequests]:
+    """The loaded trace of each trace phase, by phase index."""
+    return {
+        index: phase.arrival.loaded
+        for index, phase in enumerate(scenario.phases)
+        if isinstance(phase.arrival, TraceArrival) and phase.arrival.loaded is not None
+    }
+
+
+def trace_notes(scenario: Scenario) -> tuple[str, ...]:
+    """What each trace phase replays, for the result's notes: the file, its digest, the window and count."""
+    notes = []
+    for phase in scenario.phases:
+        arrival = phase.arrival
+        if isinstance(arrival, TraceArrival) and arrival.loaded is not None:
+            sent = len(arrival.window(phase.duration_s))
+            notes.append(
+                f"phase {phase.name} replays {sent:,} of the {len(arrival.loaded.requests):,} requests of "
+                f"{arrival.format.value} trace {arrival.path} (sha256 {arrival.loaded.digest[:16]}) from "
+                f"{arrival.start_s:g}s at {arrival.speed:g}× speed"
+            )
+    return tuple(notes)

@@ -1,0 +1,1 @@
+"""The service's values: runs, dashboard sessions, trends, caps."""
