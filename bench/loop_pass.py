@@ -21,9 +21,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.adapters.loadgen.engine import OpenLoopGenerator
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
+from cliffwatch.adapters.runtime.clock import MonotonicClock
 from cliffwatch.domain.results.outcomes import RequestRecord
 from cliffwatch.domain.scenario.scenario import parse_scenario
 from cliffwatch.domain.scenario.target_spec import Api

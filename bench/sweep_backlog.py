@@ -28,10 +28,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from cliffwatch.adapters.builtin_target import BuiltinTarget
-from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.adapters.loadgen.engine import OpenLoopGenerator
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
+from cliffwatch.adapters.runtime.builtin_target import BuiltinTarget
+from cliffwatch.adapters.runtime.clock import MonotonicClock
 from cliffwatch.domain.capacity.sweep_plan import step_scenario
 from cliffwatch.domain.capacity.sweep_spec import SweepArrival, SweepSpec
 from cliffwatch.domain.results.outcomes import NS_PER_S, RequestRecord

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import pytest
 import structlog
 
-from cliffwatch.adapters.toxiproxy_server import ManagedToxiproxy, find_toxiproxy_server
+from cliffwatch.adapters.faults.toxiproxy_server import ManagedToxiproxy, find_toxiproxy_server
 from postgres_kit import PostgresServer, postgres_cluster
 from ray_kit import LocalRay, local_ray
 

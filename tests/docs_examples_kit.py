@@ -45,7 +45,7 @@ from sybil.parsers.markdown import CodeBlockParser, SkipParser
 from sybil.parsers.markdown.lexers import RawFencedCodeBlockLexer
 
 from api_examples_kit import ApiExamples
-from cliffwatch.adapters.scenario_files import load_scenario
+from cliffwatch.adapters.documents.scenario_files import load_scenario
 from cliffwatch.cli import _parser, main
 from cliffwatch.config import SPECS, Settings, SettingsInvalid
 

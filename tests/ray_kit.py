@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from cliffwatch.adapters.loadgen.workers.ray_launcher import RayCluster, connect, leave
+from cliffwatch.adapters.distributed.ray_launcher import RayCluster, connect, leave
 
 SMALL_STORE = 80 * 1024 * 1024  # the object store holds nothing of ours: the least Ray accepts
 

@@ -19,25 +19,25 @@ from dataclasses import dataclass
 
 import structlog
 
-from cliffwatch.adapters.builtin_target import BuiltinTarget
-from cliffwatch.adapters.clock import MonotonicClock
-from cliffwatch.adapters.dataset_files import dataset_notes, load_dataset
-from cliffwatch.adapters.descriptors import DescriptorBudget, descriptor_budget, within_budget
-from cliffwatch.adapters.fault_ledger import FileFaultLedger
+from cliffwatch.adapters.distributed.coordinator import ShardedGenerator
+from cliffwatch.adapters.distributed.setup import placement, worker_pool
+from cliffwatch.adapters.faults.fault_ledger import FileFaultLedger
+from cliffwatch.adapters.faults.toxiproxy import ToxiproxyClient
+from cliffwatch.adapters.faults.toxiproxy_faults import ToxiproxyFaultInjector
+from cliffwatch.adapters.faults.toxiproxy_server import ManagedToxiproxy, find_toxiproxy_server
 from cliffwatch.adapters.loadgen.engine import OpenLoopGenerator
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
 from cliffwatch.adapters.loadgen.prompt_setup import counter_of, prompt_options
-from cliffwatch.adapters.loadgen.workers.coordinator import ShardedGenerator
-from cliffwatch.adapters.loadgen.workers.setup import placement, worker_pool
-from cliffwatch.adapters.logs import remember_secrets
+from cliffwatch.adapters.network.target_access import Destinations, Place, first_reachable
 from cliffwatch.adapters.network.target_policies import upstream_problem
-from cliffwatch.adapters.secret_sources import LocalSecrets
+from cliffwatch.adapters.runtime.builtin_target import BuiltinTarget
+from cliffwatch.adapters.runtime.clock import MonotonicClock
+from cliffwatch.adapters.runtime.descriptors import DescriptorBudget, descriptor_budget, within_budget
+from cliffwatch.adapters.runtime.logs import remember_secrets
+from cliffwatch.adapters.runtime.secret_sources import LocalSecrets
 from cliffwatch.adapters.server_metrics.scraper import PrometheusWatcher
-from cliffwatch.adapters.target_access import Destinations, Place, first_reachable
-from cliffwatch.adapters.toxiproxy import ToxiproxyClient
-from cliffwatch.adapters.toxiproxy_faults import ToxiproxyFaultInjector
-from cliffwatch.adapters.toxiproxy_server import ManagedToxiproxy, find_toxiproxy_server
-from cliffwatch.adapters.trace_files import load_traces
+from cliffwatch.adapters.workload.dataset_files import dataset_notes, load_dataset
+from cliffwatch.adapters.workload.trace_files import load_traces
 from cliffwatch.config import Settings
 from cliffwatch.domain.capacity.sweep_spec import SweepSpec
 from cliffwatch.domain.errors import CliffwatchError, FaultInjectionFailed, RunRefused, TargetNotAllowed

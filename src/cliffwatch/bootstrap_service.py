@@ -25,22 +25,22 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from cliffwatch.adapters.api.app import MAX_LINE_SIZE, create_app
 from cliffwatch.adapters.api.context import ApiServices
 from cliffwatch.adapters.api.metrics import ServiceMetrics
-from cliffwatch.adapters.cron import ApschedulerCron
 from cliffwatch.adapters.dashboard import mount_dashboard
 from cliffwatch.adapters.dashboard.context import DashboardServices
-from cliffwatch.adapters.descriptors import settle_descriptors
 from cliffwatch.adapters.documents import off_loop
-from cliffwatch.adapters.logs import LogProgress
+from cliffwatch.adapters.documents.scenario_files import BUNDLED_DIR, load_document
+from cliffwatch.adapters.faults.toxiproxy import ToxiproxyClient
 from cliffwatch.adapters.network.target_policies import AllowlistPolicy
-from cliffwatch.adapters.scenario_files import BUNDLED_DIR, load_document
-from cliffwatch.adapters.scheduler import ScheduleDriver
+from cliffwatch.adapters.runtime.descriptors import settle_descriptors
+from cliffwatch.adapters.runtime.logs import LogProgress
+from cliffwatch.adapters.scheduler.cron import ApschedulerCron
+from cliffwatch.adapters.scheduler.driver import ScheduleDriver
 from cliffwatch.adapters.store.engine import create_engine
 from cliffwatch.adapters.store.ledger_sql import SqlFaultLedger
 from cliffwatch.adapters.store.locks import leader_lock
 from cliffwatch.adapters.store.migrate import is_current, upgrade
 from cliffwatch.adapters.store.sessions_sql import SqlSessionStore
 from cliffwatch.adapters.store.sql import SqlStore
-from cliffwatch.adapters.toxiproxy import ToxiproxyClient
 from cliffwatch.bootstrap import PreparedRun, prepare_run
 from cliffwatch.bootstrap_sweep import SweepHandle, prepare_sweep
 from cliffwatch.config import Settings

@@ -10,14 +10,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 
-from cliffwatch.adapters.clock import MonotonicClock
-from cliffwatch.adapters.descriptors import DescriptorBudget, descriptor_budget
+from cliffwatch.adapters.distributed.pool import WorkerPool
+from cliffwatch.adapters.distributed.setup import placement, worker_pool
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
 from cliffwatch.adapters.loadgen.prompt_setup import prompt_options
-from cliffwatch.adapters.loadgen.workers.pool import WorkerPool
-from cliffwatch.adapters.loadgen.workers.setup import placement, worker_pool
-from cliffwatch.adapters.sweep_steps import HttpStepRunner
-from cliffwatch.adapters.target_access import Destinations
+from cliffwatch.adapters.loadgen.sweep_steps import HttpStepRunner
+from cliffwatch.adapters.network.target_access import Destinations
+from cliffwatch.adapters.runtime.clock import MonotonicClock
+from cliffwatch.adapters.runtime.descriptors import DescriptorBudget, descriptor_budget
 from cliffwatch.bootstrap import (
     attempt_cap,
     check_caps,

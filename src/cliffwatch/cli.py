@@ -22,17 +22,17 @@ from typing import Any
 from rich.console import Console
 
 from cliffwatch import __version__
-from cliffwatch.adapters.console import ConsoleProgress, comparison, scorecard
-from cliffwatch.adapters.dataset_files import load_dataset
-from cliffwatch.adapters.descriptors import settle_descriptors
 from cliffwatch.adapters.documents import CONFIG_LIMITS, DocumentInvalid, DocumentLoader, load_json, load_yaml
+from cliffwatch.adapters.documents.result_files import write_result
+from cliffwatch.adapters.documents.scenario_files import bundled_names, load_scenario
 from cliffwatch.adapters.loadgen.prompt_setup import tokenizer_problem
-from cliffwatch.adapters.logs import configure_logging
 from cliffwatch.adapters.network.target_policies import DenyListPolicy
 from cliffwatch.adapters.report.files import write_run_report
-from cliffwatch.adapters.result_files import write_result
-from cliffwatch.adapters.scenario_files import bundled_names, load_scenario
-from cliffwatch.adapters.trace_files import load_traces
+from cliffwatch.adapters.runtime.descriptors import settle_descriptors
+from cliffwatch.adapters.runtime.logs import configure_logging
+from cliffwatch.adapters.terminal.console import ConsoleProgress, comparison, scorecard
+from cliffwatch.adapters.workload.dataset_files import load_dataset
+from cliffwatch.adapters.workload.trace_files import load_traces
 from cliffwatch.bootstrap import clean_up_leftover_faults, prepare_run, toxiproxy_unavailable
 from cliffwatch.cli_report import add_parser as add_report_parser
 from cliffwatch.cli_signals import stopping_on_signals

@@ -14,12 +14,12 @@ from typing import Any
 
 from rich.console import Console
 
-from cliffwatch.adapters.console import ConsoleProgress
-from cliffwatch.adapters.descriptors import settle_descriptors
+from cliffwatch.adapters.documents.result_files import write_document
+from cliffwatch.adapters.documents.scenario_files import load_scenario
 from cliffwatch.adapters.report.files import write_run_report
-from cliffwatch.adapters.result_files import write_document
-from cliffwatch.adapters.scenario_files import load_scenario
-from cliffwatch.adapters.sweep_console import SweepConsoleObserver, sweep_report
+from cliffwatch.adapters.runtime.descriptors import settle_descriptors
+from cliffwatch.adapters.terminal.console import ConsoleProgress
+from cliffwatch.adapters.terminal.sweep_console import SweepConsoleObserver, sweep_report
 from cliffwatch.bootstrap import clean_up_leftover_faults
 from cliffwatch.bootstrap_sweep import SweepOutcome, prepare_sweep
 from cliffwatch.cli_signals import stopping_on_signals

@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import select, text
 from store_kit import T0, Backend, make_run, scored_end, seconds, sql_only
 
-from cliffwatch.adapters.fault_ledger import Owner
+from cliffwatch.adapters.faults.fault_ledger import Owner
 from cliffwatch.adapters.store import SqlFaultLedger, SqlStore, create_engine
 from cliffwatch.adapters.store.locks import LEADER_LOCK_KEY, PgLeaderLock
 from cliffwatch.adapters.store.tables import ledger_runs, run_phases, run_seconds

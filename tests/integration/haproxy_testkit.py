@@ -59,7 +59,7 @@ def wait_listening(port: int, process: subprocess.Popen[bytes], what: str) -> No
 @contextlib.contextmanager
 def child(command: list[str], port: int, what: str) -> Iterator[subprocess.Popen[bytes]]:
     """Runs ``command`` until the block ends, once it listens on ``port``; stops it with SIGTERM, then SIGKILL."""
-    from cliffwatch.adapters.processes import die_with_parent
+    from cliffwatch.adapters.runtime.processes import die_with_parent
 
     process = subprocess.Popen(
         command,

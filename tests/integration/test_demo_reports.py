@@ -11,7 +11,7 @@ import yaml
 from test_cli import QUICK  # a short run on a small, fast built-in target, standing in for the demo's scenarios
 
 import cliffwatch.cli as cli
-from cliffwatch.adapters.scenario_files import load_scenario
+from cliffwatch.adapters.documents.scenario_files import load_scenario
 
 
 @pytest.mark.slow

@@ -325,11 +325,11 @@ async def test_removing_a_toxic_while_clients_disconnect_leaves_nothing_behind(
     by recreating the run's proxy at the same address — and the proxy serves again at once."""
     import aiohttp
 
-    from cliffwatch.adapters.builtin_target import BuiltinTarget
-    from cliffwatch.adapters.clock import MonotonicClock
-    from cliffwatch.adapters.fault_ledger import FileFaultLedger
-    from cliffwatch.adapters.toxiproxy import ToxiproxyClient
-    from cliffwatch.adapters.toxiproxy_faults import ToxiproxyFaultInjector
+    from cliffwatch.adapters.faults.fault_ledger import FileFaultLedger
+    from cliffwatch.adapters.faults.toxiproxy import ToxiproxyClient
+    from cliffwatch.adapters.faults.toxiproxy_faults import ToxiproxyFaultInjector
+    from cliffwatch.adapters.runtime.builtin_target import BuiltinTarget
+    from cliffwatch.adapters.runtime.clock import MonotonicClock
     from cliffwatch.domain.scenario.target_model import TargetModel
 
     fault = {"type": "latency", "attributes": {"latency": 1000}}

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from cliffwatch.adapters.toxiproxy import ToxiproxyClient
+from cliffwatch.adapters.faults.toxiproxy import ToxiproxyClient
 from cliffwatch.bootstrap import prepare_run
 from cliffwatch.config import Settings
 from cliffwatch.domain.errors import TargetNotAllowed

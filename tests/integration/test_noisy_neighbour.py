@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cliffwatch.adapters.scenario_files import load_scenario
+from cliffwatch.adapters.documents.scenario_files import load_scenario
 from cliffwatch.bootstrap import prepare_run
 from cliffwatch.config import Settings
 from cliffwatch.domain.results.result import RunResult

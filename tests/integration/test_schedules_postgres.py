@@ -12,8 +12,8 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from typing import Any
 
-from cliffwatch.adapters.cron import ApschedulerCron
-from cliffwatch.adapters.scheduler import ScheduleDriver
+from cliffwatch.adapters.scheduler.cron import ApschedulerCron
+from cliffwatch.adapters.scheduler.driver import ScheduleDriver
 from cliffwatch.adapters.store.engine import create_engine
 from cliffwatch.adapters.store.locks import leader_lock
 from cliffwatch.adapters.store.migrate import upgrade

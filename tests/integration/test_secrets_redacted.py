@@ -30,7 +30,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from cliffwatch.adapters.api.app import ROUTE_TABLE
 from cliffwatch.adapters.dashboard.app import UI_ROUTE_TABLE
-from cliffwatch.adapters.logs import configure_logging
+from cliffwatch.adapters.runtime.logs import configure_logging
 from cliffwatch.bootstrap import prepare_run
 from cliffwatch.bootstrap_service import open_service
 from cliffwatch.bootstrap_sweep import prepare_sweep

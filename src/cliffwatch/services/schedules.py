@@ -4,7 +4,7 @@ catch-up of fire times no instance fired.
 A fire queues one run keyed by (schedule, fire time): ``RunStore.create_run`` refuses a second run with that
 key, so two instances firing at once, or a fire retried after a crash, never double a run. Nothing here checks
 and then inserts to prevent doubles; the checks before the insert (paused, already handled, overlap) only save
-work, and stay correct when they race. The trigger engine (``adapters/scheduler.py``) only decides *when*;
+work, and stay correct when they race. The trigger engine (``adapters/scheduler/driver.py``) only decides *when*;
 every decision is made here, against the ports, with the time passed in, so tests drive it with a manual clock.
 """
 

@@ -5,7 +5,7 @@
 run is submitted; the resolved scenario lives only in that process's memory for the run. A secret that
 cannot be read fails the run with every missing reference named, and no value.
 
-``InMemorySecrets`` is the port's twin for tests; ``adapters.secret_sources.LocalSecrets`` reads the real
+``InMemorySecrets`` is the port's twin for tests; ``adapters.runtime.secret_sources.LocalSecrets`` reads the real
 environment and files.
 """
 

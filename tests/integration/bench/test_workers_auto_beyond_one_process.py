@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from cliffwatch.adapters.loadgen.workers.cpu_limit import usable_cores
+from cliffwatch.adapters.distributed.cpu_limit import usable_cores
 
 BENCH = Path(__file__).resolve().parents[3] / "bench"
 LADDER = (150.0, 175.0, 200.0, 225.0, 250.0, 300.0, 400.0)  # streams/s: small steps, so `auto` is tried near

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from cliffwatch.adapters.clock import MonotonicClock
+from cliffwatch.adapters.runtime.clock import MonotonicClock
 from cliffwatch.domain.errors import FaultInjectionFailed
 from cliffwatch.domain.results.outcomes import NS_PER_MS, Attempt, Outcome, RequestRecord
 from cliffwatch.domain.scenario.faults import FaultSpec, Stream, ToxicType

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from cliffwatch.adapters.clock import MonotonicClock
+from cliffwatch.adapters.runtime.clock import MonotonicClock
 from cliffwatch.domain.errors import FaultInjectionFailed, TargetUnreachable
 from cliffwatch.domain.ports import Clock, FaultEvent, FaultInjector
 from cliffwatch.domain.results.outcomes import NS_PER_MS, NS_PER_S, Attempt, Outcome, RequestRecord, Slo, classify

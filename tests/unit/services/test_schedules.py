@@ -14,7 +14,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from structlog.testing import capture_logs
 
-from cliffwatch.adapters.cron import ApschedulerCron
+from cliffwatch.adapters.scheduler.cron import ApschedulerCron
 from cliffwatch.domain.errors import ScheduleInvalid, ScheduleNotFound, StoreUnavailable, TargetNotAllowed
 from cliffwatch.domain.results.result import RunStatus
 from cliffwatch.domain.scenario.scenario import content_hash

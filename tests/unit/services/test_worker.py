@@ -11,7 +11,7 @@ from typing import Any
 
 from worker_kit import Prepared, WorkerRig, answered, now, working
 
-from cliffwatch.adapters.clock import MonotonicClock
+from cliffwatch.adapters.runtime.clock import MonotonicClock
 from cliffwatch.domain.errors import TargetUnreachable
 from cliffwatch.domain.ports import RecordSink
 from cliffwatch.domain.results.outcomes import Outcome

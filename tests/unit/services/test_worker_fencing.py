@@ -15,8 +15,8 @@ import pytest
 from outage_kit import OutageStore
 from worker_kit import Prepared, WorkerRig, answered, now, working
 
-from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.adapters.network.target_policies import AllowlistPolicy
+from cliffwatch.adapters.runtime.clock import MonotonicClock
 from cliffwatch.domain.errors import EmergencyStopNotRecorded, StoreUnavailable
 from cliffwatch.domain.ports import RecordSink
 from cliffwatch.domain.results.outcomes import Outcome, RequestRecord

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from worker_kit import WorkerRig, now, working
 
-from cliffwatch.adapters.clock import MonotonicClock
+from cliffwatch.adapters.runtime.clock import MonotonicClock
 from cliffwatch.bootstrap_sweep import SweepHandle
 from cliffwatch.domain.capacity.sweep_spec import SweepSpec
 from cliffwatch.domain.errors import TargetUnreachable

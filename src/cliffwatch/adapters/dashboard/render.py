@@ -17,7 +17,7 @@ from markupsafe import Markup
 
 from cliffwatch import __version__
 from cliffwatch.adapters.dashboard.context import maybe_user
-from cliffwatch.adapters.readable import when
+from cliffwatch.adapters.report.readable import when
 from cliffwatch.adapters.report.render import script_json
 
 PAGE_HEADERS = {"Cache-Control": "no-store"}

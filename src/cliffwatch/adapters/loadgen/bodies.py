@@ -20,9 +20,9 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from cliffwatch.adapters.dataset_files import LoadedDataset
 from cliffwatch.adapters.loadgen import prompts
 from cliffwatch.adapters.loadgen.token_prompts import PromptSource, WordCount
+from cliffwatch.adapters.workload.dataset_files import LoadedDataset
 from cliffwatch.domain.errors import CliffwatchError
 from cliffwatch.domain.scenario.conversations import PREFIX_ID_BASE, PrefixSpec
 from cliffwatch.domain.scenario.scenario import Scenario

@@ -74,7 +74,7 @@ class AttemptExecutor(Protocol):
 class OpenLoopGenerator:
     """Implements the ``LoadGenerator`` port on an ``AttemptExecutor``; ``cap``: the run's attempt cap (a
     bucket on ``clock``, shared by every generator of one sweep), None for none; ``shares``: the generator
-    sends one of that many equal shares of the run (a worker process: ``adapters.loadgen.workers``)."""
+    sends one of that many equal shares of the run (a worker process: ``adapters.distributed``)."""
 
     def __init__(
         self,

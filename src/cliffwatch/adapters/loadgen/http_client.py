@@ -22,7 +22,6 @@ from urllib.parse import quote
 import aiohttp
 
 from cliffwatch import __version__
-from cliffwatch.adapters.dataset_files import LoadedDataset
 from cliffwatch.adapters.loadgen.attempt_state import AttemptState
 from cliffwatch.adapters.loadgen.attempt_trace import AttemptTrace, attempt_trace_config
 from cliffwatch.adapters.loadgen.bodies import RequestBodies
@@ -34,7 +33,8 @@ from cliffwatch.adapters.loadgen.prompts import WORDS
 from cliffwatch.adapters.loadgen.redirects import Hop, next_hop, shown_url
 from cliffwatch.adapters.loadgen.server_tokenize import ServerFittedPrompts, fit_lengths
 from cliffwatch.adapters.loadgen.token_prompts import CalibratedPrompts, PromptSource
-from cliffwatch.adapters.target_access import Destinations
+from cliffwatch.adapters.network.target_access import Destinations
+from cliffwatch.adapters.workload.dataset_files import LoadedDataset
 from cliffwatch.domain.errors import CliffwatchError, TargetUnreachable
 from cliffwatch.domain.results.outcomes import CAP_REASON, Attempt, TokenSource
 from cliffwatch.domain.scenario.retry import FailureKind

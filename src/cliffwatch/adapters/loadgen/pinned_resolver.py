@@ -13,7 +13,7 @@ import socket
 
 from aiohttp.abc import AbstractResolver, ResolveResult
 
-from cliffwatch.adapters.target_access import Destinations
+from cliffwatch.adapters.network.target_access import Destinations
 
 _NUMERIC = socket.AI_NUMERICHOST | socket.AI_NUMERICSERV
 

@@ -13,13 +13,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from cliffwatch.adapters.data_files import DataFileRefused, allowed_path
 from cliffwatch.adapters.loadgen.token_prompts import (
     TokenCounter,
     TokenExactPrompts,
     TokenizerUnavailable,
     load_counter,
 )
+from cliffwatch.adapters.workload.data_files import DataFileRefused, allowed_path
 from cliffwatch.domain.errors import Problem, ScenarioInvalid
 from cliffwatch.domain.scenario.scenario import Scenario
 from cliffwatch.domain.scenario.target_spec import Api

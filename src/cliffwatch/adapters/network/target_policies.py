@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 from cliffwatch.adapters.network.control_planes import guarded
 from cliffwatch.adapters.network.host_addresses import own_addresses
-from cliffwatch.adapters.target_access import Place, ensure_allowed, lookup
+from cliffwatch.adapters.network.target_access import Place, ensure_allowed, lookup
 from cliffwatch.domain.errors import TargetNotAllowed
 from cliffwatch.domain.security.allowlist import Allowlist
 from cliffwatch.domain.security.deny_list import DenyList, as_ip

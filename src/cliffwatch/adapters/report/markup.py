@@ -10,7 +10,7 @@ import html
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from cliffwatch.adapters.readable import DASH as DASH  # the report's sections take it from here
+from cliffwatch.adapters.report.readable import DASH as DASH  # the report's sections take it from here
 
 
 def esc(value: Any) -> str:

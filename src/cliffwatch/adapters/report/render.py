@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from cliffwatch import __version__
-from cliffwatch.adapters.readable import when
 from cliffwatch.adapters.report import sections, sweep_sections
 from cliffwatch.adapters.report.assets import UPLOT_VERSION, load_assets
 from cliffwatch.adapters.report.charts import run_charts
+from cliffwatch.adapters.report.readable import when
 from cliffwatch.adapters.report.sweep_charts import comparison_frame, variant_frame
 from cliffwatch.domain.errors import CliffwatchError
 

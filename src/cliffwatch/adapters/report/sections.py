@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from cliffwatch.adapters.readable import duration, when
 from cliffwatch.adapters.report.markup import DASH
 from cliffwatch.adapters.report.markup import as_list as _list
 from cliffwatch.adapters.report.markup import as_map as _map
@@ -18,6 +17,7 @@ from cliffwatch.adapters.report.markup import ms as _ms
 from cliffwatch.adapters.report.markup import num as _num
 from cliffwatch.adapters.report.markup import pct as _pct
 from cliffwatch.adapters.report.markup import table as _table
+from cliffwatch.adapters.report.readable import duration, when
 from cliffwatch.domain.results.outcomes import NOT_ON_TIME, OUTCOME_TEXT
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from cliffwatch.adapters.readable import duration, when
 from cliffwatch.adapters.report.markup import DASH, as_list, as_map, esc, ms, num, table
+from cliffwatch.adapters.report.readable import duration, when
 from cliffwatch.adapters.report.sections import evidence
 from cliffwatch.domain.results.outcomes import FAILED, OUTCOME_TEXT
 

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cliffwatch import __version__
 from cliffwatch.adapters.loadgen.pinned_resolver import PinnedResolver
-from cliffwatch.adapters.target_access import Destinations
+from cliffwatch.adapters.network.target_access import Destinations
 from cliffwatch.domain.ports import Clock
 from cliffwatch.domain.results.outcomes import NS_PER_S
 from cliffwatch.domain.server.metric_expr import Samples

@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import ColumnElement, delete, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from cliffwatch.adapters.fault_ledger import Owner
+from cliffwatch.adapters.faults.fault_ledger import Owner
 from cliffwatch.adapters.store.database import Database
 from cliffwatch.adapters.store.tables import fault_ledger, ledger_runs, runs
 from cliffwatch.domain.ports import LedgerEntry

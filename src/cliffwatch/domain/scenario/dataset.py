@@ -1,6 +1,6 @@
 """The users' own prompts: ``request.dataset``, and how the plan draws from a dataset once it is read.
 
-A dataset replaces synthetic prompts. Its file is read by an adapter (``adapters.dataset_files``) before the
+A dataset replaces synthetic prompts. Its file is read by an adapter (``adapters.workload.dataset_files``) before the
 run; what the plan needs of it, each kept entry's prompt and output lengths, is attached here
 (:class:`DatasetSizes`), so the plan stays a pure function of the scenario, its seed and those sizes:
 request ``i`` of phase ``p`` takes the entry a generator seeded by ``(seed, "dataset", p)`` draws, with or

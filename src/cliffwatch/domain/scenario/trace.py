@@ -5,7 +5,7 @@ to replay, in the trace's own seconds: from ``start_s`` for ``duration_s`` (defa
 holds at that speed). Each request of the window is sent at ``(t - start_s) / speed`` into the phase, with
 the trace's input length as its ``prompt_tokens`` and its output length as its ``max_tokens``.
 
-The file is read by an adapter (``adapters.trace_files``) before the run, and the requests it holds are
+The file is read by an adapter (``adapters.workload.trace_files``) before the run, and the requests it holds are
 attached to the arrival (``TraceArrival.loaded``); the plan is then as deterministic as any other. Before it
 is loaded (when a scenario is only validated, or judged against the caps at submit), its rates are unknown
 and taken as 0: the run-time attempt cap still bounds what is sent.

@@ -10,9 +10,9 @@ import json
 from aiohttp import web
 from loadgen_testkit import Serve
 
-from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.adapters.loadgen.engine import OpenLoopGenerator
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
+from cliffwatch.adapters.runtime.clock import MonotonicClock
 from cliffwatch.domain.results.metrics import RunAggregator
 from cliffwatch.domain.results.outcomes import NS_PER_S, Outcome, RequestRecord
 from cliffwatch.domain.scenario.scenario import Scenario, parse_scenario

@@ -24,9 +24,9 @@ from loadgen_testkit import (
     send_events,
 )
 
-from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.adapters.loadgen.engine import OpenLoopGenerator
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
+from cliffwatch.adapters.runtime.clock import MonotonicClock
 from cliffwatch.domain.results.outcomes import NS_PER_MS, NS_PER_S, Outcome, RequestRecord
 from cliffwatch.domain.scenario.retry import FailureKind
 from cliffwatch.domain.scenario.scenario import Scenario

@@ -23,7 +23,7 @@ from loadgen_testkit import Serve, planned, scenario_for
 
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
 from cliffwatch.adapters.loadgen.pinned_resolver import PinnedResolver, PinRefused
-from cliffwatch.adapters.target_access import Destinations
+from cliffwatch.adapters.network.target_access import Destinations
 from cliffwatch.domain.errors import TargetNotAllowed
 from cliffwatch.domain.scenario.retry import FailureKind
 from cliffwatch.domain.security.allowlist import Allowlist, parse_allowlist

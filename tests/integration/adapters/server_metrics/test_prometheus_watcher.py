@@ -10,9 +10,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from cliffwatch.adapters.clock import MonotonicClock
+from cliffwatch.adapters.network.target_access import Destinations
+from cliffwatch.adapters.runtime.clock import MonotonicClock
 from cliffwatch.adapters.server_metrics.scraper import PrometheusWatcher
-from cliffwatch.adapters.target_access import Destinations
 from cliffwatch.domain.errors import TargetNotAllowed
 from cliffwatch.domain.security.allowlist import DEFAULT_ALLOWLIST, parse_allowlist
 from cliffwatch.domain.server.metrics_spec import Engine, MetricsSpec, Signal

@@ -19,10 +19,10 @@ import yaml
 from aiohttp.test_utils import TestClient, TestServer
 
 from cliffwatch.adapters.api import ApiServices, ServiceMetrics, create_app
-from cliffwatch.adapters.cron import ApschedulerCron
 from cliffwatch.adapters.documents import off_loop
+from cliffwatch.adapters.documents.scenario_files import BUNDLED_DIR
 from cliffwatch.adapters.network.target_policies import AllowlistPolicy
-from cliffwatch.adapters.scenario_files import BUNDLED_DIR
+from cliffwatch.adapters.scheduler.cron import ApschedulerCron
 from cliffwatch.config import Settings
 from cliffwatch.domain.capacity.capacity import StepVerdict
 from cliffwatch.domain.capacity.sweep_spec import SweepSpec

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from api_harness import Api, provisional_sweep, small_scenario
 
-from cliffwatch.adapters.cron import ApschedulerCron
+from cliffwatch.adapters.scheduler.cron import ApschedulerCron
 from cliffwatch.domain.capacity.sweep_spec import SweepSpec
 from cliffwatch.domain.results.result import RunStatus
 from cliffwatch.domain.service.runs import Role, Run, RunEnd, RunKind, Schedule, Trigger

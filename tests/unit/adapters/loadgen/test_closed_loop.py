@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from cliffwatch.adapters.clock import MonotonicClock
 from cliffwatch.adapters.loadgen.closed_loop import ClosedLoopGenerator
+from cliffwatch.adapters.runtime.clock import MonotonicClock
 from cliffwatch.domain.results.outcomes import NS_PER_S, Attempt, Outcome, RequestRecord
 from cliffwatch.domain.scenario.scenario import parse_scenario
 from cliffwatch.domain.traffic.plan import PlannedRequest, iter_plan

@@ -1,0 +1,2 @@
+"""The process itself: its clock, logs, child processes, file descriptors, the secrets it may read,
+and the built-in target it starts."""

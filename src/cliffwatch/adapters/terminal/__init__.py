@@ -1,0 +1,1 @@
+"""The terminal: live progress and scorecards of runs and sweeps."""

@@ -1,0 +1,1 @@
+"""Reading what a scenario names: its data files (below the data directories), datasets and traces."""
