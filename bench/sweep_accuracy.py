@@ -43,7 +43,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from cliffwatch.bootstrap_sweep import prepare_sweep
+from cliffwatch.bootstrap.sweep import prepare_sweep
 from cliffwatch.config import Settings
 from cliffwatch.domain.capacity.arrival_luck import ReferenceSlot, WindowRequest
 from cliffwatch.domain.capacity.capacity import CapacitySearch, SearchConfig, StepStats, summarize

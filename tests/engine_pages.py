@@ -12,7 +12,7 @@ docs/server-metrics.md), including the quirks a scraper must survive:
 - llama.cpp (server-context.cpp): no labels, counters printed at six significant digits (``1.36238e+06``);
 - Triton (core metrics.cc via prometheus-cpp, TensorRT-LLM's custom metrics): counters without ``_total``,
   the in-flight batcher's families with a category label;
-- the built-in target (cliffwatch/target/prometheus.py).
+- the built-in target (cliffwatch/simulator/prometheus.py).
 """
 
 from __future__ import annotations
@@ -197,8 +197,8 @@ def triton(s: EngineState) -> str:
 
 
 def builtin(s: EngineState) -> str:
-    from cliffwatch.target.batching import EngineStats
-    from cliffwatch.target.prometheus import render
+    from cliffwatch.simulator.batching import EngineStats
+    from cliffwatch.simulator.prometheus import render
 
     return render(EngineStats(waiting=s.waiting, running=s.running, max_batch=16, results={},
                               prompt_tokens_total=s.prompted, generation_tokens_total=s.generated, steps_total=0,

@@ -14,8 +14,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from cliffwatch.bootstrap import prepare_run
-from cliffwatch.bootstrap_sweep import prepare_sweep
+from cliffwatch.bootstrap.run import prepare_run
+from cliffwatch.bootstrap.sweep import prepare_sweep
 from cliffwatch.config import Settings
 from cliffwatch.domain.capacity.sweep_spec import parse_sweep_spec
 from cliffwatch.domain.errors import RunRefused

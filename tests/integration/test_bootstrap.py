@@ -6,7 +6,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from cliffwatch.bootstrap import toxiproxy_unavailable
+from cliffwatch.bootstrap.run import toxiproxy_unavailable
 from cliffwatch.config import Settings
 from cliffwatch.domain.security.allowlist import DEFAULT_ALLOWLIST, parse_allowlist
 

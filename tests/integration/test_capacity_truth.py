@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from haproxy_testkit import bounded_server
 
-from cliffwatch.bootstrap_sweep import prepare_sweep
+from cliffwatch.bootstrap.sweep import prepare_sweep
 from cliffwatch.config import Settings
 from cliffwatch.domain.capacity.capacity import CapacityResult
 from cliffwatch.domain.capacity.sweep_spec import SweepArrival, SweepSpec

@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from cliffwatch.bootstrap import prepare_run
+from cliffwatch.bootstrap.run import prepare_run
 from cliffwatch.config import Settings
 from cliffwatch.domain.results.metrics import merge_phases
 from cliffwatch.domain.results.outcomes import Outcome

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import yaml
 
-from cliffwatch.bootstrap import prepare_run
-from cliffwatch.bootstrap_sweep import prepare_sweep
+from cliffwatch.bootstrap.run import prepare_run
+from cliffwatch.bootstrap.sweep import prepare_sweep
 from cliffwatch.config import Settings
 from cliffwatch.domain.capacity.capacity import CapacityResult
 from cliffwatch.domain.capacity.sweep_spec import SweepArrival, SweepSpec

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from toxiproxy import Toxiproxy
 
-from cliffwatch.bootstrap import prepare_run
+from cliffwatch.bootstrap.run import prepare_run
 from cliffwatch.config import Settings
 from cliffwatch.domain.errors import FaultInjectionFailed
 from cliffwatch.domain.results.outcomes import Outcome

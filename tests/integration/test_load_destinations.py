@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from cliffwatch.adapters.faults.toxiproxy import ToxiproxyClient
-from cliffwatch.bootstrap import prepare_run
+from cliffwatch.bootstrap.run import prepare_run
 from cliffwatch.config import Settings
 from cliffwatch.domain.errors import TargetNotAllowed
 from cliffwatch.domain.results.outcomes import Outcome

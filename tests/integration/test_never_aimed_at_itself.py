@@ -26,7 +26,7 @@ from test_load_destinations import settings
 from test_service_api import REPO, call, served_instance
 
 from cliffwatch.adapters.faults.toxiproxy import ToxiproxyClient
-from cliffwatch.bootstrap import prepare_run
+from cliffwatch.bootstrap.run import prepare_run
 from cliffwatch.domain.errors import TargetNotAllowed
 from cliffwatch.domain.results.outcomes import Outcome
 from cliffwatch.domain.results.result import RunStatus

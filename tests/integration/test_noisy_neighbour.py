@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cliffwatch.adapters.documents.scenario_files import load_scenario
-from cliffwatch.bootstrap import prepare_run
+from cliffwatch.bootstrap.run import prepare_run
 from cliffwatch.config import Settings
 from cliffwatch.domain.results.result import RunResult
 from cliffwatch.services.memory import CollectingObserver

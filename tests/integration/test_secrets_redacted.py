@@ -31,9 +31,9 @@ from aiohttp.test_utils import TestClient, TestServer
 from cliffwatch.adapters.api.app import ROUTE_TABLE
 from cliffwatch.adapters.dashboard.app import UI_ROUTE_TABLE
 from cliffwatch.adapters.runtime.logs import configure_logging
-from cliffwatch.bootstrap import prepare_run
-from cliffwatch.bootstrap_service import open_service
-from cliffwatch.bootstrap_sweep import prepare_sweep
+from cliffwatch.bootstrap.run import prepare_run
+from cliffwatch.bootstrap.service import open_service
+from cliffwatch.bootstrap.sweep import prepare_sweep
 from cliffwatch.config import Settings
 from cliffwatch.domain.capacity.sweep_spec import parse_sweep_spec
 from cliffwatch.domain.scenario.scenario import parse_scenario

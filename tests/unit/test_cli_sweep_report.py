@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from cliffwatch.bootstrap_service import open_store
+from cliffwatch.bootstrap.service import open_store
 from cliffwatch.cli import main
 from cliffwatch.config import Settings
 from cliffwatch.domain.capacity.sweep_spec import SweepSpec

@@ -36,7 +36,7 @@ class Stoppable(Protocol):
 
 
 class SweepOutcomeLike(Protocol):
-    """How a sweep ended (``bootstrap_sweep.SweepOutcome``)."""
+    """How a sweep ended (``bootstrap.sweep.SweepOutcome``)."""
 
     @property
     def status(self) -> RunStatus: ...
@@ -51,7 +51,7 @@ class SweepOutcomeLike(Protocol):
 
 
 class SweepHandleLike(Stoppable, Protocol):
-    """A prepared sweep (``bootstrap_sweep.SweepHandle``): run once, stoppable meanwhile."""
+    """A prepared sweep (``bootstrap.sweep.SweepHandle``): run once, stoppable meanwhile."""
 
     @property
     def target_url(self) -> str: ...

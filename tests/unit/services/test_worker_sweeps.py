@@ -16,7 +16,7 @@ import pytest
 from worker_kit import WorkerRig, now, working
 
 from cliffwatch.adapters.runtime.clock import MonotonicClock
-from cliffwatch.bootstrap_sweep import SweepHandle
+from cliffwatch.bootstrap.sweep import SweepHandle
 from cliffwatch.domain.capacity.sweep_spec import SweepSpec
 from cliffwatch.domain.errors import TargetUnreachable
 from cliffwatch.domain.results.result import RunStatus

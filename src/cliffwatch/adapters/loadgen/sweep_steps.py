@@ -3,7 +3,7 @@
 The step scenario (``domain.capacity.sweep_plan.step_scenario``) runs through the same ``RunService``, generator
 and HTTP executor as ``cliffwatch run``, so a step measures exactly what a run would: latencies from the
 scheduled send time, every failure in the denominator, a generator that says when it fell behind. The
-target and the HTTP session are the sweep's (started once, in ``bootstrap_sweep``), not the step's.
+target and the HTTP session are the sweep's (started once, in ``bootstrap.sweep``), not the step's.
 """
 
 from __future__ import annotations

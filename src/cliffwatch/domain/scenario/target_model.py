@@ -26,7 +26,7 @@ class Admission(StrEnum):
 
 
 class Scheduling(StrEnum):
-    """The order waiting requests are admitted in (``target/waiting.py``)."""
+    """The order waiting requests are admitted in (``simulator/waiting.py``)."""
 
     FIFO = "fifo"  # arrival order (vLLM's default fcfs)
     PRIORITY = "priority"  # the lowest "priority" first (vLLM's --scheduling-policy priority)
@@ -53,7 +53,7 @@ class TargetModel:
     interrupt_when_full: bool = False
     scheduling: Scheduling = Scheduling.FIFO
     # Automatic prefix caching, on by default as in vLLM V1: the prefill of a prompt's leading blocks already
-    # cached is skipped (target/prefix_cache.py). The KV cache holds ``kv_cache_tokens``; its usage is the
+    # cached is skipped (simulator/prefix_cache.py). The KV cache holds ``kv_cache_tokens``; its usage is the
     # running sequences' tokens over that, and cached blocks beyond it are evicted, least recently used first.
     prefix_caching: bool = True
     kv_cache_tokens: int = 262_144

@@ -102,8 +102,8 @@ TRITON = (
     _def(Signal.QUEUE_TIME, "mean(nv_inference_queue_summary_us) / 1000000", source=_TRITON),
 )  # fmt: skip
 
-# cliffwatch's own simulated target: target/prometheus.py.
-_BUILTIN = "src/cliffwatch/target/prometheus.py"
+# cliffwatch's own simulated target: simulator/prometheus.py.
+_BUILTIN = "src/cliffwatch/simulator/prometheus.py"
 BUILTIN = (
     _def(Signal.WAITING, "cliffwatch_target_waiting_requests", source=_BUILTIN),
     _def(Signal.RUNNING, "cliffwatch_target_running_requests", source=_BUILTIN),

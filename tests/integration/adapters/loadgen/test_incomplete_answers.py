@@ -19,7 +19,7 @@ from aiohttp import web
 from loadgen_testkit import Serve, chat_chunk, events_of, planned, scenario_for, send_events, sse
 
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
-from cliffwatch.bootstrap import prepare_run
+from cliffwatch.bootstrap.run import prepare_run
 from cliffwatch.config import Settings
 from cliffwatch.domain.results.outcomes import OUTCOMES, Attempt, Outcome, Slo, classify
 from cliffwatch.domain.scenario.retry import FailureKind

@@ -20,7 +20,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from loadgen_testkit import Serve, chat_chunk, scenario_for, send_events, sse
 from tokenizers import Tokenizer
 
-from cliffwatch.bootstrap import prepare_run
+from cliffwatch.bootstrap.run import prepare_run
 from cliffwatch.config import Settings
 from cliffwatch.domain.errors import ScenarioInvalid
 from cliffwatch.services.memory import CollectingObserver

@@ -16,7 +16,7 @@ import pytest
 from aiohttp import web
 from loadgen_testkit import Serve, chat_chunk, send_events
 
-from cliffwatch.bootstrap import prepare_run
+from cliffwatch.bootstrap.run import prepare_run
 from cliffwatch.config import Settings
 from cliffwatch.domain.scenario.scenario import parse_scenario
 from cliffwatch.services.memory import CollectingObserver
@@ -136,7 +136,7 @@ async def test_a_run_from_a_dataset_sends_its_prompts_and_notes_what_it_drew(
 
 async def test_a_sweep_of_a_dataset_scenario_is_refused_before_any_load(serve: Serve) -> None:
     """Sweeps do not draw from datasets yet: refused with the field, rather than swept with synthetic prompts."""
-    from cliffwatch.bootstrap_sweep import prepare_sweep
+    from cliffwatch.bootstrap.sweep import prepare_sweep
     from cliffwatch.domain.capacity.sweep_spec import SweepSpec
     from cliffwatch.domain.errors import ScenarioInvalid
 

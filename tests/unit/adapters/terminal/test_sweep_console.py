@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 from rich.console import Console, RenderableType
 
-from cliffwatch import cli_sweep
 from cliffwatch.adapters.terminal.sweep_console import (
     SweepConsoleObserver,
     capacity_lines,
@@ -24,6 +23,7 @@ from cliffwatch.adapters.terminal.sweep_console import (
     sweep_report,
 )
 from cliffwatch.cli import main
+from cliffwatch.cli import sweep as cli_sweep
 from cliffwatch.config import Settings
 from cliffwatch.domain.capacity.arrival_luck import ReferenceReading
 from cliffwatch.domain.capacity.capacity import StepStats, StepVerdict, summarize
@@ -343,7 +343,7 @@ def test_the_cli_prints_plain_unwrapped_text_when_not_a_tty(
     async def execute(*args: Any) -> SweepOutcome:
         return done
 
-    monkeypatch.setattr("cliffwatch.cli_sweep._execute", execute)
+    monkeypatch.setattr("cliffwatch.cli.sweep._execute", execute)
     for name in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE", "COLUMNS"):
         monkeypatch.delenv(name, raising=False)
 

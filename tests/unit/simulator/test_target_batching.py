@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cliffwatch.domain.scenario.target_model import Admission, Scheduling, TargetModel
-from cliffwatch.target.batching import (
+from cliffwatch.simulator.batching import (
     VOCABULARY,
     BatchCore,
     EngineRequest,

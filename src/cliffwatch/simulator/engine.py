@@ -1,6 +1,6 @@
 """The asyncio side of the simulated engine: the step loop, its clock, and each request's token feed.
 
-:class:`Engine` owns a :class:`~cliffwatch.target.batching.BatchCore` and runs its steps back to back
+:class:`Engine` owns a :class:`~cliffwatch.simulator.batching.BatchCore` and runs its steps back to back
 against an absolute schedule, sleeping on an injectable :class:`EngineClock` (the event loop's in
 production, :class:`VirtualClock` in tests). Handlers talk to it through :meth:`Engine.submit`, which
 returns a :class:`Generation` to await tokens from, and :meth:`Engine.cancel`, which they call when their
@@ -18,7 +18,7 @@ import structlog
 
 from cliffwatch.domain.errors import CliffwatchError
 from cliffwatch.domain.scenario.target_model import TargetModel
-from cliffwatch.target.batching import BatchCore, EngineRequest, EngineStats, Result, SeqState
+from cliffwatch.simulator.batching import BatchCore, EngineRequest, EngineStats, Result, SeqState
 
 log = structlog.get_logger(__name__)
 

@@ -16,8 +16,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from cliffwatch.domain.scenario.target_model import TargetModel
-from cliffwatch.target.engine import Engine
-from cliffwatch.target.server import ENGINE, create_app
+from cliffwatch.simulator.engine import Engine
+from cliffwatch.simulator.server import ENGINE, create_app
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*(?:\{[^}]*\})?) (-?[0-9.]+(?:[eE][-+]?[0-9]+)?|[-+]?Inf|NaN)$")
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from cliffwatch.domain.scenario.target_model import TargetModel
-from cliffwatch.target.batching import BatchCore
-from cliffwatch.target.openai_format import Kind, parse_generation
-from cliffwatch.target.prefix_cache import PrefixCache, block_hashes
-from cliffwatch.target.prometheus import render
+from cliffwatch.simulator.batching import BatchCore
+from cliffwatch.simulator.openai_format import Kind, parse_generation
+from cliffwatch.simulator.prefix_cache import PrefixCache, block_hashes
+from cliffwatch.simulator.prometheus import render
 
 SYSTEM = " ".join(f"rule{i}" for i in range(64))  # 64 words: four blocks of 16
 

@@ -10,8 +10,8 @@ import pytest
 from aiohttp import web
 
 from cliffwatch.domain.scenario.target_model import TargetModel
-from cliffwatch.target.batching import Result
-from cliffwatch.target.server import ENGINE, create_app
+from cliffwatch.simulator.batching import Result
+from cliffwatch.simulator.server import ENGINE, create_app
 
 ONE_AT_A_TIME = TargetModel(max_batch=1, decode_base_ms=10.0, decode_per_seq_ms=0.0, prefill_base_ms=0.0)
 ABORTED = 'cliffwatch_target_requests_total{result="aborted_disconnect"}'

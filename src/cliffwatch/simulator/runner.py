@@ -13,7 +13,7 @@ from aiohttp import web
 
 from cliffwatch.domain.errors import BuiltinTargetFailed
 from cliffwatch.domain.scenario.target_model import TargetModel
-from cliffwatch.target.server import create_app
+from cliffwatch.simulator.server import create_app
 
 # In-flight handlers end as soon as the engine closes on shutdown; this only bounds slow writers.
 SHUTDOWN_TIMEOUT_S = 2.0

@@ -1,6 +1,6 @@
 """The aiohttp application of the simulated target: routes, handlers, and the engine's lifetime.
 
-:func:`create_app` builds an application that owns one :class:`~cliffwatch.target.engine.Engine`
+:func:`create_app` builds an application that owns one :class:`~cliffwatch.simulator.engine.Engine`
 (started and stopped through ``cleanup_ctx``). Handlers parse the request (``openai_format``), submit it
 to the engine, and relay its tokens as a whole response or an SSE stream. A handler always cancels its
 sequence when it leaves, so a client that disconnects (the handler is cancelled, or a write fails) stops
@@ -16,8 +16,8 @@ from typing import Any
 from aiohttp import web
 
 from cliffwatch.domain.scenario.target_model import TargetModel
-from cliffwatch.target.batching import QueueFull
-from cliffwatch.target.engine import (
+from cliffwatch.simulator.batching import QueueFull
+from cliffwatch.simulator.engine import (
     Engine,
     EngineClock,
     EngineClosed,
@@ -26,7 +26,7 @@ from cliffwatch.target.engine import (
     GenerationInterrupted,
     QueueDeadlineExceeded,
 )
-from cliffwatch.target.openai_format import (
+from cliffwatch.simulator.openai_format import (
     DONE_EVENT,
     ApiError,
     ChunkWriter,
@@ -37,8 +37,8 @@ from cliffwatch.target.openai_format import (
     parse_generation,
     parse_json_body,
 )
-from cliffwatch.target.prometheus import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from cliffwatch.target.prometheus import render as render_metrics
+from cliffwatch.simulator.prometheus import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from cliffwatch.simulator.prometheus import render as render_metrics
 
 MAX_BODY_BYTES = 1 << 20
 
@@ -57,7 +57,7 @@ def create_app(
 ) -> web.Application:
     """An application serving ``model``; its engine runs while the application is started.
 
-    Run it with ``handler_cancellation=True`` (as :func:`~cliffwatch.target.runner.serve` and aiohttp's
+    Run it with ``handler_cancellation=True`` (as :func:`~cliffwatch.simulator.runner.serve` and aiohttp's
     ``TestServer`` do) so a queued request whose client disconnects is dropped before it is admitted;
     without it, disconnects are only noticed when a stream write fails. ``wall_clock`` gives the
     ``created`` timestamps; ``engine_clock`` paces the steps (the event loop's clock by default).

@@ -11,7 +11,7 @@ import pytest
 
 from cliffwatch.domain.errors import BuiltinTargetFailed
 from cliffwatch.domain.scenario.target_model import TargetModel
-from cliffwatch.target.runner import base_url, serve
+from cliffwatch.simulator.runner import base_url, serve
 
 MODEL = TargetModel(model="sim", max_batch=1, decode_base_ms=10.0, prefill_base_ms=0.0)
 

@@ -1,6 +1,6 @@
 """The simulated target's ``/metrics`` page in the Prometheus text exposition format (version 0.0.4).
 
-Only rendering lives here: the numbers come from an :class:`~cliffwatch.target.batching.EngineStats`
+Only rendering lives here: the numbers come from an :class:`~cliffwatch.simulator.batching.EngineStats`
 snapshot, so one scrape is internally consistent.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cliffwatch.target.batching import EngineStats, Result
+from cliffwatch.simulator.batching import EngineStats, Result
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 PREFIX = "cliffwatch_target_"

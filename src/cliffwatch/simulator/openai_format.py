@@ -17,7 +17,7 @@ from typing import Any
 
 from cliffwatch.domain.errors import CliffwatchError
 from cliffwatch.domain.scenario.target_model import Scheduling, TargetModel
-from cliffwatch.target.prefix_cache import block_hashes
+from cliffwatch.simulator.prefix_cache import block_hashes
 
 DONE_EVENT = b"data: [DONE]\n\n"
 FINISH_REASON = "length"  # every sequence generates exactly max_tokens, as with ignore_eos

@@ -41,8 +41,8 @@ from cliffwatch.adapters.store.locks import leader_lock
 from cliffwatch.adapters.store.migrate import is_current, upgrade
 from cliffwatch.adapters.store.sessions_sql import SqlSessionStore
 from cliffwatch.adapters.store.sql import SqlStore
-from cliffwatch.bootstrap import PreparedRun, prepare_run
-from cliffwatch.bootstrap_sweep import SweepHandle, prepare_sweep
+from cliffwatch.bootstrap.run import PreparedRun, prepare_run
+from cliffwatch.bootstrap.sweep import SweepHandle, prepare_sweep
 from cliffwatch.config import Settings
 from cliffwatch.domain.capacity.sweep_spec import SweepSpec
 from cliffwatch.domain.errors import CliffwatchError

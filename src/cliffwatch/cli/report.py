@@ -79,7 +79,7 @@ def _looks_like_a_path(source: str) -> bool:
 
 async def _stored(settings: Settings, run_id: str) -> tuple[Mapping[str, Any], Sequence[Mapping[str, Any]]]:
     """A stored run's result document and its time series, which the store keeps apart (a sweep has none)."""
-    from cliffwatch.bootstrap_service import open_store  # the store only when a run id is given
+    from cliffwatch.bootstrap.service import open_store  # the store only when a run id is given
 
     async with open_store(settings) as store:
         run = await store.get_run(run_id)

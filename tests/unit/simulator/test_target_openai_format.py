@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from cliffwatch.domain.scenario.target_model import Scheduling, TargetModel
-from cliffwatch.target.openai_format import (
+from cliffwatch.simulator.openai_format import (
     DONE_EVENT,
     ApiError,
     ChunkWriter,

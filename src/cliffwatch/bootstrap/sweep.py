@@ -18,7 +18,7 @@ from cliffwatch.adapters.loadgen.sweep_steps import HttpStepRunner
 from cliffwatch.adapters.network.target_access import Destinations
 from cliffwatch.adapters.runtime.clock import MonotonicClock
 from cliffwatch.adapters.runtime.descriptors import DescriptorBudget, descriptor_budget
-from cliffwatch.bootstrap import (
+from cliffwatch.bootstrap.run import (
     attempt_cap,
     check_caps,
     new_run_id,

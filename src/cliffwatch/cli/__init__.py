@@ -33,11 +33,11 @@ from cliffwatch.adapters.runtime.logs import configure_logging
 from cliffwatch.adapters.terminal.console import ConsoleProgress, comparison, scorecard
 from cliffwatch.adapters.workload.dataset_files import load_dataset
 from cliffwatch.adapters.workload.trace_files import load_traces
-from cliffwatch.bootstrap import clean_up_leftover_faults, prepare_run, toxiproxy_unavailable
-from cliffwatch.cli_report import add_parser as add_report_parser
-from cliffwatch.cli_signals import stopping_on_signals
-from cliffwatch.cli_sweep import add_parser as add_sweep_parser
-from cliffwatch.cli_workers import add_worker_options, sent_from
+from cliffwatch.bootstrap.run import clean_up_leftover_faults, prepare_run, toxiproxy_unavailable
+from cliffwatch.cli.report import add_parser as add_report_parser
+from cliffwatch.cli.signals import stopping_on_signals
+from cliffwatch.cli.sweep import add_parser as add_sweep_parser
+from cliffwatch.cli.workers import add_worker_options, sent_from
 from cliffwatch.config import Settings, SettingsInvalid, describe_settings
 from cliffwatch.domain.errors import (
     BuiltinTargetFailed,
@@ -299,7 +299,7 @@ def _demo(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _target(args: argparse.Namespace, settings: Settings) -> int:
-    from cliffwatch.target.runner import serve
+    from cliffwatch.simulator.runner import serve
 
     overrides: dict[str, Any] = {}
     for source, text, load in _target_configs(args):
@@ -328,7 +328,7 @@ def _target(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _serve(args: argparse.Namespace, settings: Settings) -> int:
-    from cliffwatch.bootstrap_service import serve
+    from cliffwatch.bootstrap.service import serve
 
     async def main() -> None:
         stop = asyncio.Event()
@@ -354,7 +354,7 @@ def _db_upgrade(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _token_create(args: argparse.Namespace, settings: Settings) -> int:
-    from cliffwatch.bootstrap_service import open_store, utc_now
+    from cliffwatch.bootstrap.service import open_store, utc_now
 
     async def create() -> tuple[ApiToken, str]:
         async with open_store(settings) as store:
@@ -367,7 +367,7 @@ def _token_create(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _token_list(args: argparse.Namespace, settings: Settings) -> int:
-    from cliffwatch.bootstrap_service import open_store, utc_now
+    from cliffwatch.bootstrap.service import open_store, utc_now
 
     async def listed() -> list[ApiToken]:
         async with open_store(settings) as store:
@@ -380,7 +380,7 @@ def _token_list(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _token_revoke(args: argparse.Namespace, settings: Settings) -> int:
-    from cliffwatch.bootstrap_service import open_store, utc_now
+    from cliffwatch.bootstrap.service import open_store, utc_now
 
     async def revoke() -> bool:
         async with open_store(settings) as store:

@@ -20,10 +20,10 @@ from cliffwatch.adapters.report.files import write_run_report
 from cliffwatch.adapters.runtime.descriptors import settle_descriptors
 from cliffwatch.adapters.terminal.console import ConsoleProgress
 from cliffwatch.adapters.terminal.sweep_console import SweepConsoleObserver, sweep_report
-from cliffwatch.bootstrap import clean_up_leftover_faults
-from cliffwatch.bootstrap_sweep import SweepOutcome, prepare_sweep
-from cliffwatch.cli_signals import stopping_on_signals
-from cliffwatch.cli_workers import add_worker_options, sent_from
+from cliffwatch.bootstrap.run import clean_up_leftover_faults
+from cliffwatch.bootstrap.sweep import SweepOutcome, prepare_sweep
+from cliffwatch.cli.signals import stopping_on_signals
+from cliffwatch.cli.workers import add_worker_options, sent_from
 from cliffwatch.config import Settings
 from cliffwatch.domain.capacity.sweep_plan import short_step_warning
 from cliffwatch.domain.capacity.sweep_spec import VARIANT_HELP, SweepSpec, parse_sweep_options

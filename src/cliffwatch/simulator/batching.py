@@ -17,8 +17,8 @@ from enum import StrEnum
 
 from cliffwatch.domain.errors import CliffwatchError
 from cliffwatch.domain.scenario.target_model import Admission, Scheduling, TargetModel
-from cliffwatch.target.prefix_cache import PrefixCache, continued
-from cliffwatch.target.waiting import WaitingQueue
+from cliffwatch.simulator.prefix_cache import PrefixCache, continued
+from cliffwatch.simulator.waiting import WaitingQueue
 
 _WORDS = (
     "the of and to in is that for it as with was on be by at this from or an are not but have "
@@ -79,7 +79,7 @@ class EngineRequest:
     rng: random.Random = field(repr=False)
     streaming: bool = True
     priority: int = 0  # the body's "priority": lower is admitted sooner under priority scheduling (as vLLM's)
-    blocks: tuple[int, ...] = ()  # the prompt's chained block hashes (target/prefix_cache.py)
+    blocks: tuple[int, ...] = ()  # the prompt's chained block hashes (simulator/prefix_cache.py)
     tail: tuple[str, ...] = ()  # the prompt's words after its last full block
     cached_tokens: int = 0  # of its prompt, found in the prefix cache when it was admitted
     tenant: str = ""  # the body's "user": fair scheduling takes the tenants in turn

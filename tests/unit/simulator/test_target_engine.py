@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from cliffwatch.domain.scenario.target_model import Admission, TargetModel
-from cliffwatch.target.batching import Result
-from cliffwatch.target.engine import (
+from cliffwatch.simulator.batching import Result
+from cliffwatch.simulator.engine import (
     Engine,
     EngineClosed,
     Generation,
