@@ -46,6 +46,7 @@ from sybil.parsers.markdown.lexers import RawFencedCodeBlockLexer
 
 from api_examples_kit import ApiExamples
 from cliffwatch.adapters.documents.scenario_files import load_scenario
+from cliffwatch.bootstrap.settings import load_settings
 from cliffwatch.cli import _parser, main
 from cliffwatch.config import SPECS, Settings, SettingsInvalid
 
@@ -214,7 +215,7 @@ def _config_file(text: str) -> str | None:
         path = Path(scratch) / "cliffwatch.yaml"
         path.write_text(text)
         try:
-            Settings.from_env({"CLIFFWATCH_CONFIG": str(path)})
+            load_settings({"CLIFFWATCH_CONFIG": str(path)})
         except SettingsInvalid as exc:
             return f"as a CLIFFWATCH_CONFIG file: {exc}"
     return None

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from cliffwatch.bootstrap.settings import load_settings
 from cliffwatch.config import Settings, SettingsInvalid
 
 VARIABLES = ("CLIFFWATCH_ALLOWED_TARGETS", "CLIFFWATCH_LOG_FORMAT", "CLIFFWATCH_LOG_LEVEL")
@@ -235,7 +236,7 @@ def test_a_config_file_sets_values_and_the_environment_wins_over_it(tmp_path: Pa
     """Keys of CLIFFWATCH_CONFIG are the variables' names without the prefix; a variable overrides a key."""
     config = tmp_path / "cliffwatch.yaml"
     config.write_text("max_concurrent_runs: 5\nlisten_port: 9000\nallowed_targets: [10.0.0.0/8, localhost]\n")
-    settings = Settings.from_env({"HOME": "/h", "CLIFFWATCH_CONFIG": str(config), "CLIFFWATCH_LISTEN_PORT": "9100"})
+    settings = load_settings({"HOME": "/h", "CLIFFWATCH_CONFIG": str(config), "CLIFFWATCH_LISTEN_PORT": "9100"})
     assert settings.max_concurrent_runs == 5
     assert settings.listen_port == 9100
     assert [e.describe() for e in settings.allowlist.entries] == ["10.0.0.0/8", "localhost"]
@@ -246,7 +247,7 @@ def test_bad_values_in_a_config_file_name_the_file_and_the_key(tmp_path: Path) -
     config = tmp_path / "cliffwatch.yaml"
     config.write_text("max_concurrent_runs: 0\ndatabase_url: mysql://x\nlisten_prot: 1\n")
     with pytest.raises(SettingsInvalid) as caught:
-        Settings.from_env({"HOME": "/h", "CLIFFWATCH_CONFIG": str(config)})
+        load_settings({"HOME": "/h", "CLIFFWATCH_CONFIG": str(config)})
     assert caught.value.problems == [
         f"{config}: database_url: must be sqlite+aiosqlite:///path or postgresql+asyncpg://user:password@host:port/db",
         f"{config}: max_concurrent_runs: must be a whole number in [1, 64], got 0",
@@ -263,7 +264,7 @@ def test_a_config_file_that_is_not_a_mapping_is_refused(tmp_path: Path, content:
     config = tmp_path / "c.yaml"
     config.write_text(content)
     with pytest.raises(SettingsInvalid, match=message):
-        Settings.from_env({"HOME": "/h", "CLIFFWATCH_CONFIG": str(config)})
+        load_settings({"HOME": "/h", "CLIFFWATCH_CONFIG": str(config)})
 
 
 def test_every_setting_is_documented() -> None:
@@ -291,7 +292,7 @@ def test_a_hostile_config_file_is_one_clear_problem(tmp_path: Path, content: str
     config = tmp_path / "c.yaml"
     config.write_text(content)
     with pytest.raises(SettingsInvalid) as caught:
-        Settings.from_env({"HOME": "/h", "CLIFFWATCH_CONFIG": str(config)})
+        load_settings({"HOME": "/h", "CLIFFWATCH_CONFIG": str(config)})
     assert len(caught.value.problems) == 1
     assert caught.value.problems[0].startswith(f"CLIFFWATCH_CONFIG: {config}: ")
     assert message in caught.value.problems[0]
@@ -304,3 +305,12 @@ def test_a_malformed_ray_address_is_a_settings_problem_and_a_blank_one_means_non
     assert caught.value.problems == ["CLIFFWATCH_RAY_ADDRESS: 'head:port': the port must be a number from 1 to 65535"]
     assert Settings.from_env({"CLIFFWATCH_RAY_ADDRESS": "  "}).ray_address is None
     assert Settings.from_env({"CLIFFWATCH_RAY_ADDRESS": "ray://head:10001"}).ray_address == "ray://head:10001"
+
+
+def test_settings_never_read_a_file_themselves() -> None:
+    """``config`` imports nothing but the domain: a file ``CLIFFWATCH_CONFIG`` names is read by ``load_settings``,
+    and settings asked for without it say so rather than leave the file's values out."""
+    with pytest.raises(SettingsInvalid, match="CLIFFWATCH_CONFIG is set, but its file was not read"):
+        Settings.from_env({"CLIFFWATCH_CONFIG": "/nowhere.yaml"})
+    with pytest.raises(SettingsInvalid, match=r"CLIFFWATCH_CONFIG: cannot read /nowhere.yaml"):
+        load_settings({"CLIFFWATCH_CONFIG": "/nowhere.yaml"})

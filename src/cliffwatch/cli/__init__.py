@@ -34,6 +34,7 @@ from cliffwatch.adapters.terminal.console import ConsoleProgress, comparison, sc
 from cliffwatch.adapters.workload.dataset_files import load_dataset
 from cliffwatch.adapters.workload.trace_files import load_traces
 from cliffwatch.bootstrap.run import clean_up_leftover_faults, prepare_run, toxiproxy_unavailable
+from cliffwatch.bootstrap.settings import load_settings
 from cliffwatch.cli.report import add_parser as add_report_parser
 from cliffwatch.cli.signals import stopping_on_signals
 from cliffwatch.cli.sweep import add_parser as add_sweep_parser
@@ -72,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     err = Console(stderr=True, highlight=False)
     try:
-        settings = Settings.from_env()
+        settings = load_settings()
         # The service logs what it does; one-shot commands keep the terminal for their output unless -v.
         quiet = not args.verbose and args.command != "serve"
         configure_logging(level="warning" if quiet else settings.log_level, fmt=settings.log_format,
