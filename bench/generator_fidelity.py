@@ -49,7 +49,7 @@ from cliffwatch.adapters.loadgen.engine import OpenLoopGenerator
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
 from cliffwatch.adapters.loadgen.token_prompts import TokenExactPrompts, load_counter
 from cliffwatch.adapters.runtime.clock import MonotonicClock
-from cliffwatch.domain.results.outcomes import RequestRecord
+from cliffwatch.domain.outcomes import RequestRecord
 from cliffwatch.domain.scenario.scenario import Scenario, parse_scenario
 from cliffwatch.domain.traffic.plan import PlannedRequest, iter_plan
 from fidelity_figures import (

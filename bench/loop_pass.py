@@ -24,7 +24,7 @@ from typing import Any
 from cliffwatch.adapters.loadgen.engine import OpenLoopGenerator
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
 from cliffwatch.adapters.runtime.clock import MonotonicClock
-from cliffwatch.domain.results.outcomes import RequestRecord
+from cliffwatch.domain.outcomes import RequestRecord
 from cliffwatch.domain.scenario.scenario import parse_scenario
 from cliffwatch.domain.scenario.target_spec import Api
 from cliffwatch.domain.traffic.plan import PlannedRequest, iter_plan

@@ -34,7 +34,7 @@ from cliffwatch.adapters.runtime.builtin_target import BuiltinTarget
 from cliffwatch.adapters.runtime.clock import MonotonicClock
 from cliffwatch.domain.capacity.sweep_plan import step_scenario
 from cliffwatch.domain.capacity.sweep_spec import SweepArrival, SweepSpec
-from cliffwatch.domain.results.outcomes import NS_PER_S, RequestRecord
+from cliffwatch.domain.outcomes import NS_PER_S, RequestRecord
 from cliffwatch.domain.scenario.scenario import Scenario, parse_scenario
 from cliffwatch.domain.scenario.target_model import TargetModel
 from cliffwatch.services.memory import CollectingObserver, NoFaultInjector

@@ -11,10 +11,10 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from cliffwatch.adapters.store import SqlStore, create_engine
+from cliffwatch.domain.histogram import Histogram
+from cliffwatch.domain.outcomes import NS_PER_MS, Attempt, Outcome, RequestRecord, TokenSource
 from cliffwatch.domain.ports import FaultLedger
-from cliffwatch.domain.results.histogram import Histogram
 from cliffwatch.domain.results.metrics import RunAggregator
-from cliffwatch.domain.results.outcomes import NS_PER_MS, Attempt, Outcome, RequestRecord, TokenSource
 from cliffwatch.domain.results.result import PhaseTiming, RunResult, RunStatus
 from cliffwatch.domain.results.scoring import score_run
 from cliffwatch.domain.scenario.retry import FailureKind

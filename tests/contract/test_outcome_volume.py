@@ -9,7 +9,7 @@ import time
 import pytest
 from store_kit import Backend, make_record, make_run, sql_only
 
-from cliffwatch.domain.results.outcomes import RequestRecord
+from cliffwatch.domain.outcomes import RequestRecord
 from cliffwatch.domain.service.runs import StoredOutcome
 
 TOTAL = 100_000

@@ -19,7 +19,7 @@ from cliffwatch.adapters.store import SqlFaultLedger, SqlStore, create_engine
 from cliffwatch.adapters.store.locks import LEADER_LOCK_KEY, PgLeaderLock
 from cliffwatch.adapters.store.tables import ledger_runs, run_phases, run_seconds
 from cliffwatch.domain.errors import StoreUnavailable
-from cliffwatch.domain.results.outcomes import OUTCOMES
+from cliffwatch.domain.outcomes import OUTCOMES
 from cliffwatch.domain.results.result import RunStatus
 
 LEASE = seconds(30)

@@ -13,8 +13,8 @@ from store_kit import T0, Backend, Store, make_record, make_run, scored_end, sec
 from cliffwatch.domain.errors import RunNotFound
 from cliffwatch.domain.ports import LedgerEntry
 from cliffwatch.domain.results.result import RunStatus
+from cliffwatch.domain.scenario.metrics_spec import Engine, Signal
 from cliffwatch.domain.security.redaction import Credential
-from cliffwatch.domain.server.metrics_spec import Engine, Signal
 from cliffwatch.domain.server.server_view import ServerSeries, ServerView
 from cliffwatch.domain.service.runs import (
     ApiToken,

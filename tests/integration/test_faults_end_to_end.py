@@ -22,7 +22,7 @@ from toxiproxy import Toxiproxy
 from cliffwatch.bootstrap.run import prepare_run
 from cliffwatch.config import Settings
 from cliffwatch.domain.errors import FaultInjectionFailed
-from cliffwatch.domain.results.outcomes import Outcome
+from cliffwatch.domain.outcomes import Outcome
 from cliffwatch.domain.results.result import RunResult, RunStatus
 from cliffwatch.domain.scenario.scenario import Scenario, parse_scenario
 from cliffwatch.domain.security.allowlist import DEFAULT_ALLOWLIST, parse_allowlist

@@ -20,7 +20,7 @@ from cliffwatch.adapters.faults.toxiproxy import ToxiproxyClient
 from cliffwatch.bootstrap.run import prepare_run
 from cliffwatch.config import Settings
 from cliffwatch.domain.errors import TargetNotAllowed
-from cliffwatch.domain.results.outcomes import Outcome
+from cliffwatch.domain.outcomes import Outcome
 from cliffwatch.domain.results.result import RunResult, RunStatus
 from cliffwatch.domain.scenario.scenario import Scenario, parse_scenario
 from cliffwatch.domain.security.allowlist import parse_allowlist

@@ -28,7 +28,7 @@ from test_service_api import REPO, call, served_instance
 from cliffwatch.adapters.faults.toxiproxy import ToxiproxyClient
 from cliffwatch.bootstrap.run import prepare_run
 from cliffwatch.domain.errors import TargetNotAllowed
-from cliffwatch.domain.results.outcomes import Outcome
+from cliffwatch.domain.outcomes import Outcome
 from cliffwatch.domain.results.result import RunStatus
 from cliffwatch.domain.scenario.faults import ToxicState, ToxicType
 from cliffwatch.domain.scenario.scenario import parse_scenario

@@ -19,8 +19,8 @@ from cliffwatch.bootstrap.run import prepare_run
 from cliffwatch.config import Settings
 from cliffwatch.domain.results.result import RunResult
 from cliffwatch.domain.results.scoring import HIDDEN_OVERLOAD
+from cliffwatch.domain.scenario.metrics_spec import Engine, Signal
 from cliffwatch.domain.scenario.scenario import parse_scenario
-from cliffwatch.domain.server.metrics_spec import Engine, Signal
 from cliffwatch.services.memory import CollectingObserver
 from engine_pages import PAGES, EngineState
 

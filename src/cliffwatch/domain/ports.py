@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from cliffwatch.domain.results.outcomes import RequestRecord
+from cliffwatch.domain.outcomes import RequestRecord
 from cliffwatch.domain.scenario.faults import FaultSpec, ProxyState, ToxicState
 from cliffwatch.domain.security.secrets import SecretRef
 from cliffwatch.domain.server.server_view import ServerView

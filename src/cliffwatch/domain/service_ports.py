@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
-from cliffwatch.domain.results.outcomes import RequestRecord
+from cliffwatch.domain.outcomes import RequestRecord
 from cliffwatch.domain.security.redaction import Credential
 from cliffwatch.domain.service.runs import (
     ApiToken,

@@ -9,6 +9,8 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from cliffwatch.domain.errors import FaultInjectionFailed
+from cliffwatch.domain.histogram import Histogram
+from cliffwatch.domain.outcomes import NS_PER_S, RequestRecord
 from cliffwatch.domain.ports import (
     Clock,
     FaultEvent,
@@ -18,8 +20,6 @@ from cliffwatch.domain.ports import (
     Progress,
     ToxiproxyApi,
 )
-from cliffwatch.domain.results.histogram import Histogram
-from cliffwatch.domain.results.outcomes import NS_PER_S, RequestRecord
 from cliffwatch.domain.scenario.faults import FaultSpec, ProxyState, ToxicState
 from cliffwatch.domain.server.server_view import ServerView
 from cliffwatch.domain.traffic.generator_health import GeneratorLimits, GeneratorReport, judge_generator

@@ -40,7 +40,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from cliffwatch.domain.errors import RunNotFound
-from cliffwatch.domain.results.outcomes import RequestRecord
+from cliffwatch.domain.outcomes import RequestRecord
 from cliffwatch.domain.results.result import RunStatus
 from cliffwatch.domain.security.redaction import Credential
 from cliffwatch.domain.service.runs import (

@@ -23,7 +23,7 @@ from collections.abc import Callable
 import structlog
 
 from cliffwatch.domain.errors import StoreUnavailable
-from cliffwatch.domain.results.outcomes import RequestRecord
+from cliffwatch.domain.outcomes import RequestRecord
 from cliffwatch.domain.service_ports import RunStore
 
 log = structlog.get_logger(__name__)

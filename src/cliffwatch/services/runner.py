@@ -13,6 +13,7 @@ from typing import Any
 import structlog
 
 from cliffwatch.domain.errors import CliffwatchError
+from cliffwatch.domain.outcomes import NS_PER_S, Outcome, RequestRecord
 from cliffwatch.domain.ports import (
     Clock,
     FaultEvent,
@@ -24,14 +25,13 @@ from cliffwatch.domain.ports import (
     ServerWatcher,
 )
 from cliffwatch.domain.results.isolation import class_plans
-from cliffwatch.domain.results.metrics import ClassBook, PhaseWindow, RunAggregator
-from cliffwatch.domain.results.outcomes import NS_PER_S, Outcome, RequestRecord
+from cliffwatch.domain.results.metrics import ClassBook, RunAggregator
 from cliffwatch.domain.results.result import PhaseTiming, RunResult, RunStatus
 from cliffwatch.domain.results.scoring import score_run
 from cliffwatch.domain.scenario.scenario import Role, Scenario
 from cliffwatch.domain.server.server_view import ServerView
 from cliffwatch.domain.traffic.generator_health import GeneratorReport
-from cliffwatch.domain.traffic.plan import PlannedRequest, iter_plan, phase_windows
+from cliffwatch.domain.traffic.plan import PhaseWindow, PlannedRequest, iter_plan, phase_windows
 from cliffwatch.domain.workload.prompt_sizing import WORDS_SIZING
 from cliffwatch.services.memory import NoServerWatcher
 

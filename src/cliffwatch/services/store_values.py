@@ -17,7 +17,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from cliffwatch.domain.results.outcomes import RequestRecord
+from cliffwatch.domain.outcomes import RequestRecord
 from cliffwatch.domain.service.runs import Overrides, Run, StoredOutcome
 
 EMERGENCY_STOP = "emergency_stop"  # the control key

@@ -8,7 +8,7 @@ import pytest
 
 from cliffwatch.adapters.runtime.clock import MonotonicClock
 from cliffwatch.domain.errors import FaultInjectionFailed
-from cliffwatch.domain.results.outcomes import NS_PER_MS, Attempt, Outcome, RequestRecord
+from cliffwatch.domain.outcomes import NS_PER_MS, Attempt, Outcome, RequestRecord
 from cliffwatch.domain.scenario.faults import FaultSpec, Stream, ToxicType
 from cliffwatch.domain.traffic.plan import PlannedRequest
 from cliffwatch.services.memory import NoFaultInjector, RecordingFaultInjector, ScriptedGenerator

@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any, cast
 
-from cliffwatch.domain.results.outcomes import RequestRecord
+from cliffwatch.domain.outcomes import RequestRecord
 from cliffwatch.domain.service_ports import RunStore
 from cliffwatch.services.outcome_sink import BATCH, BufferedStoreSink
 

@@ -17,8 +17,8 @@ import pytest
 
 from cliffwatch.adapters.runtime.clock import MonotonicClock
 from cliffwatch.domain.errors import FaultInjectionFailed, TargetUnreachable
+from cliffwatch.domain.outcomes import NS_PER_MS, NS_PER_S, Attempt, Outcome, RequestRecord, Slo, classify
 from cliffwatch.domain.ports import Clock, FaultEvent, FaultInjector
-from cliffwatch.domain.results.outcomes import NS_PER_MS, NS_PER_S, Attempt, Outcome, RequestRecord, Slo, classify
 from cliffwatch.domain.results.result import RunResult, RunStatus
 from cliffwatch.domain.results.scoring import SCORE_VERSION
 from cliffwatch.domain.scenario.faults import FaultSpec

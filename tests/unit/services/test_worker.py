@@ -13,8 +13,8 @@ from worker_kit import Prepared, WorkerRig, answered, now, working
 
 from cliffwatch.adapters.runtime.clock import MonotonicClock
 from cliffwatch.domain.errors import TargetUnreachable
+from cliffwatch.domain.outcomes import Outcome
 from cliffwatch.domain.ports import RecordSink
-from cliffwatch.domain.results.outcomes import Outcome
 from cliffwatch.domain.results.result import RunStatus
 from cliffwatch.domain.scenario.scenario import Scenario, parse_scenario
 from cliffwatch.domain.service.runs import Run, Trigger

@@ -18,8 +18,8 @@ from worker_kit import Prepared, WorkerRig, answered, now, working
 from cliffwatch.adapters.network.target_policies import AllowlistPolicy
 from cliffwatch.adapters.runtime.clock import MonotonicClock
 from cliffwatch.domain.errors import EmergencyStopNotRecorded, StoreUnavailable
+from cliffwatch.domain.outcomes import Outcome, RequestRecord
 from cliffwatch.domain.ports import RecordSink
-from cliffwatch.domain.results.outcomes import Outcome, RequestRecord
 from cliffwatch.domain.results.result import RunStatus
 from cliffwatch.domain.scenario.scenario import Scenario
 from cliffwatch.domain.security.allowlist import DEFAULT_ALLOWLIST, parse_allowlist

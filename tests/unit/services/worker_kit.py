@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
-from cliffwatch.domain.results.outcomes import NS_PER_MS, Attempt, RequestRecord, classify
+from cliffwatch.domain.outcomes import NS_PER_MS, Attempt, RequestRecord, classify
 from cliffwatch.domain.results.result import RunStatus
 from cliffwatch.domain.scenario.scenario import Scenario, content_hash
 from cliffwatch.domain.service.runs import Run, ScenarioSource, Trigger

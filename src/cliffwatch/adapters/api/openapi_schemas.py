@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from cliffwatch.domain.capacity.sweep_spec import MAX_VARIANTS, SweepArrival, SweepMode, SweepSpec
-from cliffwatch.domain.results.outcomes import Outcome
+from cliffwatch.domain.outcomes import Outcome
 from cliffwatch.domain.results.result import RunStatus
 from cliffwatch.domain.scenario.scenario import MAX_SEED
 from cliffwatch.domain.service.runs import CatchUp, Role, RunKind, ScenarioSource, Trigger

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from cliffwatch.adapters.report.charts import run_charts
-from cliffwatch.domain.results.outcomes import OUTCOMES
+from cliffwatch.domain.outcomes import OUTCOMES
 from cliffwatch.domain.service.runs import Run, StoredOutcome
 from cliffwatch.domain.service_ports import RunStore
 

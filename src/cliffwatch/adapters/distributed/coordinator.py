@@ -25,8 +25,8 @@ from typing import Any
 from cliffwatch.adapters.distributed.pool import Worker, WorkerPool
 from cliffwatch.adapters.distributed.wire import WireBroken, plan_row, planned, receive, recorded
 from cliffwatch.domain.errors import WorkersFailed
+from cliffwatch.domain.outcomes import NS_PER_MS, NS_PER_S
 from cliffwatch.domain.ports import Clock, GeneratorListener, LiveCounters
-from cliffwatch.domain.results.outcomes import NS_PER_MS, NS_PER_S
 from cliffwatch.domain.scenario.scenario import Scenario
 from cliffwatch.domain.traffic.clock_agreement import skew_ms
 from cliffwatch.domain.traffic.generator_health import (

@@ -34,7 +34,7 @@ from dataclasses import fields
 from typing import Any
 
 from cliffwatch.domain.errors import CliffwatchError
-from cliffwatch.domain.results.outcomes import Attempt, Outcome, RequestRecord, TokenSource
+from cliffwatch.domain.outcomes import Attempt, Outcome, RequestRecord, TokenSource
 from cliffwatch.domain.scenario.retry import FailureKind
 from cliffwatch.domain.traffic.plan import PlannedRequest
 

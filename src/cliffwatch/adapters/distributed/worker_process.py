@@ -30,7 +30,7 @@ from cliffwatch.adapters.loadgen.prompt_setup import prompt_options
 from cliffwatch.adapters.network.target_access import Destinations
 from cliffwatch.adapters.runtime.clock import MonotonicClock
 from cliffwatch.adapters.runtime.logs import configure_logging, remember_secrets
-from cliffwatch.domain.results.outcomes import RequestRecord
+from cliffwatch.domain.outcomes import RequestRecord
 from cliffwatch.domain.scenario.scenario import Scenario
 from cliffwatch.domain.traffic.plan import PlannedRequest
 from cliffwatch.domain.traffic.rate_limit import TokenBucket

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from cliffwatch.adapters.loadgen.openai_stream import OpenAIStream
-from cliffwatch.domain.results.outcomes import Attempt, TokenSource
+from cliffwatch.domain.outcomes import Attempt, TokenSource
 from cliffwatch.domain.scenario.completeness import Expectation, shortfall
 from cliffwatch.domain.scenario.retry import FailureKind
 

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import aiohttp
 
-from cliffwatch.domain.results.outcomes import NS_PER_MS
+from cliffwatch.domain.outcomes import NS_PER_MS
 
 
 class AttemptTrace:

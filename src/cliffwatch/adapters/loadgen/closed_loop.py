@@ -21,8 +21,8 @@ import random
 from collections.abc import Iterable
 
 from cliffwatch.adapters.loadgen.engine import AttemptExecutor, OpenLoopGenerator
+from cliffwatch.domain.outcomes import NS_PER_S
 from cliffwatch.domain.ports import Clock, GeneratorListener
-from cliffwatch.domain.results.outcomes import NS_PER_S
 from cliffwatch.domain.scenario.arrivals import Mix
 from cliffwatch.domain.scenario.conversations import PrefixChooser
 from cliffwatch.domain.scenario.scenario import Scenario

@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from cliffwatch.domain.results.outcomes import NS_PER_MS
+from cliffwatch.domain.outcomes import NS_PER_MS
 from cliffwatch.domain.traffic.generator_health import CollectorReport
 
 # Young collections every 10,000 net allocations instead of 700: each walks only the young objects, so a

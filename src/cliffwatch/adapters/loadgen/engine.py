@@ -24,9 +24,9 @@ from typing import Protocol
 import structlog
 
 from cliffwatch.adapters.loadgen.collector import generator_collector
+from cliffwatch.domain.histogram import Histogram
+from cliffwatch.domain.outcomes import CAP_REASON, NS_PER_MS, NS_PER_S, Attempt, RequestRecord
 from cliffwatch.domain.ports import Clock, GeneratorListener, LiveCounters
-from cliffwatch.domain.results.histogram import Histogram
-from cliffwatch.domain.results.outcomes import CAP_REASON, NS_PER_MS, NS_PER_S, Attempt, RequestRecord
 from cliffwatch.domain.scenario.conversations import turn_id
 from cliffwatch.domain.scenario.retry import FailureKind, RetryBudgetState, RetryKind, decide_retry
 from cliffwatch.domain.scenario.scenario import Scenario

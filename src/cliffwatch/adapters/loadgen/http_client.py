@@ -36,7 +36,7 @@ from cliffwatch.adapters.loadgen.token_prompts import CalibratedPrompts, PromptS
 from cliffwatch.adapters.network.target_access import Destinations
 from cliffwatch.adapters.workload.dataset_files import LoadedDataset
 from cliffwatch.domain.errors import CliffwatchError, TargetUnreachable
-from cliffwatch.domain.results.outcomes import CAP_REASON, Attempt, TokenSource
+from cliffwatch.domain.outcomes import CAP_REASON, Attempt, TokenSource
 from cliffwatch.domain.scenario.retry import FailureKind
 from cliffwatch.domain.scenario.scenario import Scenario
 from cliffwatch.domain.scenario.target_spec import Api, RequestTemplate

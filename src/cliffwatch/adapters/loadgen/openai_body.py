@@ -10,7 +10,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from cliffwatch.domain.results.outcomes import TokenSource
+from cliffwatch.domain.outcomes import TokenSource
 from cliffwatch.domain.scenario.retry import FailureKind
 
 MAX_ERROR_CHARS = 300  # error texts kept on an attempt; bodies can be whole HTML pages

@@ -81,7 +81,7 @@ from cliffwatch.adapters.loadgen.openai_body import (
     tool_call_text,
 )
 from cliffwatch.adapters.loadgen.sse import DEFAULT_MAX_PENDING, SseDecoder, SseEvent, SseLineTooLong
-from cliffwatch.domain.results.outcomes import TokenSource
+from cliffwatch.domain.outcomes import TokenSource
 from cliffwatch.domain.scenario.retry import FailureKind
 
 

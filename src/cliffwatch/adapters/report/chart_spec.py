@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cliffwatch.domain.results.outcomes import OUTCOMES as ALL_OUTCOMES
-from cliffwatch.domain.results.outcomes import Outcome
+from cliffwatch.domain.outcomes import OUTCOMES as ALL_OUTCOMES
+from cliffwatch.domain.outcomes import Outcome
 
 # Okabe & Ito (2008), "Color Universal Design".
 BLACK, ORANGE, SKY_BLUE, GREEN, YELLOW, BLUE, VERMILLION, PURPLE = (

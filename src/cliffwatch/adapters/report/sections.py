@@ -18,7 +18,7 @@ from cliffwatch.adapters.report.markup import num as _num
 from cliffwatch.adapters.report.markup import pct as _pct
 from cliffwatch.adapters.report.markup import table as _table
 from cliffwatch.adapters.report.readable import duration, when
-from cliffwatch.domain.results.outcomes import NOT_ON_TIME, OUTCOME_TEXT
+from cliffwatch.domain.outcomes import NOT_ON_TIME, OUTCOME_TEXT
 
 
 def evidence(items: Mapping[str, Any]) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 from cliffwatch.adapters.report.markup import DASH, as_list, as_map, esc, ms, num, table
 from cliffwatch.adapters.report.readable import duration, when
 from cliffwatch.adapters.report.sections import evidence
-from cliffwatch.domain.results.outcomes import FAILED, OUTCOME_TEXT
+from cliffwatch.domain.outcomes import FAILED, OUTCOME_TEXT
 
 
 def pct1(value: Any) -> str:

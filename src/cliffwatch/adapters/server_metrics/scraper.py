@@ -21,10 +21,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from cliffwatch import __version__
 from cliffwatch.adapters.loadgen.pinned_resolver import PinnedResolver
 from cliffwatch.adapters.network.target_access import Destinations
+from cliffwatch.domain.outcomes import NS_PER_S
 from cliffwatch.domain.ports import Clock
-from cliffwatch.domain.results.outcomes import NS_PER_S
-from cliffwatch.domain.server.metric_expr import Samples
-from cliffwatch.domain.server.metrics_spec import MetricsSpec
+from cliffwatch.domain.scenario.metric_expr import Samples
+from cliffwatch.domain.scenario.metrics_spec import MetricsSpec
 from cliffwatch.domain.server.server_view import ServerRecorder, ServerView
 
 log = structlog.get_logger(__name__)

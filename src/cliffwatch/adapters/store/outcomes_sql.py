@@ -27,7 +27,7 @@ from cliffwatch.adapters.store.database import Database
 from cliffwatch.adapters.store.rows import outcome_of
 from cliffwatch.adapters.store.tables import request_outcomes, run_seconds, runs
 from cliffwatch.domain.errors import RunNotFound
-from cliffwatch.domain.results.outcomes import RequestRecord
+from cliffwatch.domain.outcomes import RequestRecord
 from cliffwatch.domain.service.runs import OUTCOME_FIELDS, StoredOutcome, outcome_values
 from cliffwatch.services.store_values import check_limit, json_text, without_nul
 

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import RowMapping
 
 from cliffwatch.domain.capacity.sweep_spec import SweepSpec, parse_sweep_spec
-from cliffwatch.domain.results.outcomes import OUTCOMES
+from cliffwatch.domain.outcomes import OUTCOMES
 from cliffwatch.domain.results.result import RunStatus
 from cliffwatch.domain.service.runs import (
     ApiToken,

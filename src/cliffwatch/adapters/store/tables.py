@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 
-from cliffwatch.domain.results.outcomes import OUTCOMES
+from cliffwatch.domain.outcomes import OUTCOMES
 from cliffwatch.services.store_values import without_nul
 
 metadata = sa.MetaData(

@@ -16,9 +16,9 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from cliffwatch.domain.outcomes import FAILED, NS_PER_S, OUTCOME_TEXT, Outcome
 from cliffwatch.domain.ports import Progress
 from cliffwatch.domain.results.metrics import PhaseStats, merge_phases
-from cliffwatch.domain.results.outcomes import FAILED, NS_PER_S, OUTCOME_TEXT, Outcome
 from cliffwatch.domain.results.result import RunResult
 from cliffwatch.domain.results.scoring import HIDDEN_OVERLOAD, PRESERVATION
 from cliffwatch.domain.scenario.conversations import pooled

@@ -12,8 +12,8 @@ from rich.text import Text
 from cliffwatch.domain.capacity.capacity import CapacityResult, SettledRate, StepStats, StepVerdict
 from cliffwatch.domain.capacity.sweep_plan import short_step_warning
 from cliffwatch.domain.capacity.sweep_spec import SweepMode
+from cliffwatch.domain.outcomes import FAILED, OUTCOME_TEXT
 from cliffwatch.domain.ports import ProgressObserver
-from cliffwatch.domain.results.outcomes import FAILED, OUTCOME_TEXT
 from cliffwatch.services.sweep import SweepOutcome, SweepReport
 
 _VERDICT_STYLE = {

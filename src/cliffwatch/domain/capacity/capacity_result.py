@@ -31,7 +31,7 @@ from cliffwatch.domain.capacity.capacity_steps import (
     pool_rates,
     settle,
 )
-from cliffwatch.domain.results.outcomes import NOT_ON_TIME, OUTCOME_TEXT
+from cliffwatch.domain.outcomes import NOT_ON_TIME, OUTCOME_TEXT
 
 CONSTRAINED_SHARE = 0.9  # throughput still at this share of its peak where latency crossed: capacity-constrained
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from cliffwatch.domain.capacity.arrival_luck import ReferenceReading
 from cliffwatch.domain.capacity.growth import Growth
-from cliffwatch.domain.results.outcomes import OUTCOMES
+from cliffwatch.domain.outcomes import OUTCOMES
 
 PERCENTILES = ("p50", "p90", "p99")
 # A count field per outcome class, named by it; they sum to offered. A class newer than a stored document

@@ -19,14 +19,15 @@ from cliffwatch.domain.capacity.arrival_luck import ReferenceReading, ReferenceS
 from cliffwatch.domain.capacity.capacity_stats import PERCENTILES, ClassStep, StepStats
 from cliffwatch.domain.capacity.growth import Growth, latency_trend, queue_trend
 from cliffwatch.domain.capacity.sweep_spec import SweepArrival, SweepMode, SweepSpec
-from cliffwatch.domain.results.metrics import PhaseStats, PhaseWindow
-from cliffwatch.domain.results.outcomes import NS_PER_S, Outcome, RequestRecord, Slo, missed_bounds
+from cliffwatch.domain.outcomes import NS_PER_S, Outcome, RequestRecord, Slo, missed_bounds
+from cliffwatch.domain.results.metrics import PhaseStats
 from cliffwatch.domain.scenario.arrivals import Arrival, Constant, Mix, Poisson
+from cliffwatch.domain.scenario.metrics_spec import Signal
 from cliffwatch.domain.scenario.retry import RetryPolicy
 from cliffwatch.domain.scenario.scenario import MAX_SEED, AbortSpec, ClientSpec, Phase, Role, Scenario
-from cliffwatch.domain.server.metrics_spec import Signal
 from cliffwatch.domain.server.server_view import ServerView
 from cliffwatch.domain.traffic.generator_health import GeneratorReport
+from cliffwatch.domain.traffic.plan import PhaseWindow
 
 WARMUP = "warm-up"
 MEASURED = "measured"

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cliffwatch.domain.results.outcomes import Slo
+from cliffwatch.domain.outcomes import Slo
 from cliffwatch.domain.scenario.arrivals import Mix
 from cliffwatch.domain.scenario.scenario import Role, Scenario
 

@@ -17,8 +17,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from cliffwatch.domain.results.histogram import Histogram
-from cliffwatch.domain.results.outcomes import (
+from cliffwatch.domain.histogram import Histogram
+from cliffwatch.domain.outcomes import (
     NS_PER_MS,
     NS_PER_S,
     OUTCOMES,
@@ -30,6 +30,7 @@ from cliffwatch.domain.results.outcomes import (
 )
 from cliffwatch.domain.scenario.conversations import ConversationBook, ConversationStats
 from cliffwatch.domain.scenario.scenario import Role
+from cliffwatch.domain.traffic.plan import PhaseWindow
 
 LATENCY_METRICS = (
     "ttft",
@@ -43,19 +44,6 @@ LATENCY_METRICS = (
     "pool_wait",
 )
 _SOURCE_NAMES = {source: source.value for source in TokenSource}  # a dict lookup, not an enum property per record
-
-
-@dataclass(frozen=True, kw_only=True)
-class PhaseWindow:
-    index: int
-    name: str
-    role: Role
-    start_ns: int
-    end_ns: int
-
-    @property
-    def duration_s(self) -> float:
-        return (self.end_ns - self.start_ns) / NS_PER_S
 
 
 @dataclass(kw_only=True)

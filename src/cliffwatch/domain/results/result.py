@@ -9,10 +9,10 @@ from enum import StrEnum
 from typing import Any
 
 from cliffwatch import __version__
+from cliffwatch.domain.histogram import Histogram
+from cliffwatch.domain.outcomes import NS_PER_S, Outcome
 from cliffwatch.domain.ports import FaultEvent
-from cliffwatch.domain.results.histogram import Histogram
 from cliffwatch.domain.results.metrics import PhaseStats, RunMetrics, SecondStats, merge_phases, outcome_counts
-from cliffwatch.domain.results.outcomes import NS_PER_S, Outcome
 from cliffwatch.domain.results.scoring import Score
 from cliffwatch.domain.scenario.conversations import pooled
 from cliffwatch.domain.scenario.scenario import Scenario

@@ -15,10 +15,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cliffwatch.domain.results.histogram import Histogram
+from cliffwatch.domain.histogram import Histogram
+from cliffwatch.domain.outcomes import NOT_ON_TIME, NS_PER_MS, NS_PER_S, OUTCOME_TEXT, Outcome, Slo
 from cliffwatch.domain.results.isolation import ClassPlan, victim_phases
 from cliffwatch.domain.results.metrics import PhaseStats, RunMetrics, SecondStats, merge_phases
-from cliffwatch.domain.results.outcomes import NOT_ON_TIME, NS_PER_MS, NS_PER_S, OUTCOME_TEXT, Outcome, Slo
 from cliffwatch.domain.results.score_values import HIDDEN_OVERLOAD as HIDDEN_OVERLOAD
 from cliffwatch.domain.results.score_values import ISOLATION as ISOLATION
 from cliffwatch.domain.results.score_values import PRESERVATION as PRESERVATION
@@ -32,8 +32,8 @@ from cliffwatch.domain.results.score_values import Component as Component
 from cliffwatch.domain.results.score_values import Evidence as Evidence
 from cliffwatch.domain.results.score_values import Flag as Flag
 from cliffwatch.domain.results.score_values import Score as Score
+from cliffwatch.domain.results.server_evidence import server_clause
 from cliffwatch.domain.scenario.scenario import Role, ScoreSpec
-from cliffwatch.domain.server.server_evidence import server_clause
 from cliffwatch.domain.server.server_view import ServerView
 
 RECOVERY_WINDOW_S = 5  # seconds with traffic pooled per recovery window

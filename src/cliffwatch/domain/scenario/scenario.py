@@ -13,7 +13,7 @@ from enum import StrEnum
 from typing import Any, TypeGuard
 
 from cliffwatch.domain.errors import Problem, ScenarioInvalid
-from cliffwatch.domain.results.outcomes import NOT_ON_TIME, Outcome, Slo
+from cliffwatch.domain.outcomes import NOT_ON_TIME, Outcome, Slo
 from cliffwatch.domain.scenario.arrivals import Arrival
 from cliffwatch.domain.scenario.conversations import PrefixSpec, SessionSpec, parse_prefix, parse_sessions
 from cliffwatch.domain.scenario.faults import FaultSpec, ProxySpec, parse_fault, parse_proxy

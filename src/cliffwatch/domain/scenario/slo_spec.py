@@ -6,7 +6,7 @@ bounds are checked against each other as a whole.
 
 from __future__ import annotations
 
-from cliffwatch.domain.results.outcomes import Slo
+from cliffwatch.domain.outcomes import Slo
 from cliffwatch.domain.validation import Reader
 
 _BOUNDS = ("e2e_ms", "timeout_ms", "ttft_ms", "tpot_ms", "ttfa_ms")

@@ -16,10 +16,10 @@ from urllib.parse import urlsplit
 from cliffwatch.domain.scenario.completeness import DEFAULT_EXPECTATION, Expectation, parse_expectation
 from cliffwatch.domain.scenario.dataset import DatasetSpec, parse_dataset
 from cliffwatch.domain.scenario.distributions import Distribution, parse_distribution
+from cliffwatch.domain.scenario.metrics_spec import MetricsSpec, parse_metrics
 from cliffwatch.domain.scenario.target_model import TargetModel, parse_target_model
 from cliffwatch.domain.security.masking import mask_url
 from cliffwatch.domain.security.secrets import SecretRef, body_references, parse_reference
-from cliffwatch.domain.server.metrics_spec import MetricsSpec, parse_metrics
 from cliffwatch.domain.validation import Problems, Reader, short_repr
 from cliffwatch.domain.workload.prompt_sizing import SERVER
 

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from cliffwatch.domain.results.outcomes import Slo
+from cliffwatch.domain.outcomes import Slo
 from cliffwatch.domain.scenario.arrivals import Arrival, Mix, parse_arrival
 from cliffwatch.domain.scenario.conversations import PrefixPer, PrefixSpec, SessionSpec, parse_prefix, parse_sessions
 from cliffwatch.domain.scenario.distributions import parse_distribution

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from cliffwatch.domain.server.metrics_spec import SIGNAL_UNITS, Engine, Signal
+from cliffwatch.domain.scenario.metrics_spec import SIGNAL_UNITS, Engine, Signal
 
 
 @dataclass(frozen=True, kw_only=True)

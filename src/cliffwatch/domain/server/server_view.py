@@ -15,9 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from cliffwatch.domain.scenario.metric_expr import Expr, ExprState, Samples, group_suffix, parse_expr
+from cliffwatch.domain.scenario.metrics_spec import Engine, MetricsSpec, SeriesSpec, Signal
 from cliffwatch.domain.server.engine_profiles import PROFILES, SignalDef, detect_engine
-from cliffwatch.domain.server.metric_expr import Expr, ExprState, Samples, group_suffix, parse_expr
-from cliffwatch.domain.server.metrics_spec import Engine, MetricsSpec, SeriesSpec, Signal
 
 MAX_FAILURE_REASONS = 20  # distinct reasons kept; the rest count under "other"
 

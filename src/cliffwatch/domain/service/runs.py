@@ -14,7 +14,7 @@ from typing import Any
 
 from cliffwatch.domain.capacity.sweep_spec import SweepSpec
 from cliffwatch.domain.errors import Problem
-from cliffwatch.domain.results.outcomes import (
+from cliffwatch.domain.outcomes import (
     CAP_REASON,
     NS_PER_MS,
     RequestRecord,

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cliffwatch.domain.results.outcomes import NS_PER_MS
+from cliffwatch.domain.outcomes import NS_PER_MS
 
 
 @dataclass(frozen=True, kw_only=True)

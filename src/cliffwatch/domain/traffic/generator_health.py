@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from cliffwatch.domain.results.histogram import Histogram
+from cliffwatch.domain.histogram import Histogram
 from cliffwatch.domain.traffic.clock_agreement import skew_problem
 from cliffwatch.domain.traffic.rate_limit import RateLimit
 

@@ -11,12 +11,26 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from cliffwatch.domain.results.metrics import PhaseWindow
-from cliffwatch.domain.results.outcomes import NS_PER_S, Attempt, Outcome, RequestRecord, Slo, classify
+from cliffwatch.domain.outcomes import NS_PER_S, Attempt, Outcome, RequestRecord, Slo, classify
 from cliffwatch.domain.scenario.arrivals import Mix, mix_offsets, plan_offsets
 from cliffwatch.domain.scenario.conversations import PrefixChooser, Turn, later_turns
-from cliffwatch.domain.scenario.scenario import Scenario
+from cliffwatch.domain.scenario.scenario import Role, Scenario
 from cliffwatch.domain.scenario.trace import TraceArrival
+
+
+@dataclass(frozen=True, kw_only=True)
+class PhaseWindow:
+    """One phase's span on the run's monotonic clock, as the plan lays the phases out end to end."""
+
+    index: int
+    name: str
+    role: Role
+    start_ns: int
+    end_ns: int
+
+    @property
+    def duration_s(self) -> float:
+        return (self.end_ns - self.start_ns) / NS_PER_S
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

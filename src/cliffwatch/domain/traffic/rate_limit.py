@@ -18,7 +18,7 @@ from collections import OrderedDict
 from collections.abc import Hashable
 from dataclasses import dataclass
 
-from cliffwatch.domain.results.outcomes import NS_PER_S
+from cliffwatch.domain.outcomes import NS_PER_S
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from cliffwatch.domain.results.histogram import Histogram
+from cliffwatch.domain.histogram import Histogram
 from cliffwatch.domain.scenario.retry import RetryBudget
 from cliffwatch.domain.scenario.scenario import AUTO_WORKERS, ClientSpec
 from cliffwatch.domain.traffic.generator_health import CollectorReport, GeneratorMeasures

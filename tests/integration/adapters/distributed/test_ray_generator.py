@@ -25,7 +25,7 @@ from cliffwatch.adapters.loadgen.http_client import HttpExecutor
 from cliffwatch.adapters.network.target_access import ensure_allowed
 from cliffwatch.adapters.runtime.clock import MonotonicClock
 from cliffwatch.domain.errors import TargetNotAllowed
-from cliffwatch.domain.results.outcomes import Outcome
+from cliffwatch.domain.outcomes import Outcome
 from cliffwatch.domain.scenario.scenario import Scenario
 from cliffwatch.domain.security.allowlist import parse_allowlist
 from cliffwatch.domain.traffic.plan import iter_plan

@@ -32,7 +32,7 @@ from cliffwatch.adapters.loadgen.http_client import HttpExecutor
 from cliffwatch.adapters.network.target_access import Destinations
 from cliffwatch.adapters.runtime.clock import MonotonicClock
 from cliffwatch.domain.errors import WorkersFailed
-from cliffwatch.domain.results.outcomes import NS_PER_MS, NS_PER_S, Outcome, RequestRecord
+from cliffwatch.domain.outcomes import NS_PER_MS, NS_PER_S, Outcome, RequestRecord
 from cliffwatch.domain.scenario.scenario import Scenario
 from cliffwatch.domain.security.allowlist import parse_allowlist
 from cliffwatch.domain.traffic.plan import PlannedRequest, iter_plan

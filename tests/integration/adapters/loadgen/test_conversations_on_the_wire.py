@@ -13,8 +13,8 @@ from loadgen_testkit import Serve
 from cliffwatch.adapters.loadgen.engine import OpenLoopGenerator
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
 from cliffwatch.adapters.runtime.clock import MonotonicClock
+from cliffwatch.domain.outcomes import NS_PER_S, Outcome, RequestRecord
 from cliffwatch.domain.results.metrics import RunAggregator
-from cliffwatch.domain.results.outcomes import NS_PER_S, Outcome, RequestRecord
 from cliffwatch.domain.scenario.scenario import Scenario, parse_scenario
 from cliffwatch.domain.traffic.plan import PlannedRequest, iter_plan, phase_windows
 

@@ -27,7 +27,7 @@ from loadgen_testkit import (
 from cliffwatch.adapters.loadgen.engine import OpenLoopGenerator
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
 from cliffwatch.adapters.runtime.clock import MonotonicClock
-from cliffwatch.domain.results.outcomes import NS_PER_MS, NS_PER_S, Outcome, RequestRecord
+from cliffwatch.domain.outcomes import NS_PER_MS, NS_PER_S, Outcome, RequestRecord
 from cliffwatch.domain.scenario.retry import FailureKind
 from cliffwatch.domain.scenario.scenario import Scenario
 from cliffwatch.domain.traffic.generator_health import GeneratorLimits, GeneratorReport

@@ -29,7 +29,7 @@ from loadgen_testkit import (
 
 from cliffwatch.adapters.loadgen.http_client import DRAIN_TIMEOUT_S, HttpExecutor
 from cliffwatch.domain.errors import TargetUnreachable
-from cliffwatch.domain.results.outcomes import NS_PER_S, Attempt, TokenSource
+from cliffwatch.domain.outcomes import NS_PER_S, Attempt, TokenSource
 from cliffwatch.domain.scenario.retry import FailureKind
 from cliffwatch.domain.scenario.scenario import Scenario
 from cliffwatch.domain.traffic.plan import PlannedRequest

@@ -21,7 +21,7 @@ from loadgen_testkit import Serve, chat_chunk, events_of, planned, scenario_for,
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
 from cliffwatch.bootstrap.run import prepare_run
 from cliffwatch.config import Settings
-from cliffwatch.domain.results.outcomes import OUTCOMES, Attempt, Outcome, Slo, classify
+from cliffwatch.domain.outcomes import OUTCOMES, Attempt, Outcome, Slo, classify
 from cliffwatch.domain.scenario.retry import FailureKind
 from cliffwatch.domain.scenario.scenario import Scenario
 from cliffwatch.services.memory import CollectingObserver

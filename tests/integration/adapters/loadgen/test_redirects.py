@@ -13,7 +13,7 @@ from loadgen_testkit import Serve, Served, planned, scenario_for
 
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
 from cliffwatch.adapters.network.target_access import Destinations
-from cliffwatch.domain.results.outcomes import Attempt, Outcome, Slo, classify
+from cliffwatch.domain.outcomes import Attempt, Outcome, Slo, classify
 from cliffwatch.domain.scenario.retry import FailureKind
 from cliffwatch.domain.scenario.scenario import Scenario
 from cliffwatch.domain.security.allowlist import Allowlist, parse_allowlist

@@ -9,8 +9,8 @@ from aiohttp import web
 from loadgen_testkit import CHAT_NONSTREAM, Serve, planned, scenario_for
 
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
+from cliffwatch.domain.outcomes import Attempt
 from cliffwatch.domain.results.metrics import RunAggregator
-from cliffwatch.domain.results.outcomes import Attempt
 from cliffwatch.domain.results.result import state_headers_summary as state_summary
 from cliffwatch.domain.traffic.plan import phase_windows
 

@@ -12,7 +12,7 @@ from loadgen_testkit import CHAT_NONSTREAM, Serve
 from cliffwatch.adapters.loadgen.engine import OpenLoopGenerator
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
 from cliffwatch.adapters.runtime.clock import MonotonicClock
-from cliffwatch.domain.results.outcomes import NS_PER_S, RequestRecord
+from cliffwatch.domain.outcomes import NS_PER_S, RequestRecord
 from cliffwatch.domain.scenario.scenario import parse_scenario
 from cliffwatch.domain.traffic.plan import PlannedRequest, iter_plan
 

@@ -14,8 +14,8 @@ from cliffwatch.adapters.network.target_access import Destinations
 from cliffwatch.adapters.runtime.clock import MonotonicClock
 from cliffwatch.adapters.server_metrics.scraper import PrometheusWatcher
 from cliffwatch.domain.errors import TargetNotAllowed
+from cliffwatch.domain.scenario.metrics_spec import Engine, MetricsSpec, Signal
 from cliffwatch.domain.security.allowlist import DEFAULT_ALLOWLIST, parse_allowlist
-from cliffwatch.domain.server.metrics_spec import Engine, MetricsSpec, Signal
 from engine_pages import PAGES, EngineState
 
 Page = Callable[[web.Request], Awaitable[web.StreamResponse]]

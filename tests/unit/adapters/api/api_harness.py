@@ -26,9 +26,9 @@ from cliffwatch.adapters.scheduler.cron import ApschedulerCron
 from cliffwatch.config import Settings
 from cliffwatch.domain.capacity.capacity import StepVerdict
 from cliffwatch.domain.capacity.sweep_spec import SweepSpec
-from cliffwatch.domain.results.histogram import Histogram
+from cliffwatch.domain.histogram import Histogram
+from cliffwatch.domain.outcomes import NS_PER_MS, Attempt, Outcome, RequestRecord, TokenSource
 from cliffwatch.domain.results.metrics import RunAggregator
-from cliffwatch.domain.results.outcomes import NS_PER_MS, Attempt, Outcome, RequestRecord, TokenSource
 from cliffwatch.domain.results.result import RunResult, RunStatus
 from cliffwatch.domain.results.scoring import score_run
 from cliffwatch.domain.scenario.retry import FailureKind

@@ -19,7 +19,7 @@ from cliffwatch.adapters.api.app import ROUTE_TABLE, create_app
 from cliffwatch.adapters.api.problems import ERRORS
 from cliffwatch.domain import errors
 from cliffwatch.domain.errors import CliffwatchError
-from cliffwatch.domain.results.outcomes import Outcome
+from cliffwatch.domain.outcomes import Outcome
 from cliffwatch.domain.service.runs import Role
 
 

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from api_harness import Api, build_parts, make_settings, serve, small_scenario
 
+from cliffwatch.domain.scenario.metrics_spec import Engine, Signal
 from cliffwatch.domain.security.allowlist import parse_denied
-from cliffwatch.domain.server.metrics_spec import Engine, Signal
 from cliffwatch.domain.server.server_view import ServerSeries, ServerView
 from cliffwatch.domain.service.runs import Role
 

@@ -13,7 +13,7 @@ from cliffwatch.adapters.distributed.coordinator import (
 )
 from cliffwatch.adapters.distributed.pool import Worker, WorkerPool
 from cliffwatch.adapters.runtime.clock import MonotonicClock
-from cliffwatch.domain.results.outcomes import NS_PER_S, RequestRecord
+from cliffwatch.domain.outcomes import NS_PER_S, RequestRecord
 from cliffwatch.domain.scenario.scenario import parse_scenario
 from cliffwatch.domain.traffic.plan import PlannedRequest, iter_plan
 

@@ -16,7 +16,7 @@ from cliffwatch.adapters.distributed.wire import (
     record_row,
     recorded,
 )
-from cliffwatch.domain.results.outcomes import Attempt, Outcome, RequestRecord, TokenSource
+from cliffwatch.domain.outcomes import Attempt, Outcome, RequestRecord, TokenSource
 from cliffwatch.domain.scenario.retry import FailureKind
 from cliffwatch.domain.traffic.plan import PlannedRequest
 

@@ -12,7 +12,7 @@ import pytest
 
 from cliffwatch.adapters.documents import result_files
 from cliffwatch.adapters.documents.result_files import write_result
-from cliffwatch.domain.results.histogram import Histogram
+from cliffwatch.domain.histogram import Histogram
 from cliffwatch.domain.results.metrics import RunAggregator
 from cliffwatch.domain.results.result import RunResult, RunStatus
 from cliffwatch.domain.results.scoring import score_run

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from cliffwatch.domain.results.outcomes import RequestRecord
+from cliffwatch.domain.outcomes import RequestRecord
 from cliffwatch.domain.traffic.plan import PlannedRequest
 
 

@@ -10,7 +10,7 @@ from generator_kit import Listener
 from cliffwatch.adapters.loadgen.closed_loop import ClosedLoopGenerator
 from cliffwatch.adapters.loadgen.engine import OpenLoopGenerator
 from cliffwatch.adapters.runtime.clock import MonotonicClock
-from cliffwatch.domain.results.outcomes import CAP_REASON, NS_PER_S, Attempt, Outcome
+from cliffwatch.domain.outcomes import CAP_REASON, NS_PER_S, Attempt, Outcome
 from cliffwatch.domain.scenario.retry import FailureKind
 from cliffwatch.domain.scenario.scenario import Scenario, parse_scenario
 from cliffwatch.domain.service.runs import StoredOutcome

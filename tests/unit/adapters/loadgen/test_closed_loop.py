@@ -8,7 +8,7 @@ import pytest
 
 from cliffwatch.adapters.loadgen.closed_loop import ClosedLoopGenerator
 from cliffwatch.adapters.runtime.clock import MonotonicClock
-from cliffwatch.domain.results.outcomes import NS_PER_S, Attempt, Outcome, RequestRecord
+from cliffwatch.domain.outcomes import NS_PER_S, Attempt, Outcome, RequestRecord
 from cliffwatch.domain.scenario.scenario import parse_scenario
 from cliffwatch.domain.traffic.plan import PlannedRequest, iter_plan
 from cliffwatch.domain.workload.prompt_sizing import WORDS_SIZING, PromptSizing

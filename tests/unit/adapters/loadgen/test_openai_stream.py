@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from cliffwatch.adapters.loadgen.openai_body import MAX_ERROR_CHARS, error_message, parse_completion
 from cliffwatch.adapters.loadgen.openai_stream import EventKind, OpenAIStream, StreamSummary
 from cliffwatch.adapters.loadgen.sse import SseDecoder, SseEvent
-from cliffwatch.domain.results.outcomes import TokenSource
+from cliffwatch.domain.outcomes import TokenSource
 from cliffwatch.domain.scenario.retry import FailureKind
 
 FIXTURES = Path(__file__).parents[3] / "fixtures" / "sse"

@@ -10,7 +10,7 @@ from contextlib import asynccontextmanager
 from cliffwatch.adapters.loadgen.sweep_steps import HttpStepRunner
 from cliffwatch.adapters.runtime.clock import MonotonicClock
 from cliffwatch.domain.capacity.sweep_spec import SweepArrival, SweepSpec
-from cliffwatch.domain.results.outcomes import Attempt
+from cliffwatch.domain.outcomes import Attempt
 from cliffwatch.domain.scenario.scenario import parse_scenario
 from cliffwatch.domain.traffic.plan import PlannedRequest
 from cliffwatch.domain.workload.prompt_sizing import WORDS_SIZING, PromptSizing

@@ -9,7 +9,7 @@ from generator_kit import Listener
 
 from cliffwatch.adapters.loadgen.engine import OpenLoopGenerator
 from cliffwatch.adapters.runtime.clock import MonotonicClock
-from cliffwatch.domain.results.outcomes import Attempt, Outcome
+from cliffwatch.domain.outcomes import Attempt, Outcome
 from cliffwatch.domain.scenario.retry import FailureKind
 from cliffwatch.domain.scenario.scenario import Scenario, parse_scenario
 from cliffwatch.domain.service.runs import StoredOutcome

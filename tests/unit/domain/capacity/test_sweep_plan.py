@@ -22,14 +22,14 @@ from cliffwatch.domain.capacity.sweep_plan import (
     traffic_mix,
 )
 from cliffwatch.domain.capacity.sweep_spec import parse_sweep_spec, variant_policy
-from cliffwatch.domain.results.histogram import Histogram
-from cliffwatch.domain.results.metrics import PhaseStats, PhaseWindow
-from cliffwatch.domain.results.outcomes import NS_PER_MS, NS_PER_S, Attempt, Outcome, RequestRecord, Slo
+from cliffwatch.domain.histogram import Histogram
+from cliffwatch.domain.outcomes import NS_PER_MS, NS_PER_S, Attempt, Outcome, RequestRecord, Slo
+from cliffwatch.domain.results.metrics import PhaseStats
 from cliffwatch.domain.scenario.arrivals import Constant, Mix, Poisson
 from cliffwatch.domain.scenario.retry import RetryKind
 from cliffwatch.domain.scenario.scenario import Role, parse_scenario
 from cliffwatch.domain.traffic.generator_health import GeneratorReport
-from cliffwatch.domain.traffic.plan import iter_plan
+from cliffwatch.domain.traffic.plan import PhaseWindow, iter_plan
 
 SCENARIO_DOCUMENT = {
     "name": "plain",

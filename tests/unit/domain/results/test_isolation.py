@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from cliffwatch.domain.outcomes import NS_PER_MS, Attempt, Outcome, RequestRecord, Slo
 from cliffwatch.domain.results.isolation import ClassPlan, class_plans, victim_phases
 from cliffwatch.domain.results.metrics import ClassBook, RunAggregator
-from cliffwatch.domain.results.outcomes import NS_PER_MS, Attempt, Outcome, RequestRecord, Slo
 from cliffwatch.domain.results.scoring import ISOLATION, score_run
 from cliffwatch.domain.scenario.scenario import Role, ScoreSpec, parse_scenario
 from cliffwatch.domain.traffic.plan import PlannedRequest, iter_plan, phase_windows

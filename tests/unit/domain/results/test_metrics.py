@@ -7,13 +7,13 @@ from dataclasses import replace
 
 import pytest
 
+from cliffwatch.domain.outcomes import NS_PER_S, OUTCOMES, Attempt, Outcome, RequestRecord, TokenSource
 from cliffwatch.domain.results.metrics import (
     PhaseWindow,
     RunAggregator,
     merge_phases,
     outcome_counts,
 )
-from cliffwatch.domain.results.outcomes import NS_PER_S, OUTCOMES, Attempt, Outcome, RequestRecord, TokenSource
 from cliffwatch.domain.scenario.retry import FailureKind
 from cliffwatch.domain.scenario.scenario import Role
 

@@ -9,10 +9,8 @@ from typing import Any
 import pytest
 
 from cliffwatch import __version__
-from cliffwatch.domain.ports import FaultEvent
-from cliffwatch.domain.results.histogram import Histogram
-from cliffwatch.domain.results.metrics import RunAggregator
-from cliffwatch.domain.results.outcomes import (
+from cliffwatch.domain.histogram import Histogram
+from cliffwatch.domain.outcomes import (
     NS_PER_MS,
     NS_PER_S,
     OUTCOMES,
@@ -21,6 +19,8 @@ from cliffwatch.domain.results.outcomes import (
     RequestRecord,
     TokenSource,
 )
+from cliffwatch.domain.ports import FaultEvent
+from cliffwatch.domain.results.metrics import RunAggregator
 from cliffwatch.domain.results.result import RESULT_FORMAT, PhaseTiming, RunResult, RunStatus
 from cliffwatch.domain.results.scoring import SCORE_VERSION, score_run
 from cliffwatch.domain.scenario.faults import FaultSpec, Stream, ToxicType

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 
 import pytest
 
-from cliffwatch.domain.results.metrics import PhaseStats, PhaseWindow, RunAggregator, RunMetrics, SecondStats
-from cliffwatch.domain.results.outcomes import NS_PER_MS, NS_PER_S, Attempt, Outcome, RequestRecord, Slo, classify
+from cliffwatch.domain.outcomes import NS_PER_MS, NS_PER_S, Attempt, Outcome, RequestRecord, Slo, classify
+from cliffwatch.domain.results.metrics import PhaseStats, RunAggregator, RunMetrics, SecondStats
 from cliffwatch.domain.results.scoring import (
     HIDDEN_OVERLOAD,
     ISOLATION,
@@ -24,6 +24,7 @@ from cliffwatch.domain.results.scoring import (
 )
 from cliffwatch.domain.scenario.retry import FailureKind
 from cliffwatch.domain.scenario.scenario import Role, ScoreSpec
+from cliffwatch.domain.traffic.plan import PhaseWindow
 
 SLO = Slo(e2e_ms=1_000.0, timeout_ms=5_000.0)
 SPEC = ScoreSpec(threshold=70.0, fast_fail_fraction=0.1)  # refusals within 100 ms are fast

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from cliffwatch.domain.errors import ScenarioInvalid
-from cliffwatch.domain.results.outcomes import Outcome, Slo
+from cliffwatch.domain.outcomes import Outcome, Slo
 from cliffwatch.domain.scenario.arrivals import Constant, Poisson, Spike, Step, Steps, plan_offsets
 from cliffwatch.domain.scenario.completeness import Expectation
 from cliffwatch.domain.scenario.distributions import Choice, Fixed, Uniform

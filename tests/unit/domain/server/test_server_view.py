@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from cliffwatch.adapters.server_metrics.scraper import parse_page
+from cliffwatch.domain.scenario.metric_expr import parse_expr
+from cliffwatch.domain.scenario.metrics_spec import Engine, MetricsSpec, SeriesSpec, Signal
 from cliffwatch.domain.server.engine_profiles import PROFILES, detect_engine
-from cliffwatch.domain.server.metric_expr import parse_expr
-from cliffwatch.domain.server.metrics_spec import Engine, MetricsSpec, SeriesSpec, Signal
 from cliffwatch.domain.server.server_view import ServerRecorder, ServerView, window_stats
 from engine_pages import NOT_EXPOSED, PAGES, EngineState
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from cliffwatch.domain.results.outcomes import (
+from cliffwatch.domain.outcomes import (
     CAP_REASON,
     NS_PER_MS,
     Attempt,

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from cliffwatch.domain.results.histogram import Histogram
+from cliffwatch.domain.histogram import Histogram
 from cliffwatch.domain.traffic.generator_health import (
     CollectorReport,
     GeneratorLimits,

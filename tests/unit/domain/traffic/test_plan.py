@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from cliffwatch.domain.results.outcomes import NS_PER_S
+from cliffwatch.domain.outcomes import NS_PER_S
 from cliffwatch.domain.scenario.scenario import Role, Scenario, parse_scenario
 from cliffwatch.domain.traffic.plan import iter_plan, phase_windows, planned_count
 
@@ -186,7 +186,7 @@ def test_phases_draw_from_their_own_random_streams() -> None:
 
 def test_a_planned_request_builds_its_own_records() -> None:
     """A planned request's record carries its identity and a classified outcome; unsent, it says why."""
-    from cliffwatch.domain.results.outcomes import Attempt, Outcome, Slo
+    from cliffwatch.domain.outcomes import Attempt, Outcome, Slo
     from cliffwatch.domain.traffic.plan import PlannedRequest
 
     request = PlannedRequest(id=4, phase=1, scheduled_ns=1_000_000_000, prompt_tokens=10, max_tokens=5)

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from cliffwatch.domain.results.outcomes import NS_PER_S
+from cliffwatch.domain.outcomes import NS_PER_S
 from cliffwatch.domain.traffic.rate_limit import KeyedBuckets, RateLimit, TokenBucket, retry_after_s
 
 MS = NS_PER_S // 1000

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from cliffwatch.domain.results.histogram import Histogram
+from cliffwatch.domain.histogram import Histogram
 from cliffwatch.domain.scenario.retry import RetryBudget
 from cliffwatch.domain.scenario.scenario import AUTO_WORKERS, ClientSpec, Scenario, parse_scenario
 from cliffwatch.domain.service.caps import Caps, cap_violations

@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cliffwatch.domain.results.metrics import PhaseWindow
-from cliffwatch.domain.results.outcomes import NS_PER_S
+from cliffwatch.domain.outcomes import NS_PER_S
+from cliffwatch.domain.scenario.metrics_spec import Signal
 from cliffwatch.domain.scenario.scenario import Role
-from cliffwatch.domain.server.metrics_spec import Signal
 from cliffwatch.domain.server.server_view import ServerView, WindowStats, window_stats
+from cliffwatch.domain.traffic.plan import PhaseWindow
 
 Evidence = dict[str, float | int | str | None]
 

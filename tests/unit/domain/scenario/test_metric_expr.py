@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cliffwatch.domain.server.metric_expr import ExprInvalid, ExprState, group_suffix, needed_samples, parse_expr
+from cliffwatch.domain.scenario.metric_expr import ExprInvalid, ExprState, group_suffix, needed_samples, parse_expr
 
 
 def page(**samples: list[tuple[dict[str, str], float]]) -> dict[str, list[tuple[dict[str, str], float]]]:

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from cliffwatch.domain.errors import ScenarioInvalid
+from cliffwatch.domain.scenario.metrics_spec import Engine, MetricsSpec
 from cliffwatch.domain.scenario.scenario import parse_scenario
-from cliffwatch.domain.server.metrics_spec import Engine, MetricsSpec
 
 
 def document(target: dict[str, Any]) -> dict[str, Any]:

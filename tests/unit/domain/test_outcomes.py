@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from cliffwatch.domain.results.outcomes import (
+from cliffwatch.domain.outcomes import (
     FAILED,
     NOT_ON_TIME,
     NS_PER_MS,

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from cliffwatch.domain.server.metric_expr import Expr, ExprInvalid, parse_expr
+from cliffwatch.domain.scenario.metric_expr import Expr, ExprInvalid, parse_expr
 from cliffwatch.domain.validation import Problems, Reader, short_repr
 
 DEFAULT_INTERVAL_MS = 1_000.0

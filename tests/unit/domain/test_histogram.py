@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cliffwatch.domain.results.histogram import DEFAULT_ACCURACY, Histogram
+from cliffwatch.domain.histogram import DEFAULT_ACCURACY, Histogram
 
 _ZERO_BUCKET = 1e-3  # values at or below this share one bucket, read back as the minimum
 
