@@ -96,7 +96,7 @@ def attempt_cap(settings: Settings, clock: Clock) -> TokenBucket:
 
 
 def secret_resolver(settings: Settings) -> SecretResolver:
-    """Reads secret references from what config.py handed over: the allowed variables, the allowed directories."""
+    """Reads secret references from what config handed over: the allowed variables, the allowed directories."""
     return LocalSecrets(
         environment=settings.secret_environment, env_names=settings.secret_env, directories=settings.secret_dirs
     )

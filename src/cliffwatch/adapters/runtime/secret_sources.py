@@ -1,4 +1,4 @@
-"""The real ``SecretResolver``: environment variables config.py handed over, and files in allowed directories.
+"""The real ``SecretResolver``: environment variables config handed over, and files in allowed directories.
 
 Which variables and which directories a scenario may read is the operator's (``CLIFFWATCH_SECRET_ENV``,
 ``CLIFFWATCH_SECRET_DIRS``): a scenario is written by whoever may submit one, and without these limits it
@@ -22,7 +22,7 @@ MAX_SECRET_BYTES = 64 * 1024
 
 
 class LocalSecrets:
-    """Resolves ``env:`` from ``environment`` (the variables config.py read) when a pattern of ``env_names``
+    """Resolves ``env:`` from ``environment`` (the variables config read) when a pattern of ``env_names``
     allows the name (``NAME``, or a prefix ``NAME_*``); ``file:`` below one of ``directories``."""
 
     def __init__(
