@@ -92,7 +92,8 @@ def _csv(text: str, columns: tuple[str, str, str], time: Callable[[str], float])
     names = [name.strip() for name in header]
     missing = [c for c in columns if c not in names]
     if missing:
-        raise TraceUnreadable(1, f"the header lacks {', '.join(missing)} (it has {', '.join(names)})")
+        # The header found is not quoted: a file of the wrong kind (an .env, say) would show viewers its first line.
+        raise TraceUnreadable(1, f"the header lacks {', '.join(missing)} (the format's columns: {', '.join(columns)})")
     at = [names.index(c) for c in columns]
     for line, row in enumerate(rows, start=2):
         if not row:
@@ -132,7 +133,7 @@ def _record(line: int, time: float, prompt: object, output: object, names: tuple
         except ValueError:
             count = None
         if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= 10_000_000:
-            raise TraceUnreadable(line, f"{name} must be a whole number of tokens, got {str(value)[:40]!r}")
+            raise TraceUnreadable(line, f"{name} must be a whole number of tokens from 0 to 10,000,000")
         counts.append(count)
     return time, counts[0], counts[1]
 

@@ -110,7 +110,7 @@ def test_a_bad_trace_arrival_names_the_field(trace: dict[str, Any], message: str
         ("azure", "TIMESTAMP,ContextTokens,GeneratedTokens\nyesterday,5,1\n",
          "line 2: TIMESTAMP must be a finite time >= 0"),
         ("burstgpt", "Timestamp,Model,Request tokens,Response tokens\n1.0,x,many,3\n",
-         "line 2: Request tokens must be a whole number of tokens, got 'many'"),
+         "line 2: Request tokens must be a whole number of tokens from 0 to 10,000,000"),
         ("mooncake", "", "line 1: holds no request"),
     ],
 )  # fmt: skip
@@ -137,3 +137,16 @@ def test_a_trace_outside_the_data_directories_or_missing_is_refused(tmp_path: Pa
         read_trace(arrival("jsonl", TRACES / "steady.jsonl"), data_dirs=(tmp_path,))
     with pytest.raises(DataFileRefused, match="does not exist"):
         read_trace(arrival("jsonl", tmp_path / "none.jsonl"), data_dirs=(tmp_path,))
+
+
+def test_a_file_of_the_wrong_kind_is_refused_without_quoting_what_it_holds(tmp_path: Path) -> None:
+    """An operator names a file that is no trace (an .env): the refusal says what the format needs and where, and
+    never what the file holds, since a run's reason is shown to every viewer."""
+    path = tmp_path / "service.env"
+    path.write_text("DATABASE_PASSWORD=hunter2-TOPSECRET,other\nTOKEN=sk-live-1234,5\n", encoding="utf-8")
+    for form in ("azure", "burstgpt", "jsonl"):
+        with pytest.raises(TraceUnreadable) as caught:
+            read_trace(arrival(form, path), data_dirs=(tmp_path,))
+        assert "hunter2" not in str(caught.value), form
+        assert "sk-live" not in str(caught.value), form
+        assert str(caught.value).startswith("line 1: "), form
