@@ -136,7 +136,9 @@ async def run_cliffwatch(config: Config, base_url: str, rate: float) -> Samples:
     measured = cliffwatch_scenario(config, base_url, rate, config.duration_s)
     prompts = None
     if config.tokenizer is not None and config.mode == "sse":  # prepared here, before any rate is measured
-        prompts = TokenExactPrompts(load_counter(config.tokenizer, chat=True), path=config.tokenizer)
+        # The tokenizer given on the command line is the reader's own: its folder is the data directory.
+        where = (Path(config.tokenizer).parent,)
+        prompts = TokenExactPrompts(load_counter(config.tokenizer, chat=True, data_dirs=where), path=config.tokenizer)
     async with HttpExecutor(measured, base_url, prompts=prompts) as executor:
         await executor.preflight()
         if config.warmup_s > 0:

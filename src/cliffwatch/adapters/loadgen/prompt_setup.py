@@ -77,7 +77,7 @@ def _tokenizer_prompts(path: str, *, chat: bool, data_dirs: tuple[Path, ...] | N
     except DataFileRefused as exc:
         raise refuse(exc.reason) from exc
     try:
-        return TokenExactPrompts(load_counter(resolved, chat=chat), path=path)
+        return TokenExactPrompts(load_counter(resolved, chat=chat, data_dirs=data_dirs), path=path)
     except TokenizerUnavailable as exc:
         raise refuse(exc.reason) from exc
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from cliffwatch.adapters.loadgen.prompts import VOCABULARY, WordPrompts
+from cliffwatch.adapters.workload.data_files import DataFileRefused, readable_data_file
 from cliffwatch.domain.errors import CliffwatchError
 from cliffwatch.domain.workload.prompt_sizing import Calibration
 
@@ -81,8 +82,10 @@ class TokenCounter:
         return len(self._tokenizer.encode(rendered, add_special_tokens=False).ids)
 
 
-def load_counter(path: str, *, chat: bool) -> TokenCounter:
-    """The tokenizer at ``path`` (a tokenizer.json, or a directory with one and maybe tokenizer_config.json)."""
+def load_counter(path: str, *, chat: bool, data_dirs: tuple[Path, ...] | None) -> TokenCounter:
+    """The tokenizer at ``path`` (a tokenizer.json, or a directory with one and maybe tokenizer_config.json). Each
+    file is read as a data file: below ``data_dirs`` once its symlinks are followed, a regular file, within its
+    limit (the directory being allowed says nothing of a ``tokenizer.json`` in it that links elsewhere)."""
     try:
         from tokenizers import Tokenizer
     except ImportError as exc:  # pragma: no cover - the extra is part of the dev install
@@ -91,27 +94,26 @@ def load_counter(path: str, *, chat: bool) -> TokenCounter:
     file = target / "tokenizer.json" if target.is_dir() else target
     config_file = (target if target.is_dir() else target.parent) / "tokenizer_config.json"
     try:
-        size = file.stat().st_size
-        if size > MAX_TOKENIZER_BYTES:
-            raise TokenizerUnavailable(path, f"{file.name} is over the limit of {MAX_TOKENIZER_BYTES:,} bytes")
-        tokenizer = Tokenizer.from_str(file.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise TokenizerUnavailable(path, f"cannot read {file.name}: {exc.strerror}") from exc
-    except TokenizerUnavailable:
-        raise
+        text = readable_data_file(str(file), data_dirs=data_dirs, limit=MAX_TOKENIZER_BYTES).decode("utf-8")
+        tokenizer = Tokenizer.from_str(text)
+    except DataFileRefused as exc:
+        raise TokenizerUnavailable(path, f"{file.name}: {exc.reason}") from exc
     except Exception as exc:  # the library raises plain Exceptions; its text may quote the file, so it is left out
         raise TokenizerUnavailable(path, f"{file.name} is not a Hugging Face tokenizer ({type(exc).__name__})") from exc
-    template, specials = _chat_template(config_file) if chat and config_file.is_file() else (None, {})
+    has_config = chat and (config_file.is_file() or config_file.is_symlink())
+    template, specials = _chat_template(config_file, data_dirs) if has_config else (None, {})
     return TokenCounter(tokenizer, chat=chat, template=template, specials=specials)
 
 
-def _chat_template(config_file: Path) -> tuple[Any | None, dict[str, str]]:
+def _chat_template(config_file: Path, data_dirs: tuple[Path, ...] | None) -> tuple[Any | None, dict[str, str]]:
     """The config's chat template compiled in Jinja's sandbox (as transformers does), and its special tokens."""
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     try:
-        config = json.loads(config_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+        config = json.loads(readable_data_file(str(config_file), data_dirs=data_dirs, limit=MAX_TOKENIZER_BYTES))
+    except DataFileRefused as exc:
+        raise TokenizerUnavailable(str(config_file), f"tokenizer_config.json: {exc.reason}") from exc
+    except ValueError as exc:  # its position only: the message of json's error names no content
         raise TokenizerUnavailable(str(config_file), f"tokenizer_config.json is not readable JSON ({exc})") from exc
     source = config.get("chat_template") if isinstance(config, dict) else None
     if isinstance(source, list):  # named templates: the default one
