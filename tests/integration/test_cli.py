@@ -124,6 +124,32 @@ def test_validate_reads_the_traces_and_datasets_a_scenario_names(tmp_path: Path)
     assert "target.request.dataset.path: d.json: is not JSON" in result.stdout
 
 
+def test_a_trace_request_over_a_cap_is_refused_by_validate_and_run_naming_its_line_and_the_cap(
+    tmp_path: Path,
+) -> None:
+    """A JSON-lines trace whose fourth line asks for a 5,000,000-token prompt (it would have sent a 30 MB body): both
+    `validate` and `run` exit 2 naming the file's line, the field and the cap, never the value; `run` sends nothing
+    (the target is a closed port: the refusal comes first)."""
+    records = [{"time_s": i * 0.1, "prompt_tokens": 16, "output_tokens": 8} for i in range(5)]
+    records[3]["prompt_tokens"] = 5_000_000
+    (tmp_path / "t.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    document = json.loads(json.dumps(QUICK))
+    document["phases"] = [{"name": "replay", "role": "baseline", "duration_s": 1,
+                           "arrival": {"process": "trace", "path": "t.jsonl", "format": "jsonl"}}]  # fmt: skip
+    document["target"] = {"url": f"http://127.0.0.1:{closed_port()}", "request": {"model": "m"}}
+    path = write(tmp_path, document)
+    expected = ("phases[0].arrival.path: t.jsonl line 4: prompt_tokens is over the cap of 131,072 tokens a request "
+                "(CLIFFWATCH_MAX_PROMPT_TOKENS)")  # fmt: skip
+    for command in ("validate", "run"):
+        result = validate_in(tmp_path, path) if command == "validate" else subprocess.run(
+            [sys.executable, "-m", "cliffwatch", "run", str(path)], capture_output=True, text=True, timeout=90,
+            cwd=tmp_path, env={**os.environ, "CLIFFWATCH_STATE_DIR": STATE_DIR}, check=False)  # fmt: skip
+        assert result.returncode == 2, command + result.stdout + result.stderr
+        assert expected in result.stdout + result.stderr, command
+        assert "5000000" not in result.stdout + result.stderr
+        assert "5,000,000" not in result.stdout + result.stderr
+
+
 def test_run_writes_a_complete_result_and_exits_by_the_score(tmp_path: Path) -> None:
     """`run --json` writes phases, the time series, the score with components and the generator verdict;
     the exit code follows the pass/fail it records."""

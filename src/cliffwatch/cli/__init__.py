@@ -56,6 +56,7 @@ from cliffwatch.domain.errors import (
 from cliffwatch.domain.results.result import RunResult, RunStatus
 from cliffwatch.domain.scenario.scenario import Scenario, with_overrides
 from cliffwatch.domain.scenario.target_model import TargetModel, target_model_from
+from cliffwatch.domain.service.caps import cap_violations
 from cliffwatch.domain.service.runs import ApiToken, Role
 from cliffwatch.services.reconcile import ReconcileReport
 from cliffwatch.services.runs import check_places
@@ -213,9 +214,10 @@ async def _execute(scenario: Scenario, settings: Settings) -> RunResult:
 
 
 def _validate(args: argparse.Namespace, settings: Settings) -> int:
-    """Each file read and validated as a run would be, and every place it names judged by the deny list (not by
-    this process's allowlists: a scenario may be meant for an instance that allows its target, but none may aim
-    at what is denied): exit 1 when a file is invalid, 2 when a place is denied (both: 2), each problem printed."""
+    """Each file read and validated as a run would be, every place it names judged by the deny list (not by this
+    process's allowlists: a scenario may be meant for an instance that allows its target, but none may aim at what
+    is denied), and its worst case, its traces' requests included, by the caps (``CLIFFWATCH_MAX_*``, as a run here
+    would be): exit 1 when a file is invalid, 2 when a place is denied or a cap refuses it (both: 2)."""
     out = Console(highlight=False)
     failed = refused = 0
     policy = DenyListPolicy(settings.denied, toxiproxy_url=settings.toxiproxy_url)
@@ -237,7 +239,9 @@ def _validate(args: argparse.Namespace, settings: Settings) -> int:
             continue
         try:
             asyncio.run(check_places(scenario, policy))
-        except TargetNotAllowed as exc:
+            if problems := cap_violations(scenario, settings.caps):  # judged on the traces as read, line by line
+                raise RunRefused(problems)
+        except (TargetNotAllowed, RunRefused) as exc:
             refused += 1
             out.print(f"{reference}: {exc}", markup=False, soft_wrap=True)
         else:

@@ -76,12 +76,13 @@ def read_trace(arrival: TraceArrival, *, data_dirs: tuple[Path, ...] | None) -> 
     records = list(_READERS[arrival.format](text))
     if not records:
         raise TraceUnreadable(1, "holds no request")
-    first = min(time for time, _, _ in records)
-    requests = tuple(TraceRequest(time_s=t - first, prompt_tokens=p, output_tokens=o) for t, p, o in records)
+    first = min(record[0] for record in records)
+    requests = tuple(TraceRequest(time_s=t - first, prompt_tokens=p, output_tokens=o, line=line)
+                     for t, p, o, line in records)  # fmt: skip
     return TraceRequests(requests=requests, digest=hashlib.sha256(raw).hexdigest())
 
 
-Record = tuple[float, int, int]
+Record = tuple[float, int, int, int]  # time, prompt tokens, output tokens, line
 
 
 def _csv(text: str, columns: tuple[str, str, str], time: Callable[[str], float]) -> Iterator[Record]:
@@ -132,10 +133,11 @@ def _record(line: int, time: float, prompt: object, output: object, names: tuple
             count = int(value.strip()) if isinstance(value, str) else value
         except ValueError:
             count = None
+        # A bound on what is held; what may be sent is the caps' (at most the hard limit), judged on the replay.
         if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= 10_000_000:
             raise TraceUnreadable(line, f"{name} must be a whole number of tokens from 0 to 10,000,000")
         counts.append(count)
-    return time, counts[0], counts[1]
+    return time, counts[0], counts[1], line
 
 
 def _azure_time(text: str) -> float:

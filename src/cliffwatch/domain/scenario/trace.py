@@ -37,11 +37,21 @@ class TraceFormat(StrEnum):
     JSONL = "jsonl"  # cliffwatch's own: JSONL time_s, prompt_tokens, output_tokens
 
 
+# What each format calls the prompt's and the answer's length: a refusal names the file's own column.
+LENGTH_FIELDS: Mapping[TraceFormat, tuple[str, str]] = {
+    TraceFormat.AZURE: ("ContextTokens", "GeneratedTokens"),
+    TraceFormat.MOONCAKE: ("input_length", "output_length"),
+    TraceFormat.BURSTGPT: ("Request tokens", "Response tokens"),
+    TraceFormat.JSONL: ("prompt_tokens", "output_tokens"),
+}
+
+
 @dataclass(frozen=True, slots=True)
 class TraceRequest:
     time_s: float  # seconds from the trace's first request
     prompt_tokens: int
     output_tokens: int
+    line: int = 0  # in the file, counting from 1 (the header included): what a refusal names
 
 
 @dataclass(frozen=True, kw_only=True)
