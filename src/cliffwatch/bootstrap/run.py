@@ -4,9 +4,9 @@ Everything a run needs is started here and stopped in reverse order when the run
 built-in target, Toxiproxy (an existing server, or a private one started for the run), the run's proxies,
 the HTTP client, its pool within the run's share of the file descriptors (``adapters/descriptors``). The
 fault ledger brackets the run, so a crash at any point leaves a record the next start-up acts on
-(``clean_up_leftover_faults``). Before any of it, the scenario's worst case is judged against the caps
-(``check_caps``), here for ``cliffwatch run`` and the service's worker alike, and the generator gets the
-run's attempt cap.
+(``clean_up_leftover_faults``). Before any of it, the scenario is prepared (``adapters.workload.preparation``:
+its files read, its prompts planned, its worst case judged against the caps, off the event loop), here for
+``cliffwatch run`` and the service's worker alike, and the generator gets the run's attempt cap.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from cliffwatch.adapters.faults.toxiproxy_faults import ToxiproxyFaultInjector
 from cliffwatch.adapters.faults.toxiproxy_server import ManagedToxiproxy, find_toxiproxy_server
 from cliffwatch.adapters.loadgen.engine import OpenLoopGenerator
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
-from cliffwatch.adapters.loadgen.prompt_setup import counter_of, prompt_options
 from cliffwatch.adapters.network.target_access import Destinations, Place, first_reachable
 from cliffwatch.adapters.network.target_policies import upstream_problem
 from cliffwatch.adapters.runtime.builtin_target import BuiltinTarget
@@ -36,11 +35,9 @@ from cliffwatch.adapters.runtime.descriptors import DescriptorBudget, descriptor
 from cliffwatch.adapters.runtime.logs import remember_secrets
 from cliffwatch.adapters.runtime.secret_sources import LocalSecrets
 from cliffwatch.adapters.server_metrics.scraper import PrometheusWatcher
-from cliffwatch.adapters.workload.dataset_files import dataset_notes, load_dataset
-from cliffwatch.adapters.workload.trace_files import load_traces
+from cliffwatch.adapters.workload.preparation import prepare_off_loop
 from cliffwatch.config import Settings
-from cliffwatch.domain.capacity.sweep_spec import SweepSpec
-from cliffwatch.domain.errors import CliffwatchError, FaultInjectionFailed, RunRefused, TargetNotAllowed
+from cliffwatch.domain.errors import CliffwatchError, FaultInjectionFailed, TargetNotAllowed
 from cliffwatch.domain.ports import (
     Clock,
     FaultInjector,
@@ -52,13 +49,11 @@ from cliffwatch.domain.ports import (
     ServerWatcher,
     ToxiproxyApi,
 )
-from cliffwatch.domain.scenario.dataset import with_dataset
 from cliffwatch.domain.scenario.scenario import Scenario
-from cliffwatch.domain.scenario.trace import trace_notes, traces_of, with_traces
 from cliffwatch.domain.security.allowlist import Allowlist
 from cliffwatch.domain.security.masking import mask_url
-from cliffwatch.domain.service.caps import cap_violations, sweep_cap_violations
 from cliffwatch.domain.traffic.rate_limit import TokenBucket
+from cliffwatch.domain.workload.prepared import PreparedRun
 from cliffwatch.services.memory import NoFaultInjector, NoServerWatcher, NullSink
 from cliffwatch.services.reconcile import ReconcileReport, reconcile_faults
 from cliffwatch.services.runner import RunService
@@ -70,24 +65,18 @@ NO_FAULTS = "this scenario declares no proxies or faults"
 
 
 @dataclass(frozen=True, kw_only=True)
-class PreparedRun:
+class ReadyRun:
+    """A run prepared and its parts started: execute it with ``service``, planning from ``prepared.workload``."""
+
     service: RunService
     run_id: str
     target_url: str  # the target itself, as shown (its password masked)
     load_url: str  # where the load goes: the target, or the proxy in front of it (as shown)
+    prepared: PreparedRun
 
 
 def new_run_id() -> str:
     return uuid.uuid4().hex[:12]
-
-
-def check_caps(settings: Settings, scenario: Scenario, sweep: SweepSpec | None = None) -> None:
-    """Raises ``RunRefused`` when the scenario's worst case (or the sweep's) is over the caps; the same check
-    the service makes before it queues a run, made again before any load (the settings may have changed)."""
-    caps = settings.caps
-    problems = cap_violations(scenario, caps) if sweep is None else sweep_cap_violations(scenario, sweep, caps)
-    if problems:
-        raise RunRefused(problems)
 
 
 def attempt_cap(settings: Settings, clock: Clock) -> TokenBucket:
@@ -197,9 +186,12 @@ async def prepare_run(
     ledger: FaultLedger | None = None,
     secrets: SecretResolver | None = None,
     descriptors: DescriptorBudget | None = None,
-) -> AsyncIterator[PreparedRun]:
+    prepared: PreparedRun | None = None,
+) -> AsyncIterator[ReadyRun]:
     """Starts what the run needs and stops it afterwards; raises before any load when something is missing
     (a secret, a target or proxy outside the allowlist, a worst case over the caps, an unreachable Toxiproxy).
+    The scenario is prepared first (``adapters.workload.preparation``, off the event loop) unless ``prepared``
+    already is: every file it names read within the bounds, the caps judged on what its files make it send.
     Every place the run connects to is admitted here and pinned (``Destinations``): the HTTP client reaches
     nothing else.
 
@@ -208,12 +200,10 @@ async def prepare_run(
     run's connection pool is cut to its share of ``descriptors`` (the process's budget settled at start; by
     default, one run's share of the limit as it is), and the run says so.
     """
-    # What the scenario's files hold, read before the caps (they judge a trace's real rates) and any load.
-    scenario = load_traces(scenario, data_dirs=settings.data_dirs)
-    prompts = prompt_options(scenario, builtin=scenario.target.is_builtin, data_dirs=settings.data_dirs)
-    dataset = load_dataset(scenario, data_dirs=settings.data_dirs, counter=counter_of(prompts))
-    scenario = with_dataset(scenario, None if dataset is None else dataset.sizes)
-    check_caps(settings, scenario)
+    if prepared is None:
+        prepared = await prepare_off_loop(scenario, caps=settings.caps, limits=settings.preparation,
+                                          data_dirs=settings.data_dirs)  # fmt: skip
+    scenario = prepared.workload  # what is sent: the scenario with what its files hold
     run_id = run_id or new_run_id()
     budget = descriptors or descriptor_budget(runs=1, reserve=settings.fd_reserve)
     scenario, capped = pool_within(scenario, budget, observer)
@@ -244,9 +234,8 @@ async def prepare_run(
         watcher = await server_watcher(stack, scenario, url, destinations, clock)
         cap = attempt_cap(settings, clock)
         executor = await stack.enter_async_context(
-            HttpExecutor(sent, load_url, destinations=destinations, cap=cap, dataset=dataset, **prompts)
+            HttpExecutor(sent, load_url, destinations=destinations, cap=cap, **prepared.executor_options())
         )
-        traces, sizes = traces_of(scenario), None if dataset is None else dataset.sizes
         generator: LoadGenerator = OpenLoopGenerator(scenario, executor, clock, cap=cap)
         placed = await placement(scenario, most=settings.caps.max_workers, ray_address=settings.ray_address,
                                  ray_host=settings.ray_host)  # fmt: skip
@@ -256,7 +245,7 @@ async def prepare_run(
                 sent, executor, load_url=load_url, destinations=destinations,
                 allowlist=await destinations.shared_allowlist(), cap=cap.limit,
                 secrets=tuple(secret_values(scenario, sent, settings.redaction)), redaction=settings.redaction,
-                log_level=settings.log_level, data_dirs=settings.data_dirs, count=placed.count,
+                log_level=settings.log_level, count=placed.count,
                 launcher=placed.launcher,
             ))  # fmt: skip
             generator = ShardedGenerator(pool, scenario, clock)
@@ -268,11 +257,12 @@ async def prepare_run(
             faults=faults,
             sink=sink or NullSink(),
             observer=observer,
-            notes=(() if capped is None else (capped,)) + trace_notes(scenario) + dataset_notes(scenario, dataset),
-            attach=lambda s: with_dataset(with_traces(s, traces), sizes),
+            notes=(() if capped is None else (capped,)) + prepared.notes,
+            workload=prepared.workload,
             watcher=watcher,
         )
-        yield PreparedRun(service=service, run_id=run_id, target_url=mask_url(url), load_url=mask_url(load_url))
+        yield ReadyRun(service=service, run_id=run_id, target_url=mask_url(url), load_url=mask_url(load_url),
+                       prepared=prepared)  # fmt: skip
 
 
 def pool_within(

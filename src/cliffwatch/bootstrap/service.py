@@ -41,7 +41,7 @@ from cliffwatch.adapters.store.locks import leader_lock
 from cliffwatch.adapters.store.migrate import is_current, upgrade
 from cliffwatch.adapters.store.sessions_sql import SqlSessionStore
 from cliffwatch.adapters.store.sql import SqlStore
-from cliffwatch.bootstrap.run import PreparedRun, prepare_run
+from cliffwatch.bootstrap.run import ReadyRun, prepare_run
 from cliffwatch.bootstrap.sweep import SweepHandle, prepare_sweep
 from cliffwatch.config import Settings
 from cliffwatch.domain.capacity.sweep_spec import SweepSpec
@@ -111,7 +111,7 @@ async def open_service(settings: Settings) -> AsyncIterator[Service]:
         # Each of the runs at once may open its share of the descriptors, the API and the database keeping theirs.
         descriptors = settle_descriptors(runs=settings.max_concurrent_runs, reserve=settings.fd_reserve)
 
-        def prepare(scenario: Scenario, run_id: str, sink: RecordSink) -> AbstractAsyncContextManager[PreparedRun]:
+        def prepare(scenario: Scenario, run_id: str, sink: RecordSink) -> AbstractAsyncContextManager[ReadyRun]:
             return prepare_run(settings, scenario, observer=LogProgress(), sink=sink, run_id=run_id, ledger=ledger,
                                descriptors=descriptors)  # fmt: skip
 

@@ -13,14 +13,13 @@ from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontext
 from cliffwatch.adapters.distributed.pool import WorkerPool
 from cliffwatch.adapters.distributed.setup import placement, worker_pool
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
-from cliffwatch.adapters.loadgen.prompt_setup import prompt_options
 from cliffwatch.adapters.loadgen.sweep_steps import HttpStepRunner
 from cliffwatch.adapters.network.target_access import Destinations
 from cliffwatch.adapters.runtime.clock import MonotonicClock
 from cliffwatch.adapters.runtime.descriptors import DescriptorBudget, descriptor_budget
+from cliffwatch.adapters.workload.preparation import prepare_off_loop
 from cliffwatch.bootstrap.run import (
     attempt_cap,
-    check_caps,
     new_run_id,
     pool_within,
     server_watcher,
@@ -122,7 +121,8 @@ async def prepare_sweep(
                      "with prompt_tokens and max_tokens set to the dataset's lengths")],
             source=scenario.name,
         )  # fmt: skip
-    check_caps(settings, scenario, spec)
+    prepared = await prepare_off_loop(scenario, caps=settings.caps, limits=settings.preparation,
+                                      data_dirs=settings.data_dirs, sweep=spec)  # fmt: skip
     sweep_id = sweep_id or new_run_id()
     clock = MonotonicClock()
     cap = attempt_cap(settings, clock)  # one for the whole sweep: back-to-back steps share its burst
@@ -135,9 +135,8 @@ async def prepare_sweep(
         # within the sweep's share of the file descriptors (a cut is told and logged, like a run's).
         budget = descriptors or descriptor_budget(runs=1, reserve=settings.fd_reserve)
         client, _ = pool_within(sweep_client_scenario(sent, spec), budget, observer)
-        prompts = prompt_options(scenario, builtin=scenario.target.is_builtin, data_dirs=settings.data_dirs)
         executor = await stack.enter_async_context(
-            HttpExecutor(client, url, destinations=destinations, cap=cap, **prompts)
+            HttpExecutor(client, url, destinations=destinations, cap=cap, **prepared.executor_options())
         )
         await executor.preflight()
         watcher = await server_watcher(stack, scenario, url, destinations, clock)
@@ -190,7 +189,7 @@ async def sweep_workers(
         sent, executor, load_url=url, destinations=destinations,
         allowlist=await destinations.shared_allowlist(), cap=cap.limit,
         secrets=tuple(secret_values(scenario, sent, settings.redaction)), redaction=settings.redaction,
-        log_level=settings.log_level, data_dirs=settings.data_dirs, count=placed.count, launcher=placed.launcher,
+        log_level=settings.log_level, count=placed.count, launcher=placed.launcher,
     ))  # fmt: skip
     await pool.start()
     observer.note(placed.note or f"sending from {len(pool.workers)} worker processes")

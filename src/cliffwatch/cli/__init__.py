@@ -25,14 +25,12 @@ from cliffwatch import __version__
 from cliffwatch.adapters.documents import CONFIG_LIMITS, DocumentInvalid, DocumentLoader, load_json, load_yaml
 from cliffwatch.adapters.documents.result_files import write_result
 from cliffwatch.adapters.documents.scenario_files import bundled_names, load_scenario
-from cliffwatch.adapters.loadgen.prompt_setup import tokenizer_problem
 from cliffwatch.adapters.network.target_policies import DenyListPolicy
 from cliffwatch.adapters.report.files import write_run_report
 from cliffwatch.adapters.runtime.descriptors import settle_descriptors
 from cliffwatch.adapters.runtime.logs import configure_logging
 from cliffwatch.adapters.terminal.console import ConsoleProgress, comparison, scorecard
-from cliffwatch.adapters.workload.dataset_files import load_dataset
-from cliffwatch.adapters.workload.trace_files import load_traces
+from cliffwatch.adapters.workload.preparation import prepare
 from cliffwatch.bootstrap.run import clean_up_leftover_faults, prepare_run, toxiproxy_unavailable
 from cliffwatch.bootstrap.settings import load_settings
 from cliffwatch.cli.report import add_parser as add_report_parser
@@ -56,7 +54,6 @@ from cliffwatch.domain.errors import (
 from cliffwatch.domain.results.result import RunResult, RunStatus
 from cliffwatch.domain.scenario.scenario import Scenario, with_overrides
 from cliffwatch.domain.scenario.target_model import TargetModel, target_model_from
-from cliffwatch.domain.service.caps import cap_violations
 from cliffwatch.domain.service.runs import ApiToken, Role
 from cliffwatch.services.reconcile import ReconcileReport
 from cliffwatch.services.runs import check_places
@@ -206,11 +203,11 @@ async def _execute(scenario: Scenario, settings: Settings) -> RunResult:
     descriptors = settle_descriptors(runs=1, reserve=settings.fd_reserve)
     with ConsoleProgress() as progress:
         await _clean_up(settings, progress.note)
-        async with prepare_run(settings, scenario, observer=progress, descriptors=descriptors) as prepared:
-            with stopping_on_signals("run", prepared.service.interrupt, progress.note):
-                via = "" if prepared.load_url == prepared.target_url else f" through {prepared.load_url}"
-                progress.note(f"run {prepared.run_id}: {scenario.name} against {prepared.target_url}{via}")
-                return await prepared.service.execute(scenario, run_id=prepared.run_id, target_url=prepared.target_url)
+        async with prepare_run(settings, scenario, observer=progress, descriptors=descriptors) as ready:
+            with stopping_on_signals("run", ready.service.interrupt, progress.note):
+                via = "" if ready.load_url == ready.target_url else f" through {ready.load_url}"
+                progress.note(f"run {ready.run_id}: {scenario.name} against {ready.target_url}{via}")
+                return await ready.service.execute(scenario, run_id=ready.run_id, target_url=ready.target_url)
 
 
 def _validate(args: argparse.Namespace, settings: Settings) -> int:
@@ -224,24 +221,19 @@ def _validate(args: argparse.Namespace, settings: Settings) -> int:
     for reference in args.files:
         try:
             scenario = load_scenario(reference)
-            # the files a scenario names are read here too: a run would refuse them before sending anything
-            problem = tokenizer_problem(scenario, data_dirs=settings.data_dirs)
-            if problem is not None:
-                raise ScenarioInvalid([problem], source=reference)
-            try:
-                scenario = load_traces(scenario, data_dirs=settings.data_dirs)
-                load_dataset(scenario, data_dirs=settings.data_dirs, counter=None)
-            except ScenarioInvalid as exc:
-                raise ScenarioInvalid(exc.problems, source=reference) from None
+            # prepared as a run would be (every file it names read, within the bounds), before anything is sent
+            prepared = prepare(scenario, caps=settings.caps, limits=settings.preparation, data_dirs=settings.data_dirs)
         except ScenarioInvalid as exc:
             failed += 1
-            out.print(str(exc), markup=False, soft_wrap=True)
+            out.print(str(ScenarioInvalid(exc.problems, source=reference)), markup=False, soft_wrap=True)
+            continue
+        except RunRefused as exc:  # over the caps, its files' requests judged line by line
+            refused += 1
+            out.print(f"{reference}: {exc}", markup=False, soft_wrap=True)
             continue
         try:
-            asyncio.run(check_places(scenario, policy))
-            if problems := cap_violations(scenario, settings.caps):  # judged on the traces as read, line by line
-                raise RunRefused(problems)
-        except (TargetNotAllowed, RunRefused) as exc:
+            asyncio.run(check_places(prepared.scenario, policy))
+        except TargetNotAllowed as exc:
             refused += 1
             out.print(f"{reference}: {exc}", markup=False, soft_wrap=True)
         else:

@@ -40,6 +40,7 @@ from cliffwatch.domain.security.redaction import RedactionRules
 from cliffwatch.domain.security.secrets import env_name_allowed
 from cliffwatch.domain.service.caps import Caps
 from cliffwatch.domain.service.runs import Quotas
+from cliffwatch.domain.workload.prepared import PreparationLimits
 
 
 def process_environment() -> Mapping[str, str]:
@@ -99,6 +100,13 @@ class Settings:
     max_pool_size: int = 1_000
     max_in_flight: int = 10_000
     max_workers: int = 16
+    # A run's preparation (reading its files, rendering its chat template): bounds it works within.
+    prepare_timeout_s: float = 300.0
+    prepare_max_memory_mb: int = 4_096
+    prepare_max_file_mb: int = 1_024
+    prepare_max_rows: int = 2_000_000
+    template_render_s: float = 1.0
+    template_max_chars: int = 1_000_000
     ray_address: str | None = None  # a Ray cluster that runs asking for client.workers send from (cliffwatch[ray])
     ray_host: str | None = None  # where that cluster's actors connect back to this process; None: found
     max_queued_runs_per_token: int = 10
@@ -167,6 +175,17 @@ class Settings:
             max_pool_size=self.max_pool_size,
             max_in_flight=self.max_in_flight,
             max_workers=self.max_workers,
+        )
+
+    @property
+    def preparation(self) -> PreparationLimits:
+        return PreparationLimits(
+            timeout_s=self.prepare_timeout_s,
+            max_memory_bytes=self.prepare_max_memory_mb << 20,
+            max_file_bytes=self.prepare_max_file_mb << 20,
+            max_rows=self.prepare_max_rows,
+            template_render_s=self.template_render_s,
+            template_max_chars=self.template_max_chars,
         )
 
     @property

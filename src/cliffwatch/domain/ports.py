@@ -26,6 +26,14 @@ class Clock(Protocol):
         """The current UTC wall-clock time, for timestamps people read; never for measuring."""
 
 
+class PromptMaker(Protocol):
+    """Makes a request's prompt of N tokens from fragments prepared ahead (the load path copies, never builds)."""
+
+    def prepare(self, tokens: int) -> None: ...
+
+    def fragments(self, request_id: int, tokens: int) -> tuple[bytes | memoryview, ...]: ...
+
+
 class SecretResolver(Protocol):
     def resolve(self, reference: SecretRef) -> str:
         """The secret ``reference`` names, as read now; raises ``SecretUnavailable`` naming the reference and

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Coroutine, Iterable, Iterator
+from collections.abc import Coroutine, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -93,12 +93,13 @@ class RunService:
         sink: RecordSink,
         observer: ProgressObserver,
         notes: tuple[str, ...] = (),
-        attach: Callable[[Scenario], Scenario] | None = None,
+        workload: Scenario | None = None,
         watcher: ServerWatcher | None = None,
     ) -> None:
         self.clock = clock
-        # Attaches what was read before the run (a trace's requests, a dataset's sizes) to the scenario planned.
-        self.attach = attach or (lambda scenario: scenario)
+        # What the plan walks: the prepared run's scenario with what its files hold (a trace's requests, a
+        # dataset's sizes); None: the scenario executed, as it is.
+        self.workload = workload
         self.generator = generator
         self.faults = faults
         self.sink = sink
@@ -159,7 +160,7 @@ class RunService:
         timings: list[PhaseTiming] = []
         listener = _Listener(aggregator, self.sink)
         generator_task = asyncio.create_task(
-            self.generator.run(iter_plan(self.attach(scenario)), start_ns=state.start_ns, listener=listener)
+            self.generator.run(iter_plan(self.workload or scenario), start_ns=state.start_ns, listener=listener)
         )
         self.watcher.start(state.start_ns)
         server: ServerView | None = None

@@ -16,7 +16,9 @@ from cliffwatch.services.runner import RunService
 from cliffwatch.services.sweep import SweepObserver
 
 
-class PreparedRunLike(Protocol):
+class ReadyRunLike(Protocol):
+    """A run prepared and its parts started (``bootstrap.run.ReadyRun``)."""
+
     @property
     def service(self) -> RunService: ...
 
@@ -59,7 +61,7 @@ class SweepHandleLike(Stoppable, Protocol):
     async def run(self) -> SweepOutcomeLike: ...
 
 
-Prepare = Callable[[Scenario, str, RecordSink], AbstractAsyncContextManager[PreparedRunLike]]
+Prepare = Callable[[Scenario, str, RecordSink], AbstractAsyncContextManager[ReadyRunLike]]
 # (scenario, spec, run id, the observer told of every step) → a prepared sweep
 PrepareSweep = Callable[[Scenario, SweepSpec, str, SweepObserver], AbstractAsyncContextManager[SweepHandleLike]]
 OutcomeCounter = Callable[[str, Counter[str]], None]

@@ -5,14 +5,12 @@ from __future__ import annotations
 import asyncio
 import os
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from cliffwatch.adapters.distributed.cpu_limit import usable_cores
 from cliffwatch.adapters.distributed.pool import Launcher, WorkerPool
 from cliffwatch.adapters.distributed.ray_launcher import RayLauncher, connect
 from cliffwatch.adapters.distributed.spec import WorkerSpec
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
-from cliffwatch.adapters.loadgen.token_prompts import TokenExactPrompts
 from cliffwatch.adapters.network.target_access import Destinations
 from cliffwatch.domain.errors import WorkersFailed
 from cliffwatch.domain.scenario.scenario import AUTO_WORKERS, MAX_WORKERS, Scenario
@@ -42,7 +40,6 @@ def worker_pool(
     secrets: tuple[str, ...] = (),
     redaction: RedactionRules = DEFAULT_RULES,
     log_level: str = "warning",
-    data_dirs: tuple[Path, ...] | None = None,
     count: int,
     launcher: Launcher | None = None,
 ) -> WorkerPool:
@@ -52,9 +49,6 @@ def worker_pool(
 
     def specs(settled: HttpExecutor) -> list[WorkerSpec]:
         prompts, pins = settled.settled_prompts(), destinations.pins()
-        reload = isinstance(prompts["prompts"], TokenExactPrompts)
-        if reload:
-            prompts = {**prompts, "prompts": None}
         worker_cap = None if cap is None else cap_share(cap, count)
         niceness = os.getpriority(os.PRIO_PROCESS, 0)
         return [
@@ -70,8 +64,6 @@ def worker_pool(
                 secrets=secrets,
                 redaction=redaction,
                 log_level=log_level,
-                reload_tokenizer=reload,
-                data_dirs=data_dirs,
                 niceness=niceness,
             )
             for index in range(count)

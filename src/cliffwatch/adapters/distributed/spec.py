@@ -32,11 +32,10 @@ class WorkerSpec:
     allowlist: Allowlist
     pins: tuple[tuple[str, int, tuple[str, ...]], ...]  # (host, port, addresses) the run admitted
     cap: RateLimit | None  # this worker's share of the run's attempt cap
-    executor: dict[str, Any] = field(default_factory=dict)  # the prompts: ``HttpExecutor`` keyword arguments
-    # A tokenizer's prompts do not travel (the tokenizer does not pickle): the worker loads the same file from
-    # the same data directories (``request.tokenizer``), and its prompts are the coordinator's to the token.
-    reload_tokenizer: bool = False
-    data_dirs: tuple[Path, ...] | None = None
+    # The prompts as the run's preparation and preflight settled them (``HttpExecutor`` keyword arguments): a
+    # tokenizer's travel with its measured filler and overhead, never its files or chat template, so a worker
+    # reads no file and renders nothing, and its prompts are the coordinator's to the token.
+    executor: dict[str, Any] = field(default_factory=dict)
     secrets: tuple[str, ...] = ()  # values the worker's log lines must mask
     redaction: RedactionRules = DEFAULT_RULES
     log_level: str = "warning"

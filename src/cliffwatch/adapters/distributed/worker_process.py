@@ -26,7 +26,6 @@ from cliffwatch.adapters.distributed.spec import WorkerSpec, this_boot
 from cliffwatch.adapters.distributed.wire import WireBroken, pack, plan_row, planned, receive, record_row
 from cliffwatch.adapters.loadgen.engine import OpenLoopGenerator
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
-from cliffwatch.adapters.loadgen.prompt_setup import prompt_options
 from cliffwatch.adapters.network.target_access import Destinations
 from cliffwatch.adapters.runtime.clock import MonotonicClock
 from cliffwatch.adapters.runtime.logs import configure_logging, remember_secrets
@@ -112,8 +111,6 @@ async def serve(fd: int, node: str | None = None) -> int:
     destinations = Destinations.pinned_to(spec.allowlist, spec.pins)
     options = dict(spec.executor)
     try:
-        if spec.reload_tokenizer:
-            options["prompts"] = prompt_options(spec.scenario, builtin=False, data_dirs=spec.data_dirs)["prompts"]
         client = HttpExecutor(spec.scenario, spec.base_url, destinations=destinations, cap=cap, **options)
         async with client as executor:
             writer.write(pack(("ready", os.getpid(), this_boot(), node or socket.gethostname(), niceness)))

@@ -8,7 +8,7 @@ holds the event loop for longer than that. ``extra_body`` is merged as before an
 sets (say ``max_tokens``) simply has no placeholder. The bytes are exactly those ``json.dumps`` of the
 whole document gave. A plain ``http`` body is the same for every request and encoded once.
 
-The prompt's pieces come from a ``PromptSource`` (``token_prompts``): words, words sized by a calibration, or
+The prompt's pieces come from a ``PromptMaker`` (``domain.workload.prepared``): words, words sized by a calibration, or
 token-exact prompts under the scenario's tokenizer; each gives JSON-safe fragments prepared ahead.
 """
 
@@ -21,10 +21,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from cliffwatch.adapters.loadgen import prompts
-from cliffwatch.adapters.loadgen.token_prompts import PromptSource, WordCount
-from cliffwatch.adapters.workload.dataset_files import LoadedDataset
+from cliffwatch.adapters.loadgen.token_prompts import WordCount
 from cliffwatch.domain.errors import CliffwatchError
+from cliffwatch.domain.ports import PromptMaker
 from cliffwatch.domain.scenario.conversations import PREFIX_ID_BASE, PrefixSpec
+from cliffwatch.domain.scenario.dataset import LoadedDataset
 from cliffwatch.domain.scenario.scenario import Scenario
 from cliffwatch.domain.scenario.target_spec import Api, RequestTemplate
 from cliffwatch.domain.security.secrets import unresolved_body
@@ -42,7 +43,7 @@ class RequestBodies:
     def __init__(
         self,
         scenario: Scenario,
-        source: PromptSource | None = None,
+        source: PromptMaker | None = None,
         dataset: LoadedDataset | None = None,
         *,
         template: RequestTemplate | None = None,
@@ -51,7 +52,7 @@ class RequestBodies:
         template = template or scenario.target.request  # a traffic class's own, or the target's
         if unresolved_body(template.body) or unresolved_body(template.extra_body):
             raise CliffwatchError("a request body still holds a secret reference: the run's start reads every one")
-        self._source: PromptSource = source or WordCount(prompts.WORDS)
+        self._source: PromptMaker = source or WordCount(prompts.WORDS)
         self._dataset = dataset
         self._prefix = prefix
         self._prefixes: dict[int, bytes] = {}  # each shared prefix's text, made when first sent

@@ -32,11 +32,12 @@ from cliffwatch.adapters.loadgen.pinned_resolver import PinnedResolver, PinRefus
 from cliffwatch.adapters.loadgen.prompts import WORDS
 from cliffwatch.adapters.loadgen.redirects import Hop, next_hop, shown_url
 from cliffwatch.adapters.loadgen.server_tokenize import ServerFittedPrompts, fit_lengths
-from cliffwatch.adapters.loadgen.token_prompts import CalibratedPrompts, PromptSource
+from cliffwatch.adapters.loadgen.token_prompts import CalibratedPrompts
 from cliffwatch.adapters.network.target_access import Destinations
-from cliffwatch.adapters.workload.dataset_files import LoadedDataset
 from cliffwatch.domain.errors import CliffwatchError, TargetUnreachable
 from cliffwatch.domain.outcomes import CAP_REASON, Attempt, TokenSource
+from cliffwatch.domain.ports import PromptMaker
+from cliffwatch.domain.scenario.dataset import LoadedDataset
 from cliffwatch.domain.scenario.retry import FailureKind
 from cliffwatch.domain.scenario.scenario import Scenario
 from cliffwatch.domain.scenario.target_spec import Api, RequestTemplate
@@ -72,7 +73,7 @@ class HttpExecutor:
         *,
         destinations: Destinations | None = None,
         cap: TokenBucket | None = None,
-        prompts: PromptSource | None = None,
+        prompts: PromptMaker | None = None,
         dataset: LoadedDataset | None = None,
         server_lengths: Sequence[int] | None = None,
         sizing: PromptSizing = WORDS_SIZING,
@@ -194,7 +195,7 @@ class HttpExecutor:
         the same ones (a generator worker's) without measuring them again."""
         return {"prompts": self._prompt_source, "dataset": self._dataset, "sizing": self.sizing}
 
-    def _class_bodies(self, source: PromptSource | None) -> list[RequestBodies]:
+    def _class_bodies(self, source: PromptMaker | None) -> list[RequestBodies]:
         self._prompt_source = source
         bodies = [RequestBodies(self.scenario, source, self._dataset, template=c.request, prefix=c.prefix)
                   for c in self.scenario.traffic_classes]  # fmt: skip

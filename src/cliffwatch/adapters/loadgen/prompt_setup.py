@@ -11,7 +11,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from cliffwatch.adapters.loadgen.token_prompts import (
     TokenCounter,
@@ -19,37 +18,48 @@ from cliffwatch.adapters.loadgen.token_prompts import (
     TokenizerUnavailable,
     load_counter,
 )
+from cliffwatch.adapters.workload.bounds import Watchdog
 from cliffwatch.adapters.workload.data_files import DataFileRefused, allowed_path
 from cliffwatch.domain.errors import Problem, ScenarioInvalid
 from cliffwatch.domain.scenario.scenario import Scenario
-from cliffwatch.domain.scenario.target_spec import Api
+from cliffwatch.domain.scenario.target_spec import SERVER, Api
 from cliffwatch.domain.traffic.plan import iter_plan
-from cliffwatch.domain.workload.prompt_sizing import SERVER, PromptSizing, PromptSource
+from cliffwatch.domain.workload.prepared import DEFAULT_LIMITS, PreparationLimits, PromptPlan
+from cliffwatch.domain.workload.prompt_sizing import PromptSizing, PromptSource
 
 TOKENIZER_FIELD = "target.request.tokenizer"
 
 
-def prompt_options(scenario: Scenario, *, builtin: bool, data_dirs: tuple[Path, ...] | None) -> dict[str, Any]:
-    """``HttpExecutor`` keyword arguments for the run's prompts; raises ``ScenarioInvalid`` naming the field
-    when the tokenizer cannot be used."""
+def prompt_plan(
+    scenario: Scenario,
+    *,
+    builtin: bool,
+    data_dirs: tuple[Path, ...] | None,
+    limits: PreparationLimits = DEFAULT_LIMITS,
+    watchdog: Watchdog | None = None,
+) -> tuple[PromptPlan, TokenCounter | None]:
+    """How the run's prompts are made, and the tokenizer's counter when the scenario names one (a dataset's
+    lengths are counted with it); raises ``ScenarioInvalid`` naming the field when the tokenizer cannot be used."""
     target = scenario.target
     if target.api is Api.HTTP:
-        return {}
+        return PromptPlan(), None
     path = target.request.tokenizer
     if path == SERVER:
-        return {"server_lengths": server_lengths(scenario)}
+        return PromptPlan(server_lengths=tuple(server_lengths(scenario))), None
     if path is not None:
-        prompts = _tokenizer_prompts(
-            path, chat=target.api is Api.OPENAI_CHAT, data_dirs=data_dirs, source=scenario.name
-        )
+        prompts = _tokenizer_prompts(path, chat=target.api is Api.OPENAI_CHAT, data_dirs=data_dirs,
+                                     source=scenario.name, limits=limits, watchdog=watchdog)  # fmt: skip
         template = "with its chat template" if prompts.counter.applies_template else "without a chat template"
         if target.api is Api.OPENAI_COMPLETIONS:
             template = "with its special tokens"
         detail = f"{path} ({template}; {len(prompts.filler_words)} one-token filler words)"
-        return {"prompts": prompts, "sizing": PromptSizing(source=PromptSource.TOKENIZER, detail=detail)}
+        return PromptPlan(
+            maker=prompts, sizing=PromptSizing(source=PromptSource.TOKENIZER, detail=detail)
+        ), prompts.counter
     if builtin:
-        return {"sizing": PromptSizing(source=PromptSource.WORDS, detail="the built-in target counts one token a word")}
-    return {"calibrate": True}
+        words = PromptSizing(source=PromptSource.WORDS, detail="the built-in target counts one token a word")
+        return PromptPlan(sizing=words), None
+    return PromptPlan(calibrate=True), None
 
 
 def server_lengths(scenario: Scenario) -> list[int]:
@@ -57,18 +67,8 @@ def server_lengths(scenario: Scenario) -> list[int]:
     return sorted({r.prompt_tokens for r in iter_plan(scenario) if r.entry < 0})
 
 
-def tokenizer_problem(scenario: Scenario, *, data_dirs: tuple[Path, ...] | None) -> Problem | None:
-    """Why the scenario's tokenizer cannot be used here (for ``cliffwatch validate``), or None."""
-    if scenario.target.request.tokenizer == SERVER:
-        return None  # the target's /tokenize is asked when the run starts
-    try:
-        prompt_options(scenario, builtin=False, data_dirs=data_dirs)
-    except ScenarioInvalid as exc:
-        return exc.problems[0]
-    return None
-
-
-def _tokenizer_prompts(path: str, *, chat: bool, data_dirs: tuple[Path, ...] | None, source: str) -> TokenExactPrompts:
+def _tokenizer_prompts(path: str, *, chat: bool, data_dirs: tuple[Path, ...] | None, source: str,
+                       limits: PreparationLimits, watchdog: Watchdog | None) -> TokenExactPrompts:  # fmt: skip
     def refuse(reason: str) -> ScenarioInvalid:
         return ScenarioInvalid([Problem(path=TOKENIZER_FIELD, message=reason)], source=source)
 
@@ -77,12 +77,7 @@ def _tokenizer_prompts(path: str, *, chat: bool, data_dirs: tuple[Path, ...] | N
     except DataFileRefused as exc:
         raise refuse(exc.reason) from exc
     try:
-        return TokenExactPrompts(load_counter(resolved, chat=chat, data_dirs=data_dirs), path=path)
+        counter = load_counter(resolved, chat=chat, data_dirs=data_dirs, limits=limits, watchdog=watchdog)
+        return TokenExactPrompts(counter, path=path)
     except TokenizerUnavailable as exc:
         raise refuse(exc.reason) from exc
-
-
-def counter_of(options: dict[str, Any]) -> TokenCounter | None:
-    """The tokenizer's counter of ``prompt_options``' answer, when the scenario has one."""
-    prompts = options.get("prompts")
-    return prompts.counter if isinstance(prompts, TokenExactPrompts) else None

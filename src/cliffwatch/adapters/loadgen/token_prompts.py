@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from cliffwatch.adapters.loadgen.prompts import VOCABULARY, WordPrompts
+from cliffwatch.adapters.workload.bounds import Watchdog
+from cliffwatch.adapters.workload.chat_templates import ChatTemplate, TemplateRefused
 from cliffwatch.adapters.workload.data_files import DataFileRefused, readable_data_file
 from cliffwatch.domain.errors import CliffwatchError
+from cliffwatch.domain.workload.prepared import DEFAULT_LIMITS, PreparationLimits
 from cliffwatch.domain.workload.prompt_sizing import Calibration
 
 MAX_TOKENIZER_BYTES = 64 * 1024 * 1024  # tokenizer.json files of large vocabularies are 10–20 MB
@@ -47,21 +50,22 @@ class TokenizerUnavailable(CliffwatchError):
         super().__init__(f"tokenizer {path}: {reason}")
 
 
-class PromptSource(Protocol):
-    def prepare(self, tokens: int) -> None: ...
-
-    def fragments(self, request_id: int, tokens: int) -> tuple[bytes | memoryview, ...]: ...
-
-
 class TokenCounter:
     """Counts a prompt's tokens the way the server will: through the chat template for chat, with the
-    tokenizer's special tokens for completions."""
+    tokenizer's special tokens for completions. Sent to a generator worker, it goes without its template: the
+    counts that need it were made where the run was prepared."""
 
-    def __init__(self, tokenizer: Any, *, chat: bool, template: Any | None, specials: dict[str, str]) -> None:
+    def __init__(
+        self, tokenizer: Any, *, chat: bool, template: ChatTemplate | None, specials: dict[str, str], path: str = ""
+    ) -> None:
         self._tokenizer = tokenizer
         self.chat = chat
         self._template = template
         self._specials = specials
+        self.path = path
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_template": None}
 
     @property
     def applies_template(self) -> bool:
@@ -71,21 +75,33 @@ class TokenCounter:
         return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
 
     def prompt(self, text: str) -> int:
-        """The server's count of a prompt whose user content (chat) or prompt (completions) is ``text``."""
+        """The server's count of a prompt whose user content (chat) or prompt (completions) is ``text``; raises
+        ``TokenizerUnavailable`` when the chat template cannot render it within its bounds."""
         if not self.chat:
             return len(self._tokenizer.encode(text, add_special_tokens=True).ids)
         if self._template is None:
             return self.plain(text)
-        rendered = self._template.render(
-            messages=[{"role": "user", "content": text}], add_generation_prompt=True, **self._specials
-        )
+        try:
+            rendered = self._template.render(
+                messages=[{"role": "user", "content": text}], add_generation_prompt=True, **self._specials
+            )
+        except TemplateRefused as exc:
+            raise TokenizerUnavailable(self.path, f"tokenizer_config.json: {exc.reason}") from None
         return len(self._tokenizer.encode(rendered, add_special_tokens=False).ids)
 
 
-def load_counter(path: str, *, chat: bool, data_dirs: tuple[Path, ...] | None) -> TokenCounter:
+def load_counter(
+    path: str,
+    *,
+    chat: bool,
+    data_dirs: tuple[Path, ...] | None,
+    limits: PreparationLimits = DEFAULT_LIMITS,
+    watchdog: Watchdog | None = None,
+) -> TokenCounter:
     """The tokenizer at ``path`` (a tokenizer.json, or a directory with one and maybe tokenizer_config.json). Each
     file is read as a data file: below ``data_dirs`` once its symlinks are followed, a regular file, within its
-    limit (the directory being allowed says nothing of a ``tokenizer.json`` in it that links elsewhere)."""
+    limit (the directory being allowed says nothing of a ``tokenizer.json`` in it that links elsewhere). Its chat
+    template renders within ``limits`` (``chat_templates``), timed by ``watchdog`` when given."""
     try:
         from tokenizers import Tokenizer
     except ImportError as exc:  # pragma: no cover - the extra is part of the dev install
@@ -93,24 +109,29 @@ def load_counter(path: str, *, chat: bool, data_dirs: tuple[Path, ...] | None) -
     target = Path(path)
     file = target / "tokenizer.json" if target.is_dir() else target
     config_file = (target if target.is_dir() else target.parent) / "tokenizer_config.json"
+    limit = min(MAX_TOKENIZER_BYTES, limits.max_file_bytes)
     try:
-        text = readable_data_file(str(file), data_dirs=data_dirs, limit=MAX_TOKENIZER_BYTES).decode("utf-8")
+        text = readable_data_file(str(file), data_dirs=data_dirs, limit=limit).decode("utf-8")
         tokenizer = Tokenizer.from_str(text)
     except DataFileRefused as exc:
         raise TokenizerUnavailable(path, f"{file.name}: {exc.reason}") from exc
     except Exception as exc:  # the library raises plain Exceptions; its text may quote the file, so it is left out
         raise TokenizerUnavailable(path, f"{file.name} is not a Hugging Face tokenizer ({type(exc).__name__})") from exc
     has_config = chat and (config_file.is_file() or config_file.is_symlink())
-    template, specials = _chat_template(config_file, data_dirs) if has_config else (None, {})
-    return TokenCounter(tokenizer, chat=chat, template=template, specials=specials)
+    template: ChatTemplate | None = None
+    specials: dict[str, str] = {}
+    if has_config:
+        template, specials = _chat_template(config_file, data_dirs, limit=limit, limits=limits, watchdog=watchdog)
+    return TokenCounter(tokenizer, chat=chat, template=template, specials=specials, path=path)
 
 
-def _chat_template(config_file: Path, data_dirs: tuple[Path, ...] | None) -> tuple[Any | None, dict[str, str]]:
-    """The config's chat template compiled in Jinja's sandbox (as transformers does), and its special tokens."""
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
+def _chat_template(
+    config_file: Path, data_dirs: tuple[Path, ...] | None, *, limit: int, limits: PreparationLimits,
+    watchdog: Watchdog | None,
+) -> tuple[ChatTemplate | None, dict[str, str]]:  # fmt: skip
+    """The config's chat template compiled in a bounded Jinja sandbox (``chat_templates``), and its special tokens."""
     try:
-        config = json.loads(readable_data_file(str(config_file), data_dirs=data_dirs, limit=MAX_TOKENIZER_BYTES))
+        config = json.loads(readable_data_file(str(config_file), data_dirs=data_dirs, limit=limit))
     except DataFileRefused as exc:
         raise TokenizerUnavailable(str(config_file), f"tokenizer_config.json: {exc.reason}") from exc
     except ValueError as exc:  # its position only: the message of json's error names no content
@@ -126,11 +147,10 @@ def _chat_template(config_file: Path, data_dirs: tuple[Path, ...] | None) -> tup
         value = value.get("content") if isinstance(value, dict) else value
         if isinstance(value, str):
             specials[key] = value
-    environment = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
     try:
-        return environment.from_string(source), specials
-    except Exception as exc:  # a template Jinja cannot compile
-        raise TokenizerUnavailable(str(config_file), f"its chat_template does not compile ({exc})") from exc
+        return ChatTemplate(source, limits=limits, watchdog=watchdog), specials
+    except TemplateRefused as exc:
+        raise TokenizerUnavailable(str(config_file), f"tokenizer_config.json: {exc.reason}") from exc
 
 
 class TokenExactPrompts:

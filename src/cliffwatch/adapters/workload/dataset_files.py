@@ -17,8 +17,11 @@ request only copies it (``bodies``).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,13 +29,15 @@ from typing import Any
 from cliffwatch.adapters.loadgen.token_prompts import TokenCounter
 from cliffwatch.adapters.workload.data_files import DataFileRefused, allowed_path, readable_data_file
 from cliffwatch.domain.errors import Problem, ScenarioInvalid
-from cliffwatch.domain.scenario.dataset import DatasetFormat, DatasetSizes, DatasetSpec
+from cliffwatch.domain.scenario.dataset import DatasetFormat, DatasetSizes, DatasetSpec, LoadedDataset
 from cliffwatch.domain.scenario.scenario import Scenario
 from cliffwatch.domain.scenario.target_spec import Api
+from cliffwatch.domain.workload.prepared import DEFAULT_LIMITS, PreparationLimits
 
 MAX_DATASET_BYTES = 1024 * 1024 * 1024
 MAX_ENTRIES = 2_000_000
 FIELD = "target.request.dataset.path"
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
 TAG = "\u0000cliffwatch-tag\u0000"  # where the request's tag goes in a messages entry (never in real text)
 
 
@@ -44,22 +49,19 @@ class Entry:
     messages: list[dict[str, Any]] | None
     prompt_tokens: int
     output_tokens: int | None
-
-
-@dataclass(frozen=True, kw_only=True)
-class LoadedDataset:
-    sizes: DatasetSizes
-    # per entry: the JSON-escaped prompt (inside a string), or a messages array split where the tag goes
-    prompts: tuple[bytes | tuple[bytes, bytes], ...]
-    read: int  # entries in the file, before the filters
-    path: str
+    line: int = 0  # where the entry starts in its file
+    field: str = "prompt"  # the field its prompt came from (prompt, messages, conversations)
 
 
 def load_dataset(
-    scenario: Scenario, *, data_dirs: tuple[Path, ...] | None, counter: TokenCounter | None
+    scenario: Scenario,
+    *,
+    data_dirs: tuple[Path, ...] | None,
+    counter: TokenCounter | None,
+    limits: PreparationLimits = DEFAULT_LIMITS,
 ) -> LoadedDataset | None:
     """The scenario's dataset read and filtered; None without one. Raises ``ScenarioInvalid`` naming
-    ``target.request.dataset.path`` when it cannot be used."""
+    ``target.request.dataset.path`` when it cannot be used (or is over ``limits``' bytes or rows)."""
     spec = scenario.target.request.dataset
     if spec is None:
         return None
@@ -68,14 +70,14 @@ def load_dataset(
         return ScenarioInvalid([Problem(path=FIELD, message=reason)], source=scenario.name)
 
     try:
-        raw, entries = _read(spec, data_dirs=data_dirs)
+        raw, entries = _read(spec, data_dirs=data_dirs, limits=limits)
     except DataFileRefused as exc:
         raise refuse(exc.reason) from exc
     except ValueError as exc:
         raise refuse(f"{spec.path}: {exc}") from exc
     chat = scenario.target.api is Api.OPENAI_CHAT
     kept: list[Entry] = []
-    for item in entries:
+    for line, item in entries:
         entry = _entry(item, counter, chat=chat)
         if entry is None:
             continue
@@ -83,7 +85,7 @@ def load_dataset(
             continue
         if spec.max_prompt_tokens is not None and entry.prompt_tokens > spec.max_prompt_tokens:
             continue
-        kept.append(entry)
+        kept.append(dataclasses.replace(entry, line=line))
     if not kept:
         raise refuse(
             f"{spec.path}: no entry of the {len(entries):,} read has a usable prompt within the length filters"
@@ -92,13 +94,19 @@ def load_dataset(
         prompt_tokens=tuple(e.prompt_tokens for e in kept),
         output_tokens=tuple(e.output_tokens for e in kept),
         digest=hashlib.sha256(raw).hexdigest(),
+        lines=tuple(e.line for e in kept),
+        prompt_fields=tuple(e.field for e in kept),
     )
     return LoadedDataset(
         sizes=sizes, prompts=tuple(_prepared(e, spec) for e in kept), read=len(entries), path=spec.path
     )
 
 
-def _read(spec: DatasetSpec, *, data_dirs: tuple[Path, ...] | None) -> tuple[bytes, list[Any]]:
+def _read(
+    spec: DatasetSpec, *, data_dirs: tuple[Path, ...] | None, limits: PreparationLimits
+) -> tuple[bytes, list[tuple[int, Any]]]:
+    """The file's bytes (every file's, for a directory) and its items, each with the line it starts on."""
+    most_bytes, most_rows = min(MAX_DATASET_BYTES, limits.max_file_bytes), min(MAX_ENTRIES, limits.max_rows)
     if spec.format is DatasetFormat.HF:
         directory = Path(allowed_path(spec.path, data_dirs=data_dirs))
         if not directory.is_dir():
@@ -110,41 +118,74 @@ def _read(spec: DatasetSpec, *, data_dirs: tuple[Path, ...] | None) -> tuple[byt
                 "holds only parquet files: convert them to JSON lines" if parquet else "holds no .json or .jsonl file"
             )
         contents: list[bytes] = []
-        items: list[Any] = []
+        items: list[tuple[int, Any]] = []
         for file in files:
-            left = MAX_DATASET_BYTES - sum(map(len, contents))  # the limit holds for the directory as a whole
+            left = most_bytes - sum(map(len, contents))  # the limit holds for the directory as a whole
             data = readable_data_file(str(file), data_dirs=data_dirs, limit=max(0, left))
             contents.append(data)
-            items += _parse(data, DatasetFormat.SHAREGPT if file.suffix == ".json" else DatasetFormat.JSONL)
+            form = DatasetFormat.SHAREGPT if file.suffix == ".json" else DatasetFormat.JSONL
+            try:
+                items += _parse(data, form, rows=most_rows - len(items))
+            except ValueError as exc:  # which file of the directory, by its path inside it
+                raise ValueError(f"{file.relative_to(directory)} {exc}") from None
         return b"".join(contents), items
-    data = readable_data_file(spec.path, data_dirs=data_dirs, limit=MAX_DATASET_BYTES)
-    return data, _parse(data, spec.format)
+    data = readable_data_file(spec.path, data_dirs=data_dirs, limit=most_bytes)
+    return data, _parse(data, spec.format, rows=most_rows)
 
 
-def _parse(data: bytes, form: DatasetFormat) -> list[Any]:
+def _parse(data: bytes, form: DatasetFormat, *, rows: int) -> list[tuple[int, Any]]:
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise ValueError("is not UTF-8") from None
-    if form is DatasetFormat.SHAREGPT:
-        try:
-            document = json.loads(text)
-        except ValueError as exc:
-            raise ValueError(f"is not JSON ({exc.args[0]})") from None
-        if not isinstance(document, list):
-            raise ValueError("is not a ShareGPT list of conversations")
-        return document[: MAX_ENTRIES + 1]
-    items = []
+    items = _sharegpt(text) if form is DatasetFormat.SHAREGPT else _json_lines(text)
+    parsed: list[tuple[int, Any]] = []
+    for line, item in items:
+        if len(parsed) >= rows:
+            raise ValueError(f"line {line}: more than {rows:,} entries (CLIFFWATCH_PREPARE_MAX_ROWS)")
+        parsed.append((line, item))
+    return parsed
+
+
+def _json_lines(text: str) -> Iterator[tuple[int, Any]]:
     for line, content in enumerate(text.splitlines(), start=1):
         if not content.strip():
             continue
         try:
-            items.append(json.loads(content))
+            yield line, json.loads(content)
         except ValueError as exc:
             raise ValueError(f"line {line} is not JSON ({exc.args[0]})") from None
-        if len(items) > MAX_ENTRIES:
-            raise ValueError(f"holds more than {MAX_ENTRIES:,} entries")
-    return items
+
+
+def _sharegpt(text: str) -> Iterator[tuple[int, Any]]:
+    """A ShareGPT list, one conversation at a time (a decode of the whole list would hold the GIL for as long as
+    it takes), each with the line it starts on."""
+    decoder = json.JSONDecoder()
+    at = _space(text, 0)
+    if text[at : at + 1] != "[":
+        raise ValueError("is not a ShareGPT list of conversations")
+    at, line, counted = _space(text, at + 1), 1, 0
+    if text[at : at + 1] == "]":
+        return
+    while True:
+        line, counted = line + text.count("\n", counted, at), at
+        try:
+            item, at = decoder.raw_decode(text, at)
+        except ValueError as exc:  # its message gives the line and column, never the text
+            raise ValueError(f"is not JSON ({exc.args[0]})") from None
+        yield line, item
+        at = _space(text, at)
+        if text[at : at + 1] == ",":
+            at = _space(text, at + 1)
+            continue
+        if text[at : at + 1] == "]" and not text[at + 1 :].strip():
+            return
+        raise ValueError(f"line {line + text.count(chr(10), counted, at)}: expected , or ] after a conversation")
+
+
+def _space(text: str, at: int) -> int:
+    match = _WHITESPACE.match(text, at)
+    return match.end() if match else at
 
 
 def _entry(item: Any, counter: TokenCounter | None, *, chat: bool) -> Entry | None:
@@ -158,7 +199,8 @@ def _entry(item: Any, counter: TokenCounter | None, *, chat: bool) -> Entry | No
                 answer = next((t.get("value") for t in turns[index + 1 :] if isinstance(t, dict)
                                and t.get("from") == "gpt" and isinstance(t.get("value"), str)), None)  # fmt: skip
                 output = None if answer is None else _length(answer, counter)
-                return _text_entry(turn["value"], output, counter)
+                entry = _text_entry(turn["value"], output, counter)
+                return None if entry is None else dataclasses.replace(entry, field="conversations")
         return None
     output = item.get("max_tokens")
     recorded = output if isinstance(output, int) and not isinstance(output, bool) and output > 0 else None
@@ -167,7 +209,9 @@ def _entry(item: Any, counter: TokenCounter | None, *, chat: bool) -> Entry | No
     messages = item.get("messages")
     if chat and isinstance(messages, list) and messages and all(_message(m) for m in messages):
         words = sum(_length(m["content"], counter) for m in messages)
-        return Entry(text=None, messages=messages, prompt_tokens=max(1, words), output_tokens=recorded)
+        return Entry(
+            text=None, messages=messages, prompt_tokens=max(1, words), output_tokens=recorded, field="messages"
+        )
     return None
 
 

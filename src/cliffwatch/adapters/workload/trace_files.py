@@ -19,6 +19,7 @@ import hashlib
 import io
 import json
 import math
+from array import array
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,10 +31,10 @@ from cliffwatch.domain.scenario.trace import (
     MAX_TRACE_REQUESTS,
     TraceArrival,
     TraceFormat,
-    TraceRequest,
     TraceRequests,
     with_traces,
 )
+from cliffwatch.domain.workload.prepared import DEFAULT_LIMITS, PreparationLimits
 
 MAX_TRACE_BYTES = 512 * 1024 * 1024
 
@@ -47,17 +48,25 @@ class TraceUnreadable(Exception):
         super().__init__(f"line {line}: {reason}")
 
 
-def load_traces(scenario: Scenario, *, data_dirs: tuple[Path, ...] | None) -> Scenario:
+def load_traces(
+    scenario: Scenario,
+    *,
+    data_dirs: tuple[Path, ...] | None,
+    limits: PreparationLimits = DEFAULT_LIMITS,
+    reading: Callable[[str, str], None] = lambda field, path: None,
+) -> Scenario:
     """``scenario`` with every trace phase's requests read and attached; raises ``ScenarioInvalid`` naming
-    ``phases[i].arrival.path`` for a file that cannot be used."""
+    ``phases[i].arrival.path`` for a file that cannot be used (or is over ``limits``' bytes or rows).
+    ``reading(field, path)`` is told of each file before it is read."""
     loaded: dict[int, TraceRequests] = {}
     problems: list[Problem] = []
     for index, phase in enumerate(scenario.phases):
         if not isinstance(phase.arrival, TraceArrival):
             continue
         field = f"phases[{index}].arrival.path"
+        reading(field, phase.arrival.path)
         try:
-            loaded[index] = read_trace(phase.arrival, data_dirs=data_dirs)
+            loaded[index] = read_trace(phase.arrival, data_dirs=data_dirs, limits=limits)
         except DataFileRefused as exc:
             problems.append(Problem(path=field, message=exc.reason))
         except TraceUnreadable as exc:
@@ -67,19 +76,30 @@ def load_traces(scenario: Scenario, *, data_dirs: tuple[Path, ...] | None) -> Sc
     return with_traces(scenario, loaded)
 
 
-def read_trace(arrival: TraceArrival, *, data_dirs: tuple[Path, ...] | None) -> TraceRequests:
-    raw = readable_data_file(arrival.path, data_dirs=data_dirs, limit=MAX_TRACE_BYTES)
+def read_trace(
+    arrival: TraceArrival, *, data_dirs: tuple[Path, ...] | None, limits: PreparationLimits = DEFAULT_LIMITS
+) -> TraceRequests:
+    raw = readable_data_file(arrival.path, data_dirs=data_dirs, limit=min(MAX_TRACE_BYTES, limits.max_file_bytes))
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise TraceUnreadable(raw.count(b"\n", 0, exc.start) + 1, "is not UTF-8") from None
-    records = list(_READERS[arrival.format](text))
-    if not records:
+    # Straight into columns: no object a request is held (``TraceRequests``), so reading a million rows makes
+    # no work for the garbage collector, whose full passes would hold every thread.
+    times, prompts, outputs, lines = array("d"), array("q"), array("q"), array("q")
+    for time_s, prompt, output, line in _READERS[arrival.format](text):
+        if len(times) == limits.max_rows:
+            raise TraceUnreadable(line, f"more than {limits.max_rows:,} requests (CLIFFWATCH_PREPARE_MAX_ROWS)")
+        times.append(time_s)
+        prompts.append(prompt)
+        outputs.append(output)
+        lines.append(line)
+    if not times:
         raise TraceUnreadable(1, "holds no request")
-    first = min(record[0] for record in records)
-    requests = tuple(TraceRequest(time_s=t - first, prompt_tokens=p, output_tokens=o, line=line)
-                     for t, p, o, line in records)  # fmt: skip
-    return TraceRequests(requests=requests, digest=hashlib.sha256(raw).hexdigest())
+    first = min(times)
+    times = array("d", (t - first for t in times))
+    return TraceRequests(times=times, prompts=prompts, outputs=outputs, lines=lines,
+                         digest=hashlib.sha256(raw).hexdigest())  # fmt: skip
 
 
 Record = tuple[float, int, int, int]  # time, prompt tokens, output tokens, line

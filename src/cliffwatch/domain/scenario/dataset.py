@@ -34,6 +34,19 @@ class DatasetSizes:
     prompt_tokens: tuple[int, ...]
     output_tokens: tuple[int | None, ...]
     digest: str
+    lines: tuple[int, ...] = ()  # each kept entry's line in its file (a refusal names it, never the entry)
+    prompt_fields: tuple[str, ...] = ()  # the field each kept entry's prompt came from
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadedDataset:
+    """A dataset as read before its run: the kept entries' sizes and their prompts, ready to be copied into bodies."""
+
+    sizes: DatasetSizes
+    # per entry: the JSON-escaped prompt (inside a string), or a messages array split where the tag goes
+    prompts: tuple[bytes | tuple[bytes, bytes], ...]
+    read: int  # entries in the file, before the filters
+    path: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,6 +58,7 @@ class DatasetSpec:
     replacement: bool = True
     cache_bust: bool = True  # open each prompt with the request's tag, as synthetic prompts do
     recorded_output: bool = True  # max_tokens from the entry's recorded answer (False: request.max_tokens)
+    clamp_to_caps: bool = False  # entries over the caps: left out (prompt) or clamped (max_tokens), not refused
     loaded: DatasetSizes | None = field(default=None, compare=False, repr=False)
 
     def draws(self, phase: int, seed: int, suffix: str = "") -> DatasetDraws:
@@ -85,8 +99,9 @@ def parse_dataset(reader: Reader, *, max_tokens_given: bool) -> DatasetSpec | No
     most = reader.number("max_prompt_tokens", None, ge=1, integer=True)
     sample = reader.string("sample", "with_replacement", choices=("with_replacement", "without_replacement"))
     bust = reader.boolean("cache_bust", True)
+    clamp = reader.boolean("clamp_to_caps", False)
     reader.done()
-    if None in (path, form, least, sample, bust) or (reader.has("max_prompt_tokens") and most is None):
+    if None in (path, form, least, sample, bust, clamp) or (reader.has("max_prompt_tokens") and most is None):
         return None
     if most is not None and most < least:
         reader.error("max_prompt_tokens", f"must be >= min_prompt_tokens ({least})")
@@ -99,6 +114,7 @@ def parse_dataset(reader: Reader, *, max_tokens_given: bool) -> DatasetSpec | No
         replacement=sample == "with_replacement",
         cache_bust=bust,
         recorded_output=not max_tokens_given,
+        clamp_to_caps=clamp,
     )
 
 

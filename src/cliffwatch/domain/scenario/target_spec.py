@@ -21,7 +21,6 @@ from cliffwatch.domain.scenario.target_model import TargetModel, parse_target_mo
 from cliffwatch.domain.security.masking import mask_url
 from cliffwatch.domain.security.secrets import SecretRef, body_references, parse_reference
 from cliffwatch.domain.validation import Problems, Reader, short_repr
-from cliffwatch.domain.workload.prompt_sizing import SERVER
 
 BUILTIN = "builtin"
 # Hard limits of one request's size, whatever the service's caps: a prompt is built (and held) in memory before
@@ -35,6 +34,9 @@ HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")  # an RFC 9110 token
 # The allowlist checks the URL's host; a Host header of another name would reach a different virtual host
 # behind an allowed shared proxy or ingress, so the request's Host is always the URL's own.
 HOST_HEADER = "may not be set: requests carry the target URL's host; name the host in target.url instead"
+
+
+SERVER = "server"  # request.tokenizer: the target's /tokenize fits the lengths (adapters.loadgen.server_tokenize)
 
 
 class Api(StrEnum):

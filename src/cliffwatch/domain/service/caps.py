@@ -20,7 +20,7 @@ from cliffwatch.domain.errors import Problem
 from cliffwatch.domain.scenario.arrivals import Mix
 from cliffwatch.domain.scenario.retry import RetryKind, RetryPolicy
 from cliffwatch.domain.scenario.scenario import ClientSpec, Role, Scenario
-from cliffwatch.domain.scenario.trace import LENGTH_FIELDS, TraceArrival
+from cliffwatch.domain.service.file_caps import file_size_violations
 from cliffwatch.domain.traffic.rate_limit import RateLimit
 
 
@@ -69,7 +69,7 @@ def requests_per_attempt(client: ClientSpec) -> int:
 def cap_violations(scenario: Scenario, caps: Caps) -> list[Problem]:
     """Why ``scenario`` is over the caps (empty when it is within them), each naming the field to change."""
     problems = request_size_violations(scenario, caps) + client_violations(scenario.client, caps)
-    problems += trace_size_violations(scenario, caps)
+    problems += file_size_violations(scenario, max_prompt=caps.max_prompt_tokens, max_output=caps.max_output_tokens)
     # Requests, not arrivals: with sessions each arrival starts a conversation of several turns on average.
     peaks = [(math.fsum(peak * turns_per_arrival(scenario, k) for k, peak in class_peaks(scenario, i)), i)
              for i in range(len(scenario.phases))]  # fmt: skip
@@ -198,31 +198,6 @@ def request_size_violations(scenario: Scenario, caps: Caps) -> list[Problem]:
                     f"this service sends at most {cap:,}"
                 )
                 problems.append(Problem(path=path, message=message))
-    return problems
-
-
-def trace_size_violations(scenario: Scenario, caps: Caps) -> list[Problem]:
-    """The prompts and answers a loaded trace replays (its phase's window of it) against the caps: for each phase
-    and length over its cap, the largest such request, named by its file's line and column (never its value: the
-    file is the operator's, a refusal is shown to viewers). Before the trace is loaded, nothing (judged at start)."""
-    problems = []
-    for index, phase in enumerate(scenario.phases):
-        arrival = phase.arrival
-        if not isinstance(arrival, TraceArrival) or arrival.loaded is None:
-            continue
-        replayed = arrival.window(phase.duration_s)
-        names = LENGTH_FIELDS[arrival.format]
-        for name, lengths, cap, setting in (
-            (names[0], [r.prompt_tokens for r in replayed], caps.max_prompt_tokens, "CLIFFWATCH_MAX_PROMPT_TOKENS"),
-            (names[1], [r.output_tokens for r in replayed], caps.max_output_tokens, "CLIFFWATCH_MAX_OUTPUT_TOKENS"),
-        ):
-            over = [(length, -r.line, r) for length, r in zip(lengths, replayed, strict=True) if length > cap]
-            if over:
-                worst = max(over, key=lambda item: item[:2])[2]
-                more = f" (and {len(over) - 1:,} more requests of the replay)" if len(over) > 1 else ""
-                message = (f"{arrival.path} line {worst.line}: {name} is over the cap of {cap:,} tokens a request "
-                           f"({setting}){more}")  # fmt: skip
-                problems.append(Problem(path=f"phases[{index}].arrival.path", message=message))
     return problems
 
 

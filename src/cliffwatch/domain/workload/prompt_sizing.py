@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-SERVER = "server"  # request.tokenizer: the target's /tokenize fits the lengths (adapters.loadgen.server_tokenize)
 # Word counts of the calibration probes: spread over two orders of magnitude so the intercept (a chat
 # template's tokens) and the slope (tokens per word) are both well determined.
 PROBE_WORDS = (8, 32, 128, 512)

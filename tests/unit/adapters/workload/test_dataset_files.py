@@ -108,7 +108,7 @@ def test_the_plan_draws_the_same_entries_for_the_same_seed() -> None:
     ("dataset", "message"),
     [
         ({"path": str(DATASETS / "none.json"), "format": "sharegpt"}, "none.json does not exist"),
-        ({"path": str(DATASETS / "prompts.jsonl"), "format": "sharegpt"}, "is not JSON"),
+        ({"path": str(DATASETS / "prompts.jsonl"), "format": "sharegpt"}, "is not a ShareGPT list of conversations"),
         ({"path": str(DATASETS / "sharegpt.json"), "format": "jsonl"}, "line 1 is not JSON"),
         ({"path": str(DATASETS / "sharegpt.json"), "format": "sharegpt", "min_prompt_tokens": 500},
          "no entry of the 8 read has a usable prompt within the length filters"),
