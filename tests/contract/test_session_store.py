@@ -9,7 +9,7 @@ from datetime import timedelta
 from store_kit import Backend
 
 from cliffwatch.adapters.store.sessions_sql import SqlSessionStore
-from cliffwatch.domain.service.runs import Role
+from cliffwatch.domain.service.runs import TokenRole
 from cliffwatch.domain.service.sessions import SessionStore
 from cliffwatch.services.sessions import InMemorySessionStore, SessionService, csrf_matches, csrf_token
 from cliffwatch.services.tokens import TokenService
@@ -25,7 +25,7 @@ def sessions_of(backend: Backend) -> SessionStore:
 
 async def service(backend: Backend) -> tuple[SessionService, TokenService, str]:
     tokens = TokenService(backend.store, now=backend.clock)
-    _, token = await tokens.create("dash", Role.OPERATOR)
+    _, token = await tokens.create("dash", TokenRole.OPERATOR)
     return SessionService(sessions_of(backend), tokens, ttl_s=TTL_S, now=backend.clock), tokens, token
 
 
@@ -37,7 +37,7 @@ async def test_a_login_makes_a_session_found_by_its_id_with_the_tokens_role(back
     assert found is not None
     session, record = found
     assert record.name == "dash"
-    assert record.role is Role.OPERATOR
+    assert record.role is TokenRole.OPERATOR
     assert session.expires_at == backend.clock() + timedelta(seconds=TTL_S)
 
 

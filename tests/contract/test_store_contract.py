@@ -13,19 +13,19 @@ from store_kit import T0, Backend, Store, make_record, make_run, scored_end, sec
 from cliffwatch.domain.errors import RunNotFound
 from cliffwatch.domain.ports import LedgerEntry
 from cliffwatch.domain.results.result import RunStatus
-from cliffwatch.domain.scenario.metrics_spec import Engine, Signal
+from cliffwatch.domain.scenario.metrics_spec import EngineKind, Signal
 from cliffwatch.domain.security.redaction import Credential
 from cliffwatch.domain.server.server_view import ServerSeries, ServerView
 from cliffwatch.domain.service.runs import (
     ApiToken,
     CatchUp,
     Overrides,
-    Role,
     RunEnd,
     RunQuery,
     ScenarioSource,
     Schedule,
     StoredOutcome,
+    TokenRole,
     Trigger,
 )
 
@@ -389,7 +389,7 @@ async def test_a_finished_run_keeps_its_score_result_and_time_series(backend: Ba
 async def test_a_finished_run_keeps_the_servers_series_in_its_result_and_its_rows(backend: Backend) -> None:
     waiting = ServerSeries(name="waiting", signal=Signal.WAITING, expr="vllm:num_requests_waiting", unit="requests",
                            values=(0.0, None, 7.5, 12.0))  # fmt: skip
-    server = ServerView(url="http://127.0.0.1:8000/metrics", engine=Engine.VLLM, interval_ms=500.0,
+    server = ServerView(url="http://127.0.0.1:8000/metrics", engine=EngineKind.VLLM, interval_ms=500.0,
                         times_s=(0.25, 0.75, 2.25, 3.5), series=(waiting,), scrapes=5, failures={"HTTP 503": 1},
                         notes=("kv_cache_usage: never had a value",))  # fmt: skip
     await _claimed(backend, "r1")
@@ -613,8 +613,8 @@ async def test_a_fire_time_is_marked_handled_only_forward(backend: Backend) -> N
 
 async def test_tokens_are_found_by_hash_listed_and_revoked_once(backend: Backend) -> None:
     store = backend.store
-    viewer = ApiToken(id="t1", name="dash", role=Role.VIEWER, token_hash="a" * 64, created_at=T0)
-    admin = ApiToken(id="t2", name="ops", role=Role.ADMIN, token_hash="b" * 64, created_at=T0 + seconds(1))
+    viewer = ApiToken(id="t1", name="dash", role=TokenRole.VIEWER, token_hash="a" * 64, created_at=T0)
+    admin = ApiToken(id="t2", name="ops", role=TokenRole.ADMIN, token_hash="b" * 64, created_at=T0 + seconds(1))
     await store.add_token(admin)
     await store.add_token(viewer)
     assert await store.token_by_hash("a" * 64) == viewer

@@ -20,7 +20,7 @@ from cliffwatch.domain.outcomes import Outcome
 from cliffwatch.domain.results.metrics import merge_phases
 from cliffwatch.domain.results.result import RunResult, RunStatus
 from cliffwatch.domain.results.scoring import HIDDEN_OVERLOAD, RETRY_CONTAINMENT
-from cliffwatch.domain.scenario.scenario import Role, parse_scenario
+from cliffwatch.domain.scenario.scenario import PhaseRole, parse_scenario
 from cliffwatch.domain.scenario.target_model import TargetModel
 from cliffwatch.services.memory import CollectingObserver
 from loop_watch import frozen_heap
@@ -63,7 +63,7 @@ async def run(document: dict[str, Any]) -> RunResult:
 
 
 def stress_of(result: RunResult) -> Any:
-    return merge_phases(result.metrics.by_role(Role.STRESS))
+    return merge_phases(result.metrics.by_role(PhaseRole.STRESS))
 
 
 async def test_the_simulated_capacity_matches_its_model() -> None:
@@ -80,7 +80,7 @@ async def test_a_burst_beyond_capacity_hides_behind_steady_tokens_per_second() -
     result = await run(watched)
     assert result.status is RunStatus.SUCCEEDED
     assert not result.generator.limited, result.generator.reasons
-    baseline = merge_phases(result.metrics.by_role(Role.BASELINE))
+    baseline = merge_phases(result.metrics.by_role(PhaseRole.BASELINE))
     stress = stress_of(result)
     assert baseline is not None
     assert baseline.on_time_ratio is not None

@@ -39,7 +39,7 @@ from cliffwatch.domain.capacity.sweep_spec import parse_sweep_spec
 from cliffwatch.domain.scenario.scenario import parse_scenario
 from cliffwatch.domain.security.allowlist import DEFAULT_ALLOWLIST, parse_allowlist
 from cliffwatch.domain.security.secrets import SecretsUnavailable
-from cliffwatch.domain.service.runs import Role
+from cliffwatch.domain.service.runs import TokenRole
 from cliffwatch.services.memory import CollectingObserver
 
 pytestmark = pytest.mark.slow
@@ -144,16 +144,18 @@ def log_lines() -> Iterator[io.StringIO]:
 @dataclass
 class Served:
     client: TestClient[Any, Any]
-    tokens: dict[Role, str]
+    tokens: dict[TokenRole, str]
 
-    async def get(self, path: str, role: Role | None = Role.VIEWER, cookie: str | None = None) -> tuple[int, str]:
+    async def get(
+        self, path: str, role: TokenRole | None = TokenRole.VIEWER, cookie: str | None = None
+    ) -> tuple[int, str]:
         headers = {"Authorization": f"Bearer {self.tokens[role]}"} if role is not None else {}
         if cookie is not None:
             headers["Cookie"] = cookie
         async with self.client.get(path, headers=headers, allow_redirects=False) as response:
             return response.status, await response.text()
 
-    async def send(self, method: str, path: str, body: Any, role: Role = Role.ADMIN) -> tuple[int, Any]:
+    async def send(self, method: str, path: str, body: Any, role: TokenRole = TokenRole.ADMIN) -> tuple[int, Any]:
         headers = {"Authorization": f"Bearer {self.tokens[role]}"}
         async with self.client.request(method, path, json=body, headers=headers) as response:
             return response.status, await response.json()
@@ -174,7 +176,7 @@ class Served:
             login = response.cookies["cw_login"].value
         nonce = re.search(r'name="nonce" value="([^"]+)"', page)
         assert nonce is not None
-        form = {"token": self.tokens[Role.ADMIN], "nonce": nonce.group(1), "next": "/ui/runs"}
+        form = {"token": self.tokens[TokenRole.ADMIN], "nonce": nonce.group(1), "next": "/ui/runs"}
         async with self.client.post("/ui/login", data=form, headers={"Cookie": f"cw_login={login}"},
                                     allow_redirects=False) as response:  # fmt: skip
             assert response.status == 303
@@ -194,7 +196,7 @@ async def test_no_secret_reaches_any_surface_while_every_run_sends_the_real_ones
     configure_logging(level="debug", fmt="json", stream=log_lines, rules=settings.redaction)
 
     async with open_service(settings) as service:
-        tokens = {role: (await service.tokens.create(f"{role.value}-walk", role))[1] for role in Role}
+        tokens = {role: (await service.tokens.create(f"{role.value}-walk", role))[1] for role in TokenRole}
         async with TestClient(TestServer(service.app, host="127.0.0.1"), cookie_jar=DummyCookieJar()) as client:
             served = Served(client=client, tokens=tokens)
             status, version = await served.send("PUT", "/api/v1/scenarios/walk-url", registered(address))
@@ -205,7 +207,7 @@ async def test_no_secret_reaches_any_surface_while_every_run_sends_the_real_ones
             assert status == 201, schedule
             runs = []
             for body in ({"scenario": "walk-url"}, {"document": inline(address)}, {"scenario": "walk-missing"}):
-                status, run = await served.send("POST", "/api/v1/runs", body, role=Role.OPERATOR)
+                status, run = await served.send("POST", "/api/v1/runs", body, role=TokenRole.OPERATOR)
                 assert status == 202, run
                 runs.append(await served.finished(run["id"]))
             by_url, by_inline, by_missing = runs
@@ -237,7 +239,7 @@ async def test_no_secret_reaches_any_surface_while_every_run_sends_the_real_ones
                 if route.method != "GET":
                     continue
                 for path in _filled(route.path, values, by_inline):
-                    for role in (Role.VIEWER, Role.ADMIN):
+                    for role in (TokenRole.VIEWER, TokenRole.ADMIN):
                         status, text = await served.get(path, role=role)
                         if status == 403:
                             continue

@@ -19,7 +19,7 @@ from cliffwatch.bootstrap.run import prepare_run
 from cliffwatch.config import Settings
 from cliffwatch.domain.results.result import RunResult
 from cliffwatch.domain.results.scoring import HIDDEN_OVERLOAD
-from cliffwatch.domain.scenario.metrics_spec import Engine, Signal
+from cliffwatch.domain.scenario.metrics_spec import EngineKind, Signal
 from cliffwatch.domain.scenario.scenario import parse_scenario
 from cliffwatch.services.memory import CollectingObserver
 from engine_pages import PAGES, EngineState
@@ -81,7 +81,7 @@ async def test_a_run_reads_each_engines_page_and_its_flag_quotes_that_engines_qu
     result = await run(scenario(growing_page))
     server = result.server
     assert server is not None
-    assert server.engine is Engine(engine)
+    assert server.engine is EngineKind(engine)
     assert server.failed == 0
     waiting = server.signal(Signal.WAITING)
     assert waiting is not None

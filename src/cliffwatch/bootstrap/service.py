@@ -57,7 +57,7 @@ from cliffwatch.services.sessions import SessionService
 from cliffwatch.services.sweep import SweepObserver
 from cliffwatch.services.tokens import TokenService
 from cliffwatch.services.trends import TrendsService
-from cliffwatch.services.worker import Worker, WorkerSettings
+from cliffwatch.services.worker import RunWorker, WorkerSettings
 
 log = structlog.get_logger(__name__)
 
@@ -77,7 +77,7 @@ class Service:
     runs: RunsService
     tokens: TokenService
     schedules: ScheduleService
-    worker: Worker
+    worker: RunWorker
     app: web.Application
 
 
@@ -121,7 +121,7 @@ async def open_service(settings: Settings) -> AsyncIterator[Service]:
             return prepare_sweep(settings, scenario, spec, observer=LogProgress(), sweep_id=run_id,
                                  sweep_observer=steps, descriptors=descriptors)  # fmt: skip
 
-        worker = Worker(runs=store, scenarios=store, prepare=prepare, prepare_sweep=prepare_a_sweep, now=utc_now,
+        worker = RunWorker(runs=store, scenarios=store, prepare=prepare, prepare_sweep=prepare_a_sweep, now=utc_now,
                         count_outcomes=metrics.count_outcomes,
                         settings=WorkerSettings(owner=settings.instance_id,
                                                 max_concurrent_runs=settings.max_concurrent_runs,

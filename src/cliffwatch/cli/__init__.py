@@ -54,7 +54,7 @@ from cliffwatch.domain.errors import (
 from cliffwatch.domain.results.result import RunResult, RunStatus
 from cliffwatch.domain.scenario.scenario import Scenario, with_overrides
 from cliffwatch.domain.scenario.target_model import TargetModel, target_model_from
-from cliffwatch.domain.service.runs import ApiToken, Role
+from cliffwatch.domain.service.runs import ApiToken, TokenRole
 from cliffwatch.services.reconcile import ReconcileReport
 from cliffwatch.services.runs import check_places
 from cliffwatch.services.tokens import TokenService
@@ -148,7 +148,7 @@ def _parser() -> argparse.ArgumentParser:
     token = commands.add_parser("token", help="API tokens")
     token_commands = token.add_subparsers(dest="token_command", required=True)
     create = token_commands.add_parser("create", help="create a token and print it (once: it is not stored)")
-    create.add_argument("--role", required=True, choices=[r.value for r in Role])
+    create.add_argument("--role", required=True, choices=[r.value for r in TokenRole])
     create.add_argument("--name", default="cli", help="who or what holds it (shown in logs and run triggers)")
     create.set_defaults(handler=_token_create)
     token_commands.add_parser("list", help="list tokens (never their secrets)").set_defaults(handler=_token_list)
@@ -355,7 +355,7 @@ def _token_create(args: argparse.Namespace, settings: Settings) -> int:
 
     async def create() -> tuple[ApiToken, str]:
         async with open_store(settings) as store:
-            return await TokenService(store, now=utc_now).create(args.name, Role(args.role))
+            return await TokenService(store, now=utc_now).create(args.name, TokenRole(args.role))
 
     record, token = asyncio.run(create())
     print(token)

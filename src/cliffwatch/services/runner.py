@@ -28,7 +28,7 @@ from cliffwatch.domain.results.isolation import class_plans
 from cliffwatch.domain.results.metrics import ClassBook, RunAggregator
 from cliffwatch.domain.results.result import PhaseTiming, RunResult, RunStatus
 from cliffwatch.domain.results.scoring import score_run
-from cliffwatch.domain.scenario.scenario import Role, Scenario
+from cliffwatch.domain.scenario.scenario import PhaseRole, Scenario
 from cliffwatch.domain.server.server_view import ServerView
 from cliffwatch.domain.traffic.generator_health import GeneratorReport
 from cliffwatch.domain.traffic.plan import PhaseWindow, PlannedRequest, iter_plan, phase_windows
@@ -260,7 +260,7 @@ class RunService:
                     await self._abort(state, f"a fault could not be applied: {failed[0].detail}", window.index, events)
             self.observer.note(f"phase {phase.name} ({phase.role.value}): {phase.arrival.describe()}")
             check_ns: int | None = None
-            if phase.role is Role.BASELINE and scenario.abort.baseline is not None:
+            if phase.role is PhaseRole.BASELINE and scenario.abort.baseline is not None:
                 check_ns = state.start_ns + window.end_ns - round(BASELINE_CHECK_LEAD_S * NS_PER_S)
             for tick_end in _ticks(state.start_ns + window.start_ns, state.start_ns + window.end_ns):
                 if check_ns is not None and tick_end >= check_ns:

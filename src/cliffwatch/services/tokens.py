@@ -19,7 +19,7 @@ from datetime import datetime
 import structlog
 
 from cliffwatch.domain.errors import StoreUnavailable
-from cliffwatch.domain.service.runs import ApiToken, Role
+from cliffwatch.domain.service.runs import ApiToken, TokenRole
 from cliffwatch.domain.service_ports import TokenStore
 
 log = structlog.get_logger(__name__)
@@ -39,7 +39,7 @@ class TokenService:
         self.now = now
         self._known: OrderedDict[str, ApiToken] = OrderedDict()  # valid when last asked, most recent last
 
-    async def create(self, name: str, role: Role) -> tuple[ApiToken, str]:
+    async def create(self, name: str, role: TokenRole) -> tuple[ApiToken, str]:
         """A new token with ``role``; returns its record and the token itself, which is never stored."""
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
         record = ApiToken(id=uuid.uuid4().hex[:12], name=name, role=role, token_hash=token_hash(token),

@@ -88,7 +88,7 @@ class _StoppedBeforeStart(Exception):
     """The run was stopped (fenced, aborted, shut down) before its load began."""
 
 
-class Worker:
+class RunWorker:
     def __init__(
         self,
         *,

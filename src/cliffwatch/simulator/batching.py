@@ -97,7 +97,7 @@ class EngineRequest:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Step:
+class BatchStep:
     """What :meth:`BatchCore.begin_step` decided: the batch to decode and how long that takes."""
 
     started_at: float
@@ -275,7 +275,7 @@ class BatchCore:
             dropped.append(oldest)
         return dropped
 
-    def begin_step(self, now: float) -> Step:
+    def begin_step(self, now: float) -> BatchStep:
         """Expires overdue requests, fills free batch slots in FIFO order, and returns the step to run.
 
         The step lasts ``step_ms(batch)`` plus the prefill of every sequence admitted now: prefill
@@ -306,7 +306,7 @@ class BatchCore:
             self._cache.insert(request.blocks)
         batch = len(self._running)
         if batch == 0:
-            return Step(started_at=now, duration_s=0.0, batch=0, admitted=(), dropped=tuple(dropped),
+            return BatchStep(started_at=now, duration_s=0.0, batch=0, admitted=(), dropped=tuple(dropped),
                         interrupted=tuple(interrupted))  # fmt: skip
         # A preempted sequence is recomputed: its prompt and the tokens it had are prefilled again; the part of
         # its prompt found in the prefix cache is not.
@@ -317,7 +317,7 @@ class BatchCore:
         if self.model.step_jitter > 0:
             duration_ms *= 1.0 + self._jitter.uniform(-self.model.step_jitter, self.model.step_jitter)
         self._in_step = True
-        return Step(
+        return BatchStep(
             started_at=now,
             duration_s=duration_ms / 1000.0,
             batch=batch,

@@ -1,9 +1,9 @@
 """The asyncio side of the simulated engine: the step loop, its clock, and each request's token feed.
 
-:class:`Engine` owns a :class:`~cliffwatch.simulator.batching.BatchCore` and runs its steps back to back
+:class:`SimulatedEngine` owns a :class:`~cliffwatch.simulator.batching.BatchCore` and runs its steps back to back
 against an absolute schedule, sleeping on an injectable :class:`EngineClock` (the event loop's in
-production, :class:`VirtualClock` in tests). Handlers talk to it through :meth:`Engine.submit`, which
-returns a :class:`Generation` to await tokens from, and :meth:`Engine.cancel`, which they call when their
+production, :class:`VirtualClock` in tests). Handlers talk to it through :meth:`SimulatedEngine.submit`, which
+returns a :class:`Generation` to await tokens from, and :meth:`SimulatedEngine.cancel`, which they call when their
 client has gone (or unconditionally in a ``finally``: it is a no-op once the sequence has ended).
 """
 
@@ -154,8 +154,8 @@ class Generation:
         raise GenerationAborted(request.id, request.result or Result.ABORTED_SHUTDOWN)
 
 
-class Engine:
-    """A simulated continuous-batching engine; use as ``async with Engine(model) as engine``."""
+class SimulatedEngine:
+    """A simulated continuous-batching engine; use as ``async with SimulatedEngine(model) as engine``."""
 
     def __init__(self, model: TargetModel, *, clock: EngineClock | None = None) -> None:
         self.model = model
@@ -166,7 +166,7 @@ class Engine:
         self._task: asyncio.Task[None] | None = None
         self._closed = False
 
-    async def __aenter__(self) -> Engine:
+    async def __aenter__(self) -> SimulatedEngine:
         self.start()
         return self
 

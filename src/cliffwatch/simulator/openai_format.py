@@ -1,6 +1,6 @@
 """The OpenAI wire format as the simulated target speaks it: request validation and response shapes.
 
-Requests are parsed once into a :class:`GenerationRequest` (or an :class:`ApiError` carrying the
+Requests are parsed once into a :class:`GenerationRequest` (or an :class:`SimulatedApiError` carrying the
 OpenAI-style error body); responses, stream chunks and error bodies are built here so ``server.py`` only
 moves bytes. Shapes follow real servers (see ``/work/shared/fixtures/sse``): a chat stream opens with a
 role chunk, sends one chunk per token, closes with an empty delta and ``finish_reason``, then the usage
@@ -28,7 +28,7 @@ class Kind(StrEnum):
     COMPLETION = "completion"
 
 
-class ApiError(CliffwatchError):
+class SimulatedApiError(CliffwatchError):
     """A request the server refuses, with the HTTP status and the fields of the OpenAI error body."""
 
     def __init__(
@@ -49,8 +49,8 @@ def error_body(message: str, *, type_: str, param: str | None = None, code: str 
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
 
 
-def _invalid(message: str, param: str | None, code: str | None = None) -> ApiError:
-    return ApiError(400, message, type_="invalid_request_error", param=param, code=code)
+def _invalid(message: str, param: str | None, code: str | None = None) -> SimulatedApiError:
+    return SimulatedApiError(400, message, type_="invalid_request_error", param=param, code=code)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -69,7 +69,7 @@ class GenerationRequest:
 
 
 def parse_json_body(raw: bytes) -> dict[str, Any]:
-    """The body as a JSON object; raises ``ApiError`` (400) for anything else."""
+    """The body as a JSON object; raises ``SimulatedApiError`` (400) for anything else."""
     try:
         body = json.loads(raw)
     except (ValueError, RecursionError) as exc:
@@ -80,12 +80,12 @@ def parse_json_body(raw: bytes) -> dict[str, Any]:
 
 
 def parse_generation(body: Mapping[str, Any], kind: Kind, model: TargetModel) -> GenerationRequest:
-    """Validates a chat or completions request; raises ``ApiError`` (400, or 404 for another model)."""
+    """Validates a chat or completions request; raises ``SimulatedApiError`` (400, or 404 for another model)."""
     name = body.get("model")
     if name is not None and not isinstance(name, str):
         raise _invalid("'model' must be a string.", "model")
     if name is not None and name != model.model:
-        raise ApiError(
+        raise SimulatedApiError(
             404,
             f"The model `{name}` does not exist; this server serves `{model.model}`.",
             type_="invalid_request_error",

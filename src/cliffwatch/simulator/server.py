@@ -1,6 +1,6 @@
 """The aiohttp application of the simulated target: routes, handlers, and the engine's lifetime.
 
-:func:`create_app` builds an application that owns one :class:`~cliffwatch.simulator.engine.Engine`
+:func:`create_app` builds an application that owns one :class:`~cliffwatch.simulator.engine.SimulatedEngine`
 (started and stopped through ``cleanup_ctx``). Handlers parse the request (``openai_format``), submit it
 to the engine, and relay its tokens as a whole response or an SSE stream. A handler always cancels its
 sequence when it leaves, so a client that disconnects (the handler is cancelled, or a write fails) stops
@@ -18,20 +18,20 @@ from aiohttp import web
 from cliffwatch.domain.scenario.target_model import TargetModel
 from cliffwatch.simulator.batching import QueueFull
 from cliffwatch.simulator.engine import (
-    Engine,
     EngineClock,
     EngineClosed,
     Generation,
     GenerationAborted,
     GenerationInterrupted,
     QueueDeadlineExceeded,
+    SimulatedEngine,
 )
 from cliffwatch.simulator.openai_format import (
     DONE_EVENT,
-    ApiError,
     ChunkWriter,
     GenerationRequest,
     Kind,
+    SimulatedApiError,
     completion_body,
     error_body,
     parse_generation,
@@ -42,7 +42,7 @@ from cliffwatch.simulator.prometheus import render as render_metrics
 
 MAX_BODY_BYTES = 1 << 20
 
-ENGINE = web.AppKey("engine", Engine)
+ENGINE = web.AppKey("engine", SimulatedEngine)
 MODEL = web.AppKey("model", TargetModel)
 WALL_CLOCK: web.AppKey[Callable[[], float]] = web.AppKey("wall_clock")
 STARTED_AT = web.AppKey("started_at", int)
@@ -64,7 +64,7 @@ def create_app(
     """
     app = web.Application(client_max_size=MAX_BODY_BYTES, middlewares=[_json_errors])
     app[MODEL] = model
-    app[ENGINE] = Engine(model, clock=engine_clock)
+    app[ENGINE] = SimulatedEngine(model, clock=engine_clock)
     app[WALL_CLOCK] = wall_clock
     app[STARTED_AT] = int(wall_clock())
     app.cleanup_ctx.append(_run_engine)
@@ -134,7 +134,7 @@ async def _read_body(request: web.Request) -> bytes:
     try:
         return await request.read()
     except web.HTTPRequestEntityTooLarge as exc:
-        raise ApiError(
+        raise SimulatedApiError(
             413,
             f"The request body is larger than the {MAX_BODY_BYTES} bytes this server accepts.",
             type_="invalid_request_error",
@@ -148,7 +148,7 @@ async def _generate(request: web.Request, kind: Kind) -> web.StreamResponse:
     created = int(app[WALL_CLOCK]())
     try:
         parsed = parse_generation(parse_json_body(await _read_body(request)), kind, model)
-    except ApiError as exc:
+    except SimulatedApiError as exc:
         engine.record_bad_request()
         return _error(exc.status, exc.body())
     try:

@@ -16,7 +16,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from cliffwatch.domain.scenario.target_model import TargetModel
-from cliffwatch.simulator.engine import Engine
+from cliffwatch.simulator.engine import SimulatedEngine
 from cliffwatch.simulator.server import ENGINE, create_app
 
 _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*(?:\{[^}]*\})?) (-?[0-9.]+(?:[eE][-+]?[0-9]+)?|[-+]?Inf|NaN)$")
@@ -42,7 +42,7 @@ class Target:
     app: web.Application
 
     @property
-    def engine(self) -> Engine:
+    def engine(self) -> SimulatedEngine:
         return self.app[ENGINE]
 
     async def metrics(self) -> dict[str, float]:

@@ -22,7 +22,7 @@ from cliffwatch.services.catalog import ScenarioCatalog
 from cliffwatch.services.memory import CollectingObserver, RecordingFaultInjector, ScriptedGenerator
 from cliffwatch.services.memory_store import InMemoryStore
 from cliffwatch.services.runner import RunService
-from cliffwatch.services.worker import Worker, WorkerSettings
+from cliffwatch.services.worker import RunWorker, WorkerSettings
 
 DOCUMENT: dict[str, Any] = {
     "name": "worker-test",
@@ -68,7 +68,7 @@ def rig(*, max_runs: int = 2, lease_s: float = 30.0, latency_s: float = 0.01) ->
                              observer=CollectingObserver())  # fmt: skip
         yield Prepared(service=service, target_url="http://127.0.0.1:9", run_id=run_id)
 
-    worker = Worker(runs=store, scenarios=store, prepare=prepare, now=now,
+    worker = RunWorker(runs=store, scenarios=store, prepare=prepare, now=now,
                     settings=WorkerSettings(owner="w1", max_concurrent_runs=max_runs, lease_s=lease_s))  # fmt: skip
     made = Rig(store=store, worker=worker, prepared=prepared)
     holder["rig"] = made

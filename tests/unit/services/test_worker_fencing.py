@@ -30,7 +30,7 @@ from cliffwatch.services.memory import CollectingObserver, RecordingFaultInjecto
 from cliffwatch.services.memory_store import InMemoryStore
 from cliffwatch.services.runner import RunService
 from cliffwatch.services.runs import RunsService
-from cliffwatch.services.worker import Worker, WorkerSettings
+from cliffwatch.services.worker import RunWorker, WorkerSettings
 
 LEASE_S = 1.5
 
@@ -77,7 +77,7 @@ def rig(*, lease_s: float = LEASE_S, outcome_buffer: int = 100_000) -> Rig:
                              observer=CollectingObserver())  # fmt: skip
         yield Prepared(service=service, target_url="http://127.0.0.1:9", run_id=run_id)
 
-    worker = Worker(runs=outage, scenarios=memory, prepare=prepare, now=now,  # type: ignore[arg-type]
+    worker = RunWorker(runs=outage, scenarios=memory, prepare=prepare, now=now,  # type: ignore[arg-type]
                     settings=WorkerSettings(owner="w1", max_concurrent_runs=1, lease_s=lease_s,
                                             outcome_buffer=outcome_buffer))  # fmt: skip
     made = Rig(store=memory, worker=worker, outage=outage)

@@ -26,7 +26,7 @@ from cliffwatch.services.memory import CollectingObserver
 from cliffwatch.services.memory_store import InMemoryStore
 from cliffwatch.services.memory_sweep import model_runners
 from cliffwatch.services.sweep import SweepObserver, SweepService
-from cliffwatch.services.worker import Worker, WorkerSettings
+from cliffwatch.services.worker import RunWorker, WorkerSettings
 
 DOCUMENT: dict[str, Any] = {
     "name": "sweep-test",
@@ -108,7 +108,7 @@ def rig(*, lease_s: float = 30.0, sweeps: bool = True) -> Rig:
         made.prepared.append((run_id, spec))
         yield TwinSweep(made.duration_s)
 
-    worker = Worker(runs=store, scenarios=store, prepare=prepare, now=now,
+    worker = RunWorker(runs=store, scenarios=store, prepare=prepare, now=now,
                     prepare_sweep=prepare_sweep if sweeps else None,
                     settings=WorkerSettings(owner="w1", max_concurrent_runs=2, lease_s=lease_s))  # fmt: skip
     made = Rig(store=store, worker=worker)
@@ -212,7 +212,7 @@ async def test_a_running_sweep_stores_its_steps_so_far_after_every_step_until_it
         raise AssertionError("not a run")
         yield  # pragma: no cover
 
-    worker = Worker(runs=store, scenarios=store, prepare=prepare, prepare_sweep=prepare_sweep, now=now,
+    worker = RunWorker(runs=store, scenarios=store, prepare=prepare, prepare_sweep=prepare_sweep, now=now,
                     settings=WorkerSettings(owner="w1", max_concurrent_runs=1, lease_s=30))  # fmt: skip
     made = Rig(store=store, worker=worker)
     await made.queue("s1")

@@ -17,7 +17,7 @@ from cliffwatch.domain.service.runs import Run, ScenarioSource, Trigger
 from cliffwatch.domain.traffic.plan import PlannedRequest
 from cliffwatch.services.memory_store import InMemoryStore
 from cliffwatch.services.runner import RunService
-from cliffwatch.services.worker import Worker
+from cliffwatch.services.worker import RunWorker
 
 
 def now() -> datetime:
@@ -45,7 +45,7 @@ class Prepared:
 @dataclass
 class WorkerRig:
     store: InMemoryStore
-    worker: Worker
+    worker: RunWorker
 
     async def queue_run(self, document: dict[str, Any], *, run_id: str, **fields: Any) -> Run:
         """Registers ``document`` and queues a run of it (``fields``: the Run's further fields, such as its kind)."""

@@ -9,11 +9,11 @@ import pytest
 from cliffwatch.domain.scenario.target_model import Admission, TargetModel
 from cliffwatch.simulator.batching import Result
 from cliffwatch.simulator.engine import (
-    Engine,
     EngineClosed,
     Generation,
     GenerationAborted,
     QueueDeadlineExceeded,
+    SimulatedEngine,
     VirtualClock,
 )
 
@@ -51,7 +51,7 @@ async def yield_many(times: int = 50) -> None:
 
 async def test_an_idle_engine_neither_steps_nor_sleeps() -> None:
     clock = CountingClock()
-    async with Engine(MODEL, clock=clock) as engine:
+    async with SimulatedEngine(MODEL, clock=clock) as engine:
         await yield_many()
         assert clock.sleeps == 0
         assert engine.stats().steps_total == 0
@@ -63,7 +63,7 @@ async def test_an_idle_engine_neither_steps_nor_sleeps() -> None:
 
 
 async def test_a_streaming_generation_receives_every_token_in_order_then_an_empty_batch() -> None:
-    async with Engine(MODEL, clock=VirtualClock()) as engine:
+    async with SimulatedEngine(MODEL, clock=VirtualClock()) as engine:
         generation = engine.submit(prompt_tokens=3, max_tokens=25)
         tokens = await collect(generation)
         assert tokens == generation.request.tokens
@@ -72,7 +72,7 @@ async def test_a_streaming_generation_receives_every_token_in_order_then_an_empt
 
 
 async def test_a_non_streaming_generation_returns_all_tokens_when_it_completes() -> None:
-    async with Engine(MODEL, clock=VirtualClock()) as engine:
+    async with SimulatedEngine(MODEL, clock=VirtualClock()) as engine:
         generation = engine.submit(prompt_tokens=3, max_tokens=9, streaming=False)
         tokens = await generation.result()
         assert list(tokens) == generation.request.tokens
@@ -81,7 +81,7 @@ async def test_a_non_streaming_generation_returns_all_tokens_when_it_completes()
 
 async def test_a_lone_request_takes_exactly_its_prefill_and_steps_in_engine_time() -> None:
     clock = VirtualClock(start=100.0)
-    async with Engine(MODEL, clock=clock) as engine:
+    async with SimulatedEngine(MODEL, clock=clock) as engine:
         generation = engine.submit(prompt_tokens=40, max_tokens=20)
         await collect(generation)
         request = generation.request
@@ -91,7 +91,7 @@ async def test_a_lone_request_takes_exactly_its_prefill_and_steps_in_engine_time
 
 
 async def test_concurrent_requests_share_steps_so_the_batch_finishes_together() -> None:
-    async with Engine(MODEL, clock=VirtualClock()) as engine:
+    async with SimulatedEngine(MODEL, clock=VirtualClock()) as engine:
         generations = [engine.submit(prompt_tokens=0, max_tokens=30) for _ in range(4)]
         await asyncio.gather(*(collect(g) for g in generations))
         assert engine.stats().steps_total == 30
@@ -101,7 +101,7 @@ async def test_concurrent_requests_share_steps_so_the_batch_finishes_together() 
 async def test_steps_keep_an_absolute_schedule_when_every_sleep_overshoots() -> None:
     model = TargetModel(max_batch=1, decode_base_ms=10.0, decode_per_seq_ms=0.0, prefill_base_ms=0.0)
     clock = CountingClock(overshoot=0.002)
-    async with Engine(model, clock=clock) as engine:
+    async with SimulatedEngine(model, clock=clock) as engine:
         generation = engine.submit(prompt_tokens=0, max_tokens=100)
         await collect(generation)
     # 2 ms lost per sleep would add up to 0.2 s over 100 steps; an absolute schedule loses only one.
@@ -112,7 +112,7 @@ async def test_steps_keep_an_absolute_schedule_when_every_sleep_overshoots() -> 
 async def test_after_a_long_stall_the_schedule_restarts_instead_of_replaying_steps_instantly() -> None:
     model = TargetModel(max_batch=1, decode_base_ms=10.0, decode_per_seq_ms=0.0, prefill_base_ms=0.0)
     clock = CountingClock(stall_at=3, stall=2.0)
-    async with Engine(model, clock=clock) as engine:
+    async with SimulatedEngine(model, clock=clock) as engine:
         generation = engine.submit(prompt_tokens=0, max_tokens=10)
         await collect(generation)
     assert generation.request.ended_at is not None
@@ -128,7 +128,7 @@ async def test_a_queued_request_is_dropped_at_its_deadline_even_in_the_middle_of
         prefill_base_ms=500.0,
         decode_base_ms=10.0,
     )
-    async with Engine(model, clock=VirtualClock()) as engine:
+    async with SimulatedEngine(model, clock=VirtualClock()) as engine:
         running = engine.submit(prompt_tokens=0, max_tokens=2)
         queued = engine.submit(prompt_tokens=0, max_tokens=2)
         with pytest.raises(QueueDeadlineExceeded) as dropped:
@@ -143,7 +143,7 @@ async def test_a_queued_request_is_dropped_at_its_deadline_even_in_the_middle_of
 @pytest.mark.parametrize("start", [0.0, 12_345.678, 98_765.4321, 1e6 + 0.3])
 async def test_mid_step_deadline_drops_happen_whatever_the_clock_reading(start: float) -> None:
     model = TargetModel(max_batch=1, admission=Admission.DEADLINE, max_queue_wait_ms=100.0, decode_base_ms=10.0)
-    async with Engine(model, clock=VirtualClock(start)) as engine:
+    async with SimulatedEngine(model, clock=VirtualClock(start)) as engine:
         running = engine.submit(prompt_tokens=0, max_tokens=40)
         await running.wait_tokens()
         queued = [engine.submit(prompt_tokens=0, max_tokens=1) for _ in range(3)]
@@ -157,7 +157,7 @@ async def test_mid_step_deadline_drops_happen_whatever_the_clock_reading(start: 
 
 async def test_cancelling_a_queued_generation_ends_it_and_costs_the_engine_nothing() -> None:
     model = TargetModel(max_batch=1, decode_base_ms=10.0)
-    async with Engine(model, clock=VirtualClock()) as engine:
+    async with SimulatedEngine(model, clock=VirtualClock()) as engine:
         first = engine.submit(prompt_tokens=0, max_tokens=5)
         gone = engine.submit(prompt_tokens=0, max_tokens=500)
         assert engine.cancel(gone)
@@ -171,7 +171,7 @@ async def test_cancelling_a_queued_generation_ends_it_and_costs_the_engine_nothi
 
 
 async def test_cancelling_mid_stream_stops_generation_but_keeps_delivered_tokens() -> None:
-    async with Engine(MODEL, clock=VirtualClock()) as engine:
+    async with SimulatedEngine(MODEL, clock=VirtualClock()) as engine:
         generation = engine.submit(prompt_tokens=0, max_tokens=1000)
         received = list(await generation.wait_tokens())
         assert engine.cancel(generation)
@@ -184,7 +184,7 @@ async def test_cancelling_mid_stream_stops_generation_but_keeps_delivered_tokens
 
 
 async def test_closing_ends_every_queued_and_running_generation_and_refuses_new_ones() -> None:
-    engine = Engine(TargetModel(max_batch=2), clock=VirtualClock())
+    engine = SimulatedEngine(TargetModel(max_batch=2), clock=VirtualClock())
     engine.start()
     generations = [engine.submit(prompt_tokens=0, max_tokens=10_000) for _ in range(5)]
     await yield_many(5)
@@ -199,7 +199,7 @@ async def test_closing_ends_every_queued_and_running_generation_and_refuses_new_
 
 async def test_the_real_loop_clock_paces_steps_at_the_model_speed() -> None:
     model = TargetModel(max_batch=2, decode_base_ms=5.0, decode_per_seq_ms=0.0, prefill_base_ms=0.0)
-    async with Engine(model) as engine:
+    async with SimulatedEngine(model) as engine:
         loop = asyncio.get_running_loop()
         started = loop.time()
         await collect(engine.submit(prompt_tokens=0, max_tokens=20))

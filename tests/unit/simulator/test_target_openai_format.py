@@ -10,10 +10,10 @@ import pytest
 from cliffwatch.domain.scenario.target_model import Scheduling, TargetModel
 from cliffwatch.simulator.openai_format import (
     DONE_EVENT,
-    ApiError,
     ChunkWriter,
     GenerationRequest,
     Kind,
+    SimulatedApiError,
     completion_body,
     parse_generation,
     parse_json_body,
@@ -115,7 +115,7 @@ def test_include_usage_is_read_from_stream_options() -> None:
 def test_invalid_requests_are_refused_with_400_naming_the_parameter(
     body: dict[str, Any], kind: Kind, param: str
 ) -> None:
-    with pytest.raises(ApiError) as refused:
+    with pytest.raises(SimulatedApiError) as refused:
         parse_generation(body, kind, MODEL)
     assert refused.value.status == 400
     error = refused.value.body()["error"]
@@ -126,13 +126,13 @@ def test_invalid_requests_are_refused_with_400_naming_the_parameter(
 
 
 def test_a_prompt_longer_than_the_limit_is_a_context_length_error() -> None:
-    with pytest.raises(ApiError) as refused:
+    with pytest.raises(SimulatedApiError) as refused:
         parse_generation({"prompt": "w " * 11}, Kind.COMPLETION, MODEL)
     assert refused.value.code == "context_length_exceeded"
 
 
 def test_another_model_name_is_a_404_model_not_found() -> None:
-    with pytest.raises(ApiError) as refused:
+    with pytest.raises(SimulatedApiError) as refused:
         parse_generation(chat(model="gpt-4"), Kind.CHAT, MODEL)
     assert refused.value.status == 404
     assert refused.value.body()["error"]["code"] == "model_not_found"
@@ -141,7 +141,7 @@ def test_another_model_name_is_a_404_model_not_found() -> None:
 
 @pytest.mark.parametrize("raw", [b"{nope", b"[1, 2]", b'"text"', b"\xff\xfe\x00", b"[" * 100_000, b""])
 def test_a_body_that_is_not_a_json_object_is_a_400(raw: bytes) -> None:
-    with pytest.raises(ApiError) as refused:
+    with pytest.raises(SimulatedApiError) as refused:
         parse_json_body(raw)
     assert refused.value.status == 400
 
@@ -216,9 +216,9 @@ def test_priority_and_user_are_read_and_a_priority_needs_priority_scheduling_as_
     parsed = parse_generation(chat(priority=-3, user="tenant-a"), Kind.CHAT, prioritised)
     assert (parsed.priority, parsed.tenant) == (-3, "tenant-a")
     assert parse_generation(chat(), Kind.CHAT, MODEL).priority == 0
-    with pytest.raises(ApiError) as refused:
+    with pytest.raises(SimulatedApiError) as refused:
         parse_generation(chat(priority=2), Kind.CHAT, MODEL)  # a first-come server: as vLLM's, a 400
     assert (refused.value.status, refused.value.param) == (400, "priority")
     for bad in ({"priority": "high"}, {"priority": True}, {"user": 7}):
-        with pytest.raises(ApiError):
+        with pytest.raises(SimulatedApiError):
             parse_generation(chat(**bad), Kind.CHAT, prioritised)

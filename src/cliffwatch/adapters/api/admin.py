@@ -13,14 +13,14 @@ from cliffwatch.adapters.api.context import caller, services
 from cliffwatch.adapters.api.problems import not_found
 from cliffwatch.adapters.api.requests import Body, Query, read_json
 from cliffwatch.adapters.api.views import token_view
-from cliffwatch.domain.service.runs import Role
+from cliffwatch.domain.service.runs import TokenRole
 
 
 async def create_token(request: web.Request) -> web.Response:
     Query(request.query).close()
     body = Body(await read_json(request))
     name = body.string("name", required=True, max_length=100)
-    role = body.choice("role", Role, required=True)
+    role = body.choice("role", TokenRole, required=True)
     body.close()
     assert name is not None  # close() refused the body otherwise
     assert role is not None

@@ -23,14 +23,14 @@ from cliffwatch.adapters.api.context import (
 )
 from cliffwatch.adapters.api.middleware import guard, observe, problems
 from cliffwatch.config import Settings
-from cliffwatch.domain.service.runs import Role
+from cliffwatch.domain.service.runs import TokenRole
 from cliffwatch.domain.traffic.rate_limit import KeyedBuckets, RateLimit
 
 V1 = "/api/v1"
 # For ``web.AppRunner(max_line_size=...)``: a query string the document allows (a 2,000-character target of
 # 4-byte characters, percent-encoded) fits the request line: it gets the API's answer, not aiohttp's plain 400.
 MAX_LINE_SIZE = 32_768
-VIEWER, OPERATOR, ADMIN = Role.VIEWER, Role.OPERATOR, Role.ADMIN
+VIEWER, OPERATOR, ADMIN = TokenRole.VIEWER, TokenRole.OPERATOR, TokenRole.ADMIN
 
 ROUTE_TABLE: tuple[Route, ...] = (
     Route(method="POST", path=f"{V1}/runs", handler=runs.create_run, role=OPERATOR),

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from cliffwatch.adapters.api.metrics import ServiceMetrics
 from cliffwatch.config import Settings
-from cliffwatch.domain.service.runs import ApiToken, Role
+from cliffwatch.domain.service.runs import ApiToken, TokenRole
 from cliffwatch.domain.service_ports import RunStore
 from cliffwatch.domain.traffic.rate_limit import KeyedBuckets
 from cliffwatch.services.catalog import ScenarioCatalog
@@ -49,7 +49,7 @@ class Route:
     method: str
     path: str
     handler: Handler
-    role: Role | None  # None: public (liveness and readiness only)
+    role: TokenRole | None  # None: public (liveness and readiness only)
     expensive: bool = False  # counted against Settings.api_max_expensive
 
 

@@ -36,7 +36,7 @@ from cliffwatch.adapters.api.context import (
 )
 from cliffwatch.adapters.api.problems import ApiError, from_error, problem_response
 from cliffwatch.domain.errors import CliffwatchError
-from cliffwatch.domain.service.runs import ApiToken, Role
+from cliffwatch.domain.service.runs import ApiToken, TokenRole
 from cliffwatch.domain.traffic.rate_limit import retry_after_s
 from cliffwatch.services.tokens import token_hash
 
@@ -153,7 +153,7 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     token = await _authenticate(request, credentials, count_failure=unknown)
     if route is None:
         return await handler(request)  # the router's 404 or 405
-    needed = route.role or Role.VIEWER  # never None here: public routes returned above
+    needed = route.role or TokenRole.VIEWER  # never None here: public routes returned above
     if not token.role.allows(needed):
         raise _forbidden(token.role, needed)
     limit = request.app[SETTINGS].api_max_body_bytes
@@ -251,11 +251,11 @@ async def _authenticate(request: web.Request, credentials: str, *, count_failure
     return token
 
 
-def _forbidden(has: Role, needs: Role) -> ApiError:
+def _forbidden(has: TokenRole, needs: TokenRole) -> ApiError:
     return ApiError(
         403,
         "forbidden",
-        "Role too low",
+        "TokenRole too low",
         f"this needs the {needs.value} role; the token has {has.value}",
         headers={"WWW-Authenticate": f'{REALM}, error="insufficient_scope"'},
     )

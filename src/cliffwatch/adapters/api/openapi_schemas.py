@@ -13,7 +13,7 @@ from cliffwatch.domain.capacity.sweep_spec import MAX_VARIANTS, SweepArrival, Sw
 from cliffwatch.domain.outcomes import Outcome
 from cliffwatch.domain.results.result import RunStatus
 from cliffwatch.domain.scenario.scenario import MAX_SEED
-from cliffwatch.domain.service.runs import CatchUp, Role, RunKind, ScenarioSource, Trigger
+from cliffwatch.domain.service.runs import CatchUp, RunKind, ScenarioSource, TokenRole, Trigger
 from cliffwatch.domain.service.trends import Bucket
 
 Schema = dict[str, Any]
@@ -385,7 +385,7 @@ SWEEP_WARNINGS: Schema = {
 TOKEN_PROPERTIES: dict[str, Schema] = {
     "id": {"type": "string"},
     "name": {"type": "string"},
-    "role": {"enum": [r.value for r in Role]},
+    "role": {"enum": [r.value for r in TokenRole]},
     "created_at": DATE_TIME,
     "revoked_at": nullable(DATE_TIME),
 }
@@ -436,7 +436,7 @@ SCHEMAS: dict[str, Schema] = {
     "FireTimes": obj({"schedule_id": {"type": "string"}, "fire_times": {"type": "array", "items": DATE_TIME}}),
     "Trends": obj({"bucket": {"enum": [b.value for b in Bucket]}, "series": {"type": "array", "items": TREND_SERIES}}),
     "TokenCreate": {
-        **obj({"name": text(100), "role": {"enum": [r.value for r in Role]}}),
+        **obj({"name": text(100), "role": {"enum": [r.value for r in TokenRole]}}),
         "examples": [{"name": "ci pipeline", "role": "operator"}],
     },
     "Token": obj(TOKEN_PROPERTIES),

@@ -25,11 +25,11 @@ from cliffwatch.adapters.dashboard.context import (
 from cliffwatch.adapters.dashboard.security import see_other, ui_guard
 from cliffwatch.adapters.dashboard.static_files import static_file
 from cliffwatch.config import Settings
-from cliffwatch.domain.service.runs import Role
+from cliffwatch.domain.service.runs import TokenRole
 from cliffwatch.domain.traffic.rate_limit import KeyedBuckets, RateLimit
 
 PREFIX = "/ui"
-VIEWER, OPERATOR, ADMIN = Role.VIEWER, Role.OPERATOR, Role.ADMIN
+VIEWER, OPERATOR, ADMIN = TokenRole.VIEWER, TokenRole.OPERATOR, TokenRole.ADMIN
 
 
 async def home(request: web.Request) -> web.Response:

@@ -10,7 +10,7 @@ from aiohttp import web
 
 from cliffwatch.adapters.api.context import ApiServices, Handler
 from cliffwatch.config import Settings
-from cliffwatch.domain.service.runs import ApiToken, Role
+from cliffwatch.domain.service.runs import ApiToken, TokenRole
 from cliffwatch.domain.traffic.rate_limit import KeyedBuckets
 from cliffwatch.services.sessions import SessionService, csrf_token
 
@@ -28,7 +28,7 @@ class UiRoute:
     method: str
     path: str  # below the prefix, e.g. "/runs/{run_id}"
     handler: Handler
-    role: Role | None  # None: public (the login page, static files)
+    role: TokenRole | None  # None: public (the login page, static files)
     json: bool = False  # a polling view: 401/403 as JSON rather than a redirect or a page
 
 
@@ -43,7 +43,7 @@ class User:
     def csrf(self) -> str:
         return csrf_token(self.session_id)
 
-    def can(self, role: Role) -> bool:
+    def can(self, role: TokenRole) -> bool:
         return self.token.role.allows(role)
 
 

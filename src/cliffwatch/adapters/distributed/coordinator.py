@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from cliffwatch.adapters.distributed.pool import Worker, WorkerPool
+from cliffwatch.adapters.distributed.pool import GeneratorWorker, WorkerPool
 from cliffwatch.adapters.distributed.wire import WireBroken, plan_row, planned, receive, recorded
 from cliffwatch.domain.errors import WorkersFailed
 from cliffwatch.domain.outcomes import NS_PER_MS, NS_PER_S
@@ -51,7 +51,7 @@ BATCH_ROWS = 256  # planned requests shipped in one message at most
 class _Share:
     """One worker's part of this run: what it was given and what it reported."""
 
-    worker: Worker
+    worker: GeneratorWorker
     open: dict[int, PlannedRequest] = field(default_factory=dict)  # given or started, not yet reported
     rows: list[tuple[Any, ...]] = field(default_factory=list)  # dealt, not yet shipped
     planned: int = 0
@@ -166,7 +166,7 @@ class ShardedGenerator:
             share.worker.send(("end",))
             await share.worker.drain()
 
-    async def _skew(self, worker: Worker) -> float | None:
+    async def _skew(self, worker: GeneratorWorker) -> float | None:
         """How far off the start a worker on another machine was sent could have been: its clock measured again
         now its run is done (``domain.traffic.clock_agreement``). None on the coordinator's clock."""
         if worker.clock.same_clock:

@@ -79,7 +79,7 @@ class LocalProcess:
 
 
 @dataclass(kw_only=True)
-class Worker:
+class GeneratorWorker:
     """A worker process as its coordinator sees it: its stream both ways, where it runs, its clock against the
     coordinator's, and why it ended if it did."""
 
@@ -114,7 +114,7 @@ class Worker:
 class Launcher(Protocol):
     """Starts a pool's workers and hands each its spec: processes on this machine, or Ray actors."""
 
-    async def launch(self, specs: list[WorkerSpec]) -> list[Worker]: ...
+    async def launch(self, specs: list[WorkerSpec]) -> list[GeneratorWorker]: ...
 
     async def close(self) -> None:
         """Frees what the workers held (their processes are ended by the pool first)."""
@@ -124,8 +124,8 @@ class Launcher(Protocol):
 class LocalLauncher:
     """Worker processes on this machine, children of this one."""
 
-    async def launch(self, specs: list[WorkerSpec]) -> list[Worker]:
-        workers: list[Worker] = []
+    async def launch(self, specs: list[WorkerSpec]) -> list[GeneratorWorker]:
+        workers: list[GeneratorWorker] = []
         try:
             for spec in specs:
                 workers.append(await spawn_worker(spec))
@@ -159,7 +159,7 @@ class WorkerPool:
         self.cap = cap  # the run's whole attempt cap (each worker holds its share)
         self.launcher: Launcher = launcher or LocalLauncher()
         self.clock = clock or MonotonicClock()  # the run's: the one its start is given in
-        self.workers: list[Worker] = []
+        self.workers: list[GeneratorWorker] = []
         self._beats: asyncio.Task[None] | None = None
 
     async def __aenter__(self) -> WorkerPool:
@@ -216,7 +216,7 @@ class WorkerPool:
                 await worker.process.kill()
         await self.launcher.close()
 
-    async def agree_clock(self, worker: Worker) -> ClockAgreement:
+    async def agree_clock(self, worker: GeneratorWorker) -> ClockAgreement:
         """The worker's clock against the run's (``agree_clock``)."""
         return await agree_clock(worker, self.clock)
 
@@ -227,7 +227,7 @@ class WorkerPool:
                 worker.send(("beat",))
 
 
-async def spawn_worker(spec: WorkerSpec) -> Worker:
+async def spawn_worker(spec: WorkerSpec) -> GeneratorWorker:
     """A worker process started and sent its spec (not yet ready: it says so when it is)."""
     mine, theirs = socket.socketpair()
     try:
@@ -241,12 +241,12 @@ async def spawn_worker(spec: WorkerSpec) -> Worker:
     finally:
         theirs.close()
     reader, writer = await asyncio.open_connection(sock=mine)
-    worker = Worker(index=spec.index, process=LocalProcess(process), reader=reader, writer=writer)
+    worker = GeneratorWorker(index=spec.index, process=LocalProcess(process), reader=reader, writer=writer)
     await hand_spec(worker, spec)
     return worker
 
 
-async def hand_spec(worker: Worker, spec: WorkerSpec) -> None:
+async def hand_spec(worker: GeneratorWorker, spec: WorkerSpec) -> None:
     """Sends a started worker its spec; one that cannot travel ends the worker and fails the run before any load."""
     try:
         worker.send(("spec", spec))
@@ -256,7 +256,7 @@ async def hand_spec(worker: Worker, spec: WorkerSpec) -> None:
         raise WorkersFailed(f"the run's set-up cannot be handed to a worker process: {exc}") from exc
 
 
-async def agree_clock(worker: Worker, clock: Clock) -> ClockAgreement:
+async def agree_clock(worker: GeneratorWorker, clock: Clock) -> ClockAgreement:
     """The worker's clock against ``clock`` by ``CLOCK_ROUNDS`` round trips (``domain.traffic.clock_agreement``); only
     while nothing else reads its stream (before its first run, or after it said it was done)."""
     samples = []
@@ -280,7 +280,7 @@ async def agree_clock(worker: Worker, clock: Clock) -> ClockAgreement:
     return agreement(samples)
 
 
-async def _ready(worker: Worker) -> None:
+async def _ready(worker: GeneratorWorker) -> None:
     try:
         async with asyncio.timeout(START_TIMEOUT_S):
             message = await receive(worker.reader)

@@ -35,7 +35,7 @@ from typing import Any
 
 import structlog
 
-from cliffwatch.adapters.distributed.pool import WORKER_MODULE, Worker, hand_spec
+from cliffwatch.adapters.distributed.pool import WORKER_MODULE, GeneratorWorker, hand_spec
 from cliffwatch.adapters.distributed.spec import WorkerSpec
 from cliffwatch.adapters.network.control_planes import CONTROL_PLANES
 from cliffwatch.domain.errors import WorkersFailed
@@ -207,7 +207,7 @@ class RayLauncher:
         self._group: Any = None
         self._actors: list[RayActor] = []
 
-    async def launch(self, specs: list[WorkerSpec]) -> list[Worker]:
+    async def launch(self, specs: list[WorkerSpec]) -> list[GeneratorWorker]:
         ray = ray_module()
         from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
@@ -239,7 +239,7 @@ class RayLauncher:
         workers = []
         for spec, token, process in started:
             reader, writer = await self._connected(spec, token, process, port)
-            worker = Worker(index=spec.index, process=process, reader=reader, writer=writer, remote=True)
+            worker = GeneratorWorker(index=spec.index, process=process, reader=reader, writer=writer, remote=True)
             await hand_spec(worker, spec)
             workers.append(worker)
         self._server.close()  # every worker is connected: nobody else may

@@ -83,7 +83,7 @@ def load_yaml(text: str | bytes, limits: DocumentLimits) -> Any:
 
 
 @dataclass(kw_only=True)
-class _Open:
+class _OpenNode:
     """A mapping or list being composed."""
 
     node: MappingNode | SequenceNode
@@ -97,7 +97,7 @@ class _Open:
 class _Anchored:
     node: Node
     size: int  # values in its subtree, as a tree
-    height: int  # as in ``_Open``
+    height: int  # as in ``_OpenNode``
 
 
 class _BoundedComposer:
@@ -126,7 +126,7 @@ class _BoundedComposer:
         limits = self.limits
         anchors: dict[str, _Anchored] = {}
         open_anchors: set[str] = set()  # of the collections being composed: an alias to one is a cycle
-        stack: list[_Open] = []
+        stack: list[_OpenNode] = []
         counted = aliases = 0
         while True:
             event = self.get_event()
@@ -157,7 +157,7 @@ class _BoundedComposer:
                 if isinstance(event, CollectionStartEvent):
                     if len(stack) + 1 > limits.max_depth:
                         raise _over(too_deep(limits), event)
-                    stack.append(_Open(node=self._collection(event), anchor=anchor, counted_at_start=counted))
+                    stack.append(_OpenNode(node=self._collection(event), anchor=anchor, counted_at_start=counted))
                     if anchor is not None:
                         open_anchors.add(anchor)
                     continue
@@ -195,7 +195,7 @@ class _BoundedComposer:
         return kind(tag, [], start, None, flow_style=getattr(event, "flow_style", None))
 
 
-def _attach(parent: _Open, node: Node, height: int, event: Event) -> None:
+def _attach(parent: _OpenNode, node: Node, height: int, event: Event) -> None:
     parent.height = max(parent.height, height + 1)
     if isinstance(parent.node, SequenceNode):
         parent.node.value.append(node)

@@ -21,7 +21,6 @@ from cliffwatch.domain.service.runs import (
     ApiToken,
     CatchUp,
     Overrides,
-    Role,
     Run,
     RunEnd,
     RunKind,
@@ -29,6 +28,7 @@ from cliffwatch.domain.service.runs import (
     ScenarioVersion,
     Schedule,
     StoredOutcome,
+    TokenRole,
     Trigger,
 )
 from cliffwatch.services.store_values import result_document
@@ -266,7 +266,7 @@ def token_of(row: RowMapping) -> ApiToken:
     return ApiToken(
         id=row["id"],
         name=row["name"],
-        role=Role(row["role"]),
+        role=TokenRole(row["role"]),
         token_hash=row["token_hash"],
         created_at=row["created_at"],
         revoked_at=row["revoked_at"],

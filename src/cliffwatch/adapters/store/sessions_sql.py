@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from cliffwatch.adapters.store.database import Database
 from cliffwatch.adapters.store.tables import api_tokens, ui_sessions
-from cliffwatch.domain.service.runs import ApiToken, Role
+from cliffwatch.domain.service.runs import ApiToken, TokenRole
 from cliffwatch.domain.service.sessions import UiSession
 from cliffwatch.services.store_values import utc_now
 
@@ -43,7 +43,7 @@ class SqlSessionStore:
             return None
         session = UiSession(id_hash=row["id_hash"], token_id=row["token_id"], created_at=row["created_at"],
                             expires_at=row["expires_at"])  # fmt: skip
-        token = ApiToken(id=row["tok_id"], name=row["tok_name"], role=Role(row["tok_role"]),
+        token = ApiToken(id=row["tok_id"], name=row["tok_name"], role=TokenRole(row["tok_role"]),
                          token_hash=row["tok_token_hash"], created_at=row["tok_created_at"],
                          revoked_at=row["tok_revoked_at"])  # fmt: skip
         return session, token

@@ -22,7 +22,7 @@ from cliffwatch.domain.results.metrics import PhaseStats, merge_phases
 from cliffwatch.domain.results.result import RunResult
 from cliffwatch.domain.results.scoring import HIDDEN_OVERLOAD, PRESERVATION
 from cliffwatch.domain.scenario.conversations import pooled
-from cliffwatch.domain.scenario.scenario import Role
+from cliffwatch.domain.scenario.scenario import PhaseRole
 
 PLAIN_EVERY_S = 5.0
 
@@ -255,7 +255,7 @@ def _tokens_vs_peak(result: RunResult) -> str:
 
 
 def _stress(result: RunResult, pick: Callable[[PhaseStats], float | None]) -> float | None:
-    pooled = merge_phases(result.metrics.by_role(Role.STRESS))
+    pooled = merge_phases(result.metrics.by_role(PhaseRole.STRESS))
     return None if pooled is None else pick(pooled)
 
 

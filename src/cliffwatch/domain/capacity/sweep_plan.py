@@ -24,7 +24,7 @@ from cliffwatch.domain.results.metrics import PhaseStats
 from cliffwatch.domain.scenario.arrivals import Arrival, Constant, Mix, Poisson
 from cliffwatch.domain.scenario.metrics_spec import Signal
 from cliffwatch.domain.scenario.retry import RetryPolicy
-from cliffwatch.domain.scenario.scenario import MAX_SEED, AbortSpec, ClientSpec, Phase, Role, Scenario
+from cliffwatch.domain.scenario.scenario import MAX_SEED, AbortSpec, ClientSpec, Phase, PhaseRole, Scenario
 from cliffwatch.domain.server.server_view import ServerView
 from cliffwatch.domain.traffic.generator_health import GeneratorReport
 from cliffwatch.domain.traffic.plan import PhaseWindow
@@ -156,13 +156,15 @@ def step_scenario(
         arrival = Mix(whole=arrival, shares=traffic_mix(scenario))
     # As written, a phase-level retry override on the scenario's stress phases is what its clients do under
     # load, so both phases of the step keep it (the first one found); a variant replaces every policy.
-    as_written = next((p.retry for p in scenario.phases if p.role is Role.STRESS and p.retry is not None), None)
+    as_written = next((p.retry for p in scenario.phases if p.role is PhaseRole.STRESS and p.retry is not None), None)
     measured_retry = None if retry is not None else as_written
     window = spec.extended_s if extended else spec.step_s
-    measured = Phase(name=MEASURED, role=Role.STRESS, duration_s=window, arrival=arrival, retry=measured_retry)
+    measured = Phase(name=MEASURED, role=PhaseRole.STRESS, duration_s=window, arrival=arrival, retry=measured_retry)
     phases: tuple[Phase, ...] = (measured,)
     if spec.warmup_s > 0:
-        warmup = Phase(name=WARMUP, role=Role.BASELINE, duration_s=spec.warmup_s, arrival=arrival, retry=measured_retry)
+        warmup = Phase(
+            name=WARMUP, role=PhaseRole.BASELINE, duration_s=spec.warmup_s, arrival=arrival, retry=measured_retry
+        )
         phases = (warmup, measured)
     client = scenario.client if retry is None else replace(scenario.client, retry=retry)
     # A variant replaces every policy, a class's own included; as written, each class keeps its own.

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from cliffwatch.domain.outcomes import Slo
 from cliffwatch.domain.scenario.arrivals import Mix
-from cliffwatch.domain.scenario.scenario import Role, Scenario
+from cliffwatch.domain.scenario.scenario import PhaseRole, Scenario
 
 RISE_TOLERANCE = 0.10  # a planned rate this much above the class's baseline rate has risen
 
@@ -49,14 +49,18 @@ def class_plans(scenario: Scenario) -> tuple[ClassPlan, ...]:
     return tuple(plans)
 
 
-def baseline_rate(plan: ClassPlan, roles: Sequence[Role], durations: Sequence[float]) -> float | None:
+def baseline_rate(plan: ClassPlan, roles: Sequence[PhaseRole], durations: Sequence[float]) -> float | None:
     """The class's planned rate over the baseline phases (duration-weighted); None without baseline phases."""
-    pairs = [(rate, d) for rate, role, d in zip(plan.rates, roles, durations, strict=True) if role is Role.BASELINE]
+    pairs = [
+        (rate, d) for rate, role, d in zip(plan.rates, roles, durations, strict=True) if role is PhaseRole.BASELINE
+    ]
     total = sum(d for _, d in pairs)
     return None if total <= 0 else sum(rate * d for rate, d in pairs) / total
 
 
-def victim_phases(plans: Sequence[ClassPlan], roles: Sequence[Role], durations: Sequence[float]) -> list[VictimPhase]:
+def victim_phases(
+    plans: Sequence[ClassPlan], roles: Sequence[PhaseRole], durations: Sequence[float]
+) -> list[VictimPhase]:
     """Every (victim, phase) pair outside the baseline: the victim sent in the phase at no more than its
     baseline rate while some other class sent above its own. Empty with fewer than two classes or without a
     baseline to compare with."""
@@ -65,7 +69,7 @@ def victim_phases(plans: Sequence[ClassPlan], roles: Sequence[Role], durations: 
         return []
     found: list[VictimPhase] = []
     for phase, role in enumerate(roles):
-        if role is Role.BASELINE:
+        if role is PhaseRole.BASELINE:
             continue
         rose = [plan.rates[phase] > (1 + RISE_TOLERANCE) * (base or 0.0) for plan, base in zip(plans, bases,
                                                                                              strict=True)]  # fmt: skip

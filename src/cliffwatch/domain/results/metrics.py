@@ -29,7 +29,7 @@ from cliffwatch.domain.outcomes import (
     time_per_output_token_ms,
 )
 from cliffwatch.domain.scenario.conversations import ConversationBook, ConversationStats
-from cliffwatch.domain.scenario.scenario import Role
+from cliffwatch.domain.scenario.scenario import PhaseRole
 from cliffwatch.domain.traffic.plan import PhaseWindow
 
 LATENCY_METRICS = (
@@ -141,7 +141,7 @@ class RunMetrics:
     # With conversations: those that started in each phase, and how they ended (empty without sessions).
     conversations: tuple[ConversationStats, ...] = ()
 
-    def by_role(self, role: Role) -> list[PhaseStats]:
+    def by_role(self, role: PhaseRole) -> list[PhaseStats]:
         return [p for p in self.phases if p.window.role is role]
 
 

@@ -33,7 +33,7 @@ from cliffwatch.domain.results.score_values import Evidence as Evidence
 from cliffwatch.domain.results.score_values import Flag as Flag
 from cliffwatch.domain.results.score_values import Score as Score
 from cliffwatch.domain.results.server_evidence import server_clause
-from cliffwatch.domain.scenario.scenario import Role, ScoreSpec
+from cliffwatch.domain.scenario.scenario import PhaseRole, ScoreSpec
 from cliffwatch.domain.server.server_view import ServerView
 
 RECOVERY_WINDOW_S = 5  # seconds with traffic pooled per recovery window
@@ -112,7 +112,7 @@ def score_run(
 
 
 def _stress(metrics: RunMetrics) -> PhaseStats | None:
-    stress = merge_phases(metrics.by_role(Role.STRESS))
+    stress = merge_phases(metrics.by_role(PhaseRole.STRESS))
     return None if stress is None or stress.offered == 0 else stress
 
 
@@ -208,7 +208,7 @@ def _reference(metrics: RunMetrics, slo: Slo) -> _Reference:
     queues ahead of them), so they describe the change, not the normal. A baseline too short to keep any
     whole second is used whole.
     """
-    baselines = metrics.by_role(Role.BASELINE)
+    baselines = metrics.by_role(PhaseRole.BASELINE)
     pooled = merge_phases(baselines)
     if pooled is None or pooled.offered == 0:
         return _Reference(ratio=1.0, p99_ms=None, offered=0, on_time=0, measured=False)
@@ -289,12 +289,12 @@ def _safe_degradation(stress: PhaseStats | None, *, fast_fail_ms: float) -> Comp
 def _recovery_span(metrics: RunMetrics) -> tuple[int, int] | None:
     """From the end of the last stress phase to the end of the recovery phases right after it, in ns."""
     phases = sorted(metrics.phases, key=lambda p: p.window.start_ns)
-    last_stress = max((i for i, p in enumerate(phases) if p.window.role is Role.STRESS), default=None)
+    last_stress = max((i for i, p in enumerate(phases) if p.window.role is PhaseRole.STRESS), default=None)
     if last_stress is None:
         return None
     end_ns = None
     for following in phases[last_stress + 1 :]:
-        if following.window.role is not Role.RECOVERY:
+        if following.window.role is not PhaseRole.RECOVERY:
             break
         end_ns = following.window.end_ns
     return None if end_ns is None else (phases[last_stress].window.end_ns, end_ns)

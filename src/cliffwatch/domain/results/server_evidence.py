@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from cliffwatch.domain.outcomes import NS_PER_S
 from cliffwatch.domain.scenario.metrics_spec import Signal
-from cliffwatch.domain.scenario.scenario import Role
+from cliffwatch.domain.scenario.scenario import PhaseRole
 from cliffwatch.domain.server.server_view import ServerView, WindowStats, window_stats
 from cliffwatch.domain.traffic.plan import PhaseWindow
 
@@ -35,7 +35,7 @@ def stress_views(server: ServerView, windows: Sequence[PhaseWindow]) -> dict[Sig
     for series in server.series:
         if series.signal is None:
             continue
-        pooled: dict[Role, list[tuple[float, float]]] = {Role.BASELINE: [], Role.STRESS: []}
+        pooled: dict[PhaseRole, list[tuple[float, float]]] = {PhaseRole.BASELINE: [], PhaseRole.STRESS: []}
         for window in windows:
             if window.role not in pooled:
                 continue
@@ -43,8 +43,8 @@ def stress_views(server: ServerView, windows: Sequence[PhaseWindow]) -> dict[Sig
             pooled[window.role] += [(t, v) for t, v in zip(server.times_s, series.values, strict=True)
                                     if v is not None and start <= t < end]  # fmt: skip
         views[series.signal] = StressView(signal=series.signal, expr=series.expr,
-                                          baseline=window_stats(pooled[Role.BASELINE]),
-                                          stress=window_stats(pooled[Role.STRESS]))  # fmt: skip
+                                          baseline=window_stats(pooled[PhaseRole.BASELINE]),
+                                          stress=window_stats(pooled[PhaseRole.STRESS]))  # fmt: skip
     return views
 
 

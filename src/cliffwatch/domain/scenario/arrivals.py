@@ -2,7 +2,7 @@
 
 A plan is a pure function of the process, the phase duration and a caller-seeded ``random.Random``:
 the same seed always gives the same offsets. Offsets are seconds from the phase start, increasing,
-within ``[0, duration)``. Step and spike processes are piecewise Poisson (memoryless, so each segment
+within ``[0, duration)``. RateStep and spike processes are piecewise Poisson (memoryless, so each segment
 can start afresh at its boundary).
 """
 
@@ -71,7 +71,7 @@ class Gamma:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Step:
+class RateStep:
     rate: float
     duration_s: float
 
@@ -80,7 +80,7 @@ class Step:
 class Steps:
     """Poisson arrivals whose rate changes at fixed times; the steps cover the phase exactly."""
 
-    steps: tuple[Step, ...]
+    steps: tuple[RateStep, ...]
 
     def mean_rate(self, duration_s: float) -> float:
         return sum(s.rate * s.duration_s for s in self.steps) / duration_s
@@ -272,7 +272,7 @@ def parse_arrival(value: object, path: str, problems: Problems, *, duration_s: f
 
 
 def _parse_steps(reader: Reader, duration_s: float | None) -> Steps | None:
-    steps: list[Step] = []
+    steps: list[RateStep] = []
     ok = True
     for path, item in reader.items("steps", nonempty=True):
         step_reader = Reader.of(item, path, reader.problems)
@@ -285,7 +285,7 @@ def _parse_steps(reader: Reader, duration_s: float | None) -> Steps | None:
         if rate is None or step_duration is None:
             ok = False
             continue
-        steps.append(Step(rate=rate, duration_s=step_duration))
+        steps.append(RateStep(rate=rate, duration_s=step_duration))
     if not ok or not steps:
         return None
     total = sum(s.duration_s for s in steps)

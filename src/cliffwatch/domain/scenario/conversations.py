@@ -198,7 +198,7 @@ class ConversationStats:
 
 
 @dataclass
-class _Open:
+class _OpenConversation:
     phase: int
     planned: int
     seen: int = 0
@@ -212,7 +212,7 @@ class ConversationBook:
 
     def __init__(self, phases: int) -> None:
         self._phases = phases
-        self._open: dict[int, _Open] = {}
+        self._open: dict[int, _OpenConversation] = {}
 
     def add(self, *, conversation: int, turn: int, turns: int, phase: int, on_time: bool, succeeded: bool,
             attempted: bool = True) -> None:  # fmt: skip
@@ -222,7 +222,7 @@ class ConversationBook:
             return
         entry = self._open.get(conversation)
         if entry is None:
-            entry = self._open[conversation] = _Open(phase=phase, planned=turns)  # turn 1 comes first
+            entry = self._open[conversation] = _OpenConversation(phase=phase, planned=turns)  # turn 1 comes first
         entry.seen += 1
         entry.turns_on_time += 1 if on_time else 0
         entry.on_time = entry.on_time and on_time

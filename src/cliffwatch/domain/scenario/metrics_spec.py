@@ -22,7 +22,7 @@ MAX_SERIES = 32
 _SERIES_NAME = r"^[a-z][a-z0-9_]{0,62}$"
 
 
-class Engine(StrEnum):
+class EngineKind(StrEnum):
     AUTO = "auto"  # told by the first scrape's metric names
     VLLM = "vllm"
     SGLANG = "sglang"
@@ -71,7 +71,7 @@ class SeriesSpec:
 @dataclass(frozen=True, kw_only=True)
 class MetricsSpec:
     url: str | None = None  # None: the target's own /metrics
-    engine: Engine = Engine.AUTO
+    engine: EngineKind = EngineKind.AUTO
     interval_ms: float = DEFAULT_INTERVAL_MS
     timeout_ms: float = DEFAULT_INTERVAL_MS
     series: tuple[SeriesSpec, ...] = ()
@@ -97,8 +97,8 @@ def parse_metrics(
         if url == "builtin":
             reader.error("url", "must be an http(s) URL; leave it out to scrape the target's own /metrics")
             url = None
-    default_engine = Engine.BUILTIN if builtin and not reader.has("url") else Engine.AUTO
-    engine = reader.string("engine", default_engine.value, choices=tuple(e.value for e in Engine))
+    default_engine = EngineKind.BUILTIN if builtin and not reader.has("url") else EngineKind.AUTO
+    engine = reader.string("engine", default_engine.value, choices=tuple(e.value for e in EngineKind))
     interval = reader.number("interval_ms", DEFAULT_INTERVAL_MS, ge=MIN_INTERVAL_MS, le=MAX_INTERVAL_MS)
     timeout_default = min(interval or DEFAULT_INTERVAL_MS, MAX_SCRAPE_TIMEOUT_MS)
     timeout = reader.number("timeout_ms", timeout_default, gt=0, le=MAX_SCRAPE_TIMEOUT_MS)
@@ -129,7 +129,7 @@ def parse_metrics(
     if timeout > interval:
         reader.error("timeout_ms", f"must be <= interval_ms ({interval:g}): a scrape must end before the next")
         return None
-    return MetricsSpec(url=url, engine=Engine(engine), interval_ms=float(interval), timeout_ms=float(timeout),
+    return MetricsSpec(url=url, engine=EngineKind(engine), interval_ms=float(interval), timeout_ms=float(timeout),
                        series=tuple(series))  # fmt: skip
 
 

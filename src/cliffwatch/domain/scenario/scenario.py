@@ -52,7 +52,7 @@ MAX_WORKERS = 256
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}$")
 
 
-class Role(StrEnum):
+class PhaseRole(StrEnum):
     BASELINE = "baseline"
     STRESS = "stress"
     RECOVERY = "recovery"
@@ -78,7 +78,7 @@ class ClientSpec:
 @dataclass(frozen=True, kw_only=True)
 class Phase:
     name: str
-    role: Role
+    role: PhaseRole
     duration_s: float
     arrival: Arrival  # a ``Mix`` when the scenario has traffic classes
     retry: RetryPolicy | None = None  # overrides the client's policy for requests scheduled in this phase
@@ -392,7 +392,7 @@ def _parse_phase(value: object, path: str, problems: Problems, *, classes: tuple
     if reader is None:
         return None
     name = reader.string("name")
-    role = reader.string("role", choices=tuple(r.value for r in Role))
+    role = reader.string("role", choices=tuple(r.value for r in PhaseRole))
     duration = reader.number("duration_s", gt=0, le=MAX_RUN_SECONDS)
     arrival = (
         parse_phase_arrival(reader.raw("arrival"), reader.child("arrival"), problems, duration_s=duration,
@@ -407,7 +407,7 @@ def _parse_phase(value: object, path: str, problems: Problems, *, classes: tuple
         return None
     return Phase(
         name=name,
-        role=Role(role),
+        role=PhaseRole(role),
         duration_s=float(duration),
         arrival=arrival,
         retry=retry,
@@ -498,9 +498,9 @@ def _check_references(reader: Reader) -> None:
             if name in seen:
                 reader.problems.add(f"phases[{index}].name", f"duplicate phase name {short_repr(name)}")
             seen.add(name)
-        if role == Role.RECOVERY and not stressed:
+        if role == PhaseRole.RECOVERY and not stressed:
             reader.problems.add(f"phases[{index}].role", "a recovery phase must come after a stress phase")
-        stressed = stressed or role == Role.STRESS
+        stressed = stressed or role == PhaseRole.STRESS
         for fault_index, fault in _mappings(phase.get("faults")):
             if _is_name(named := fault.get("proxy")) and named not in names:
                 reader.problems.add(f"phases[{index}].faults[{fault_index}].proxy", undeclared)

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from cliffwatch.domain.scenario.metrics_spec import SIGNAL_UNITS, Engine, Signal
+from cliffwatch.domain.scenario.metrics_spec import SIGNAL_UNITS, EngineKind, Signal
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,23 +117,23 @@ BUILTIN = (
 )
 
 PROFILES = MappingProxyType(
-    {Engine.VLLM: VLLM, Engine.SGLANG: SGLANG, Engine.TGI: TGI, Engine.LLAMACPP: LLAMACPP, Engine.TRITON: TRITON,
-     Engine.BUILTIN: BUILTIN}
+    {EngineKind.VLLM: VLLM, EngineKind.SGLANG: SGLANG, EngineKind.TGI: TGI, EngineKind.LLAMACPP: LLAMACPP,
+     EngineKind.TRITON: TRITON, EngineKind.BUILTIN: BUILTIN}
 )  # fmt: skip
 
 # How a page tells its engine, checked in this order: Triton's vLLM backend re-exports vllm: metrics beside
 # its own nv_ ones, so nv_ is looked for first.
 _PREFIXES = (
-    (("nv_inference_", "nv_trt_llm_"), Engine.TRITON),
-    (("vllm:",), Engine.VLLM),
-    (("sglang:",), Engine.SGLANG),
-    (("tgi_",), Engine.TGI),
-    (("llamacpp:",), Engine.LLAMACPP),
-    (("cliffwatch_target_",), Engine.BUILTIN),
+    (("nv_inference_", "nv_trt_llm_"), EngineKind.TRITON),
+    (("vllm:",), EngineKind.VLLM),
+    (("sglang:",), EngineKind.SGLANG),
+    (("tgi_",), EngineKind.TGI),
+    (("llamacpp:",), EngineKind.LLAMACPP),
+    (("cliffwatch_target_",), EngineKind.BUILTIN),
 )
 
 
-def detect_engine(sample_names: Iterable[str]) -> Engine | None:
+def detect_engine(sample_names: Iterable[str]) -> EngineKind | None:
     """The engine whose metric names the page carries, or None when it names none cliffwatch knows."""
     names = tuple(sample_names)
     for prefixes, engine in _PREFIXES:

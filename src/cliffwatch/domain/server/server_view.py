@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cliffwatch.domain.scenario.metric_expr import Expr, ExprState, Samples, group_suffix, parse_expr
-from cliffwatch.domain.scenario.metrics_spec import Engine, MetricsSpec, SeriesSpec, Signal
+from cliffwatch.domain.scenario.metrics_spec import EngineKind, MetricsSpec, SeriesSpec, Signal
 from cliffwatch.domain.server.engine_profiles import PROFILES, SignalDef, detect_engine
 
 MAX_FAILURE_REASONS = 20  # distinct reasons kept; the rest count under "other"
@@ -68,7 +68,7 @@ class WindowStats:
 @dataclass(frozen=True, kw_only=True)
 class ServerView:
     url: str  # as shown: no password
-    engine: Engine  # the profile used (``auto`` when the page named no engine cliffwatch knows)
+    engine: EngineKind  # the profile used (``auto`` when the page named no engine cliffwatch knows)
     interval_ms: float
     times_s: tuple[float, ...]  # when each successful scrape was taken, from the run's start
     series: tuple[ServerSeries, ...]
@@ -136,7 +136,7 @@ class ServerView:
     def from_dict(cls, data: Mapping[str, Any]) -> ServerView:
         return cls(
             url=str(data["url"]),
-            engine=Engine(data["engine"]),
+            engine=EngineKind(data["engine"]),
             interval_ms=float(data["interval_ms"]),
             times_s=tuple(float(t) for t in data["times_s"]),
             series=tuple(ServerSeries.from_dict(s) for s in data["series"]),
@@ -194,14 +194,14 @@ class ServerRecorder:
         self._failures: Counter[str] = Counter()
         self._tracked: list[_Tracked] = []
         self._notes: list[str] = []
-        if self.engine is not Engine.AUTO:
+        if self.engine is not EngineKind.AUTO:
             self._track_profile()
         else:
             self._track_own()
 
     def needed(self) -> frozenset[str] | None:
         """The sample names a scrape must keep; None (keep every one) until the engine is known."""
-        if self.engine is Engine.AUTO and not self._times:
+        if self.engine is EngineKind.AUTO and not self._times:
             return None
         return frozenset(name for t in self._tracked for c in t.candidates for name in c.sample_names)
 
@@ -215,7 +215,7 @@ class ServerRecorder:
 
     def scraped(self, at_s: float, samples: Samples) -> None:
         """Records one successful scrape taken at ``at_s`` seconds from the run's start."""
-        if self.engine is Engine.AUTO and not self._times:
+        if self.engine is EngineKind.AUTO and not self._times:
             detected = detect_engine(samples.keys())
             if detected is not None:
                 self.engine = detected

@@ -19,7 +19,7 @@ from cliffwatch.domain.capacity.sweep_spec import AS_WRITTEN, SweepMode, SweepSp
 from cliffwatch.domain.errors import Problem
 from cliffwatch.domain.scenario.arrivals import Mix
 from cliffwatch.domain.scenario.retry import RetryKind, RetryPolicy
-from cliffwatch.domain.scenario.scenario import ClientSpec, Role, Scenario
+from cliffwatch.domain.scenario.scenario import ClientSpec, PhaseRole, Scenario
 from cliffwatch.domain.service.file_caps import file_size_violations
 from cliffwatch.domain.traffic.rate_limit import RateLimit
 
@@ -307,5 +307,5 @@ def _as_written_retries(scenario: Scenario) -> float:
 def _as_written(scenario: Scenario) -> RetryPolicy:
     """The policy a sweep step keeps as written (``sweep_plan.step_scenario``): the first stress phase's
     override, else the client's."""
-    stressed = (p.retry for p in scenario.phases if p.role is Role.STRESS and p.retry is not None)
+    stressed = (p.retry for p in scenario.phases if p.role is PhaseRole.STRESS and p.retry is not None)
     return next(stressed, scenario.client.retry)

@@ -274,13 +274,13 @@ def _refused_retry(record: RequestRecord) -> tuple[Mapping[str, Any], ...]:
     return ({"number": len(record.attempts) + 1, "not_sent": CAP_REASON},)
 
 
-class Role(StrEnum):
+class TokenRole(StrEnum):
     VIEWER = "viewer"  # reads everything
     OPERATOR = "operator"  # also triggers and aborts runs
     ADMIN = "admin"  # also schedules, scenarios, tokens, the emergency stop
 
-    def allows(self, needed: Role) -> bool:
-        order = (Role.VIEWER, Role.OPERATOR, Role.ADMIN)
+    def allows(self, needed: TokenRole) -> bool:
+        order = (TokenRole.VIEWER, TokenRole.OPERATOR, TokenRole.ADMIN)
         return order.index(self) >= order.index(needed)
 
 
@@ -290,7 +290,7 @@ class ApiToken:
 
     id: str
     name: str
-    role: Role
+    role: TokenRole
     token_hash: str
     created_at: datetime
     revoked_at: datetime | None = None

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from cliffwatch.domain.outcomes import NS_PER_S, Attempt, Outcome, RequestRecord, Slo, classify
 from cliffwatch.domain.scenario.arrivals import Mix, mix_offsets, plan_offsets
 from cliffwatch.domain.scenario.conversations import PrefixChooser, Turn, later_turns
-from cliffwatch.domain.scenario.scenario import Role, Scenario
+from cliffwatch.domain.scenario.scenario import PhaseRole, Scenario
 from cliffwatch.domain.scenario.trace import TraceArrival
 
 
@@ -24,7 +24,7 @@ class PhaseWindow:
 
     index: int
     name: str
-    role: Role
+    role: PhaseRole
     start_ns: int
     end_ns: int
 

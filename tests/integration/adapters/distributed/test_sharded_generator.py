@@ -24,7 +24,7 @@ from loadgen_testkit import CHAT_NONSTREAM, Serve, scenario_for
 
 from cliffwatch.adapters.distributed import pool as pool_module
 from cliffwatch.adapters.distributed.coordinator import ShardedGenerator
-from cliffwatch.adapters.distributed.pool import Worker, WorkerPool, agree_clock, spawn_worker
+from cliffwatch.adapters.distributed.pool import GeneratorWorker, WorkerPool, agree_clock, spawn_worker
 from cliffwatch.adapters.distributed.setup import worker_pool
 from cliffwatch.adapters.distributed.spec import WorkerSpec
 from cliffwatch.adapters.distributed.wire import plan_row, receive
@@ -353,7 +353,7 @@ async def test_a_worker_that_does_not_answer_its_clock_check_fails_the_run_befor
         async def kill(self) -> None:
             return None
 
-    worker = Worker(index=2, process=Gone(), reader=reader, writer=writer)
+    worker = GeneratorWorker(index=2, process=Gone(), reader=reader, writer=writer)
     theirs.close()  # it ends its stream instead of answering
     try:
         with pytest.raises(WorkersFailed, match=r"worker 3 died \(exit code 1\) during its clock check"):

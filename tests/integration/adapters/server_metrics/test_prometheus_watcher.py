@@ -14,7 +14,7 @@ from cliffwatch.adapters.network.target_access import Destinations
 from cliffwatch.adapters.runtime.clock import MonotonicClock
 from cliffwatch.adapters.server_metrics.scraper import PrometheusWatcher
 from cliffwatch.domain.errors import TargetNotAllowed
-from cliffwatch.domain.scenario.metrics_spec import Engine, MetricsSpec, Signal
+from cliffwatch.domain.scenario.metrics_spec import EngineKind, MetricsSpec, Signal
 from cliffwatch.domain.security.allowlist import DEFAULT_ALLOWLIST, parse_allowlist
 from engine_pages import PAGES, EngineState
 
@@ -73,7 +73,7 @@ async def test_the_page_is_scraped_every_interval_on_the_runs_clock_and_its_seri
     finally:
         await server.close()
     assert view is not None
-    assert view.engine is Engine.VLLM  # told by the page
+    assert view.engine is EngineKind.VLLM  # told by the page
     assert 5 <= len(view.times_s) <= 7
     # on the schedule: one scrape each 100 ms from the origin, each placed within its slot
     for index, at in enumerate(view.times_s):
@@ -98,7 +98,7 @@ async def test_failed_scrapes_are_counted_by_reason_and_the_watcher_goes_on(page
         return web.Response(text=PAGES["builtin"](EngineState(waiting=3)))
 
     url = await page_server(metrics)
-    async with watcher(url, MetricsSpec(engine=Engine.BUILTIN, interval_ms=150, timeout_ms=100)) as scraper:
+    async with watcher(url, MetricsSpec(engine=EngineKind.BUILTIN, interval_ms=150, timeout_ms=100)) as scraper:
         scraper.start(MonotonicClock().now_ns())
         await asyncio.sleep(0.85)
         view = await scraper.stop()

@@ -35,7 +35,7 @@ from cliffwatch.domain.scenario.retry import FailureKind
 from cliffwatch.domain.scenario.scenario import parse_scenario
 from cliffwatch.domain.security.allowlist import DEFAULT_ALLOWLIST, parse_allowlist
 from cliffwatch.domain.server.server_view import ServerView
-from cliffwatch.domain.service.runs import Role, Run, Schedule
+from cliffwatch.domain.service.runs import Run, Schedule, TokenRole
 from cliffwatch.domain.traffic.generator_health import GeneratorLimits, judge_generator
 from cliffwatch.domain.traffic.plan import iter_plan, phase_windows
 from cliffwatch.services.catalog import ScenarioCatalog
@@ -147,11 +147,11 @@ class Api:
     store: InMemoryStore
     services: ApiServices
     settings: Settings
-    tokens: dict[Role, str]
+    tokens: dict[TokenRole, str]
     clock: TickingClock
     not_ready: list[str] = field(default_factory=list)
 
-    def auth(self, role: Role = Role.ADMIN) -> dict[str, str]:
+    def auth(self, role: TokenRole = TokenRole.ADMIN) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.tokens[role]}"}
 
     async def call(
@@ -159,7 +159,7 @@ class Api:
         method: str,
         path: str,
         *,
-        role: Role | None = Role.ADMIN,
+        role: TokenRole | None = TokenRole.ADMIN,
         headers: Mapping[str, str] | None = None,
         **kwargs: Any,
     ) -> Reply:
@@ -169,7 +169,9 @@ class Api:
             text = await response.text()
             return assert_conforms(method, path, response.status, response.headers, text)
 
-    async def queue(self, body: Mapping[str, Any] | None = None, *, role: Role = Role.OPERATOR) -> dict[str, Any]:
+    async def queue(
+        self, body: Mapping[str, Any] | None = None, *, role: TokenRole = TokenRole.OPERATOR
+    ) -> dict[str, Any]:
         """Queues a run (by default the bundled burst-storm) and returns it."""
         reply = await self.call("POST", "/api/v1/runs", role=role, json=body or {"scenario": "burst-storm"})
         assert reply.status == 202, reply.body
@@ -265,7 +267,7 @@ class Parts:
     store: InMemoryStore
     clock: TickingClock
     not_ready: list[str]
-    tokens: dict[Role, str]
+    tokens: dict[TokenRole, str]
 
 
 async def build_parts(settings: Settings) -> Parts:
@@ -293,7 +295,7 @@ async def build_parts(settings: Settings) -> Parts:
         readiness=readiness,
         metrics=ServiceMetrics(),
     )  # fmt: skip
-    issued = {role: (await tokens.create(f"{role.value}-token", role))[1] for role in Role}
+    issued = {role: (await tokens.create(f"{role.value}-token", role))[1] for role in TokenRole}
     return Parts(services=services, store=store, clock=clock, not_ready=not_ready, tokens=issued)
 
 

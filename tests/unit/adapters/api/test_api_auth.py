@@ -10,9 +10,9 @@ from api_harness import Api
 
 from cliffwatch.adapters.api.app import ROUTE_TABLE
 from cliffwatch.adapters.api.context import Route
-from cliffwatch.domain.service.runs import Role
+from cliffwatch.domain.service.runs import TokenRole
 
-ORDER = (Role.VIEWER, Role.OPERATOR, Role.ADMIN)
+ORDER = (TokenRole.VIEWER, TokenRole.OPERATOR, TokenRole.ADMIN)
 
 
 def _concrete(path: str) -> str:
@@ -31,14 +31,14 @@ async def test_missing_or_bad_tokens_are_a_401_with_a_bearer_challenge(api: Api,
 
 
 async def test_the_scheme_is_case_insensitive(api: Api) -> None:
-    headers = {"Authorization": f"bearer {api.tokens[Role.VIEWER]}"}
+    headers = {"Authorization": f"bearer {api.tokens[TokenRole.VIEWER]}"}
     assert (await api.call("GET", "/api/v1/runs", role=None, headers=headers)).status == 200
 
 
 async def test_unknown_paths_need_a_token_too(api: Api) -> None:
     """Without a token a caller cannot tell real paths from others: both are 401."""
     assert (await api.call("GET", "/api/v1/secret-admin-thing", role=None)).status == 401
-    assert (await api.call("GET", "/api/v1/secret-admin-thing", role=Role.VIEWER)).status == 404
+    assert (await api.call("GET", "/api/v1/secret-admin-thing", role=TokenRole.VIEWER)).status == 404
 
 
 @pytest.mark.parametrize("path", ["/healthz", "/readyz"])
@@ -46,7 +46,7 @@ async def test_only_the_probes_answer_without_a_token(api: Api, path: str) -> No
     assert (await api.call("GET", path, role=None)).status == 200
 
 
-def _matrix() -> list[tuple[Route, Role]]:
+def _matrix() -> list[tuple[Route, TokenRole]]:
     return [(route, role) for route in ROUTE_TABLE if route.role is not None for role in ORDER]
 
 
@@ -54,7 +54,7 @@ def _matrix() -> list[tuple[Route, Role]]:
     ("route", "role"), _matrix(), ids=[f"{r.method} {r.path} as {role.value}" for r, role in _matrix()]
 )
 async def test_each_route_admits_its_role_and_above_and_refuses_below_with_403(
-    api: Api, route: Route, role: Role
+    api: Api, route: Route, role: TokenRole
 ) -> None:
     assert route.role is not None
     reply = await api.call(route.method, _concrete(route.path), role=role)
@@ -110,9 +110,9 @@ async def test_a_bad_token_request_names_each_bad_field(api: Api, body: dict[str
 
 
 async def test_tokens_never_reach_the_log_but_the_caller_and_request_id_do(api: Api) -> None:
-    token = api.tokens[Role.OPERATOR]
+    token = api.tokens[TokenRole.OPERATOR]
     with structlog.testing.capture_logs(processors=[structlog.contextvars.merge_contextvars]) as logs:
-        await api.call("POST", "/api/v1/runs", role=Role.OPERATOR, json={"scenario": "burst-storm"})
+        await api.call("POST", "/api/v1/runs", role=TokenRole.OPERATOR, json={"scenario": "burst-storm"})
         await api.call("GET", "/api/v1/runs", role=None, headers={"Authorization": f"Bearer {token}x"})
     assert logs
     assert token not in str(logs)

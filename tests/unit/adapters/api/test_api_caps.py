@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from api_harness import Api, build_parts, make_settings, serve, small_scenario
 
-from cliffwatch.domain.service.runs import Role
+from cliffwatch.domain.service.runs import TokenRole
 
 SWEEP = {"start": 1, "stop": 4, "step_s": 2, "warmup_s": 0, "cooldown_s": 0}
 
@@ -148,12 +148,12 @@ async def test_a_repeat_is_answered_before_the_quota_and_a_reused_key_stores_not
     async with serve(await build_parts(settings), settings) as api:
         headers = {"Idempotency-Key": "deploy-9"}
         body = {"document": small_scenario("first")}
-        first = await api.call("POST", "/api/v1/runs", role=Role.OPERATOR, headers=headers, json=body)
-        again = await api.call("POST", "/api/v1/runs", role=Role.OPERATOR, headers=headers, json=body)
+        first = await api.call("POST", "/api/v1/runs", role=TokenRole.OPERATOR, headers=headers, json=body)
+        again = await api.call("POST", "/api/v1/runs", role=TokenRole.OPERATOR, headers=headers, json=body)
         assert (first.status, again.status) == (202, 200)
         assert again.body["id"] == first.body["id"]
         before = await _versions(api)
-        reused = await api.call("POST", "/api/v1/runs", role=Role.OPERATOR, headers=headers,
+        reused = await api.call("POST", "/api/v1/runs", role=TokenRole.OPERATOR, headers=headers,
                                 json={"document": small_scenario("other")})  # fmt: skip
         assert reused.status == 422
         assert reused.body["type"].endswith(":idempotency-key-reused")
@@ -168,15 +168,15 @@ async def test_a_token_with_its_most_queued_runs_gets_429_until_one_starts() -> 
         first = await api.queue({"scenario": "burst-storm"})
         await api.queue({"document": small_scenario("second")})
         before = await _versions(api)
-        refused = await api.call("POST", "/api/v1/runs", role=Role.OPERATOR,
+        refused = await api.call("POST", "/api/v1/runs", role=TokenRole.OPERATOR,
                                  json={"document": small_scenario("third")})  # fmt: skip
         assert refused.status == 429
         assert refused.body["type"].endswith(":quota-exceeded")
         assert (refused.body["quota"], refused.body["limit"]) == ("queued runs", 2)
         assert int(refused.headers["Retry-After"]) >= 1
         assert await _versions(api) == before
-        await api.queue({"scenario": "burst-storm"}, role=Role.ADMIN)  # another token: its own quota
-        await api.call("POST", f"/api/v1/runs/{first['id']}/abort", role=Role.OPERATOR)
+        await api.queue({"scenario": "burst-storm"}, role=TokenRole.ADMIN)  # another token: its own quota
+        await api.call("POST", f"/api/v1/runs/{first['id']}/abort", role=TokenRole.OPERATOR)
         await api.queue({"scenario": "burst-storm"})
 
 
@@ -189,7 +189,7 @@ async def test_a_token_storing_too_many_new_documents_in_a_day_gets_429_with_the
         await api.queue({"document": small_scenario("doc-b")})
         await api.queue({"document": small_scenario("doc-a")})  # stored already
         await api.queue({"scenario": "burst-storm"})  # not a document
-        refused = await api.call("POST", "/api/v1/runs", role=Role.OPERATOR,
+        refused = await api.call("POST", "/api/v1/runs", role=TokenRole.OPERATOR,
                                  json={"document": small_scenario("doc-c")})  # fmt: skip
         assert refused.status == 429
         assert refused.body["type"].endswith(":quota-exceeded")

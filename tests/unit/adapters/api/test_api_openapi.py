@@ -20,7 +20,7 @@ from cliffwatch.adapters.api.problems import ERRORS
 from cliffwatch.domain import errors
 from cliffwatch.domain.errors import CliffwatchError
 from cliffwatch.domain.outcomes import Outcome
-from cliffwatch.domain.service.runs import Role
+from cliffwatch.domain.service.runs import TokenRole
 
 
 def _schemas(node: Any, where: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
@@ -82,13 +82,13 @@ async def test_the_document_names_exactly_the_apps_routes_with_their_roles(api: 
         else:
             assert operation["x-required-role"] == route.role.value
             assert "401" in operation["responses"]
-            assert ("403" in operation["responses"]) == (route.role is not Role.VIEWER)
+            assert ("403" in operation["responses"]) == (route.role is not TokenRole.VIEWER)
         assert ("429" in operation["responses"]) == (route.role is not None)  # the token's rate, and more
         assert "requestBody" not in operation or "413" in operation["responses"]
 
 
 async def test_the_document_is_served_to_viewers(api: Api) -> None:
-    reply = await api.call("GET", "/api/v1/openapi.json", role=Role.VIEWER)
+    reply = await api.call("GET", "/api/v1/openapi.json", role=TokenRole.VIEWER)
     assert reply.body == DOCUMENT
 
 

@@ -16,7 +16,7 @@ from api_harness import Api, build_parts, make_settings, serve
 
 from cliffwatch.adapters.api import ops
 from cliffwatch.domain.errors import StoreUnavailable
-from cliffwatch.domain.service.runs import Role
+from cliffwatch.domain.service.runs import TokenRole
 from cliffwatch.services.memory_store import InMemoryStore
 
 _SAMPLE = re.compile(r'^[a-z_]+(\{[a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*\})? (-?[0-9.]+([eE][-+]?[0-9]+)?|[-+]?Inf|NaN)$')
@@ -27,10 +27,10 @@ async def test_the_emergency_stop_aborts_queued_runs_and_refuses_new_ones_until_
     reply = await api.call("POST", "/api/v1/stop-all", json={"reason": "game day gone wrong"})
     assert reply.body == {"active": True, "reason": "game day gone wrong", "aborted": queued}
     assert {r["status"] for r in (await api.call("GET", "/api/v1/runs")).body["runs"]} == {"aborted"}
-    state = await api.call("GET", "/api/v1/stop-all", role=Role.VIEWER)
+    state = await api.call("GET", "/api/v1/stop-all", role=TokenRole.VIEWER)
     assert state.body == {"active": True, "reason": "game day gone wrong"}
 
-    refused = await api.call("POST", "/api/v1/runs", role=Role.OPERATOR, json={"scenario": "burst-storm"})
+    refused = await api.call("POST", "/api/v1/runs", role=TokenRole.OPERATOR, json={"scenario": "burst-storm"})
     assert refused.status == 503
     assert refused.body["type"].endswith(":emergency-stop")
     assert refused.body["reason"] == "game day gone wrong"
@@ -91,7 +91,7 @@ async def test_metrics_show_runs_by_status_outcomes_active_runs_and_latency_by_r
     api.services.metrics.count_outcomes("run-2", {"on_time": 2})
     api.services.metrics.watch_active_runs(lambda: 2)
     await api.call("GET", "/api/v1/runs/abc123")
-    reply = await api.call("GET", "/metrics", role=Role.VIEWER)
+    reply = await api.call("GET", "/metrics", role=TokenRole.VIEWER)
     assert reply.headers["Content-Type"].startswith("text/plain; version=0.0.4")
     lines = reply.body.splitlines()
     assert all(_SAMPLE.match(line) for line in lines if not line.startswith("#")), lines
@@ -158,7 +158,7 @@ async def test_saturated_expensive_endpoints_answer_429_at_once_and_recover() ->
         slow = [asyncio.create_task(api.call("GET", f"/api/v1/runs/{run_id}/timeseries")) for _ in range(2)]
         await asyncio.wait_for(gated.full.wait(), 5)
         for path in (f"/api/v1/runs/{run_id}/outcomes", f"/api/v1/runs/{run_id}/timeseries", "/api/v1/trends"):
-            refused = await asyncio.wait_for(api.call("GET", path, role=Role.VIEWER), 1)
+            refused = await asyncio.wait_for(api.call("GET", path, role=TokenRole.VIEWER), 1)
             assert refused.status == 429
             assert refused.headers["Retry-After"] == "1"
             assert refused.body["type"].endswith(":overloaded")

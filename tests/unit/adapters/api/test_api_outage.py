@@ -13,7 +13,7 @@ from api_harness import Api, build_parts, make_settings, serve
 from cliffwatch.adapters.network.target_policies import AllowlistPolicy
 from cliffwatch.domain.errors import StoreUnavailable
 from cliffwatch.domain.results.result import RunStatus
-from cliffwatch.domain.service.runs import Role, Run
+from cliffwatch.domain.service.runs import Run, TokenRole
 from cliffwatch.services.runs import RunRequest, RunsService
 
 DOWN_METHODS = ("token_by_hash", "request_abort", "set_emergency_stop", "active_runs", "get_run", "emergency_stop")
@@ -78,14 +78,14 @@ async def test_an_abort_reaches_this_instances_run_while_the_database_is_down(
 ) -> None:
     api, instance, down = served
     [run_id] = instance.running
-    assert (await api.call("GET", "/api/v1/runs", role=Role.OPERATOR)).status == 200  # the token is known here
+    assert (await api.call("GET", "/api/v1/runs", role=TokenRole.OPERATOR)).status == 200  # the token is known here
     down[0] = True
-    reply = await api.call("POST", f"/api/v1/runs/{run_id}/abort", role=Role.OPERATOR, json={"reason": "now"})
+    reply = await api.call("POST", f"/api/v1/runs/{run_id}/abort", role=TokenRole.OPERATOR, json={"reason": "now"})
     assert reply.status == 200
     assert reply.body["status"] == RunStatus.RUNNING.value
     assert reply.body["abort_requested"] == "now"
     assert instance.aborted == {run_id: "now"}
-    elsewhere = await api.call("POST", "/api/v1/runs/not-here/abort", role=Role.OPERATOR)
+    elsewhere = await api.call("POST", "/api/v1/runs/not-here/abort", role=TokenRole.OPERATOR)
     assert elsewhere.status == 503
 
 
@@ -114,7 +114,7 @@ async def test_a_token_never_seen_is_refused_while_the_database_is_down(
 ) -> None:
     api, _, down = served
     down[0] = True
-    reply = await api.call("GET", "/api/v1/stop-all", role=Role.VIEWER)
+    reply = await api.call("GET", "/api/v1/stop-all", role=TokenRole.VIEWER)
     assert reply.status == 503
     assert reply.body["type"].endswith(":store-unavailable")
 
@@ -138,14 +138,14 @@ async def test_no_run_is_accepted_while_this_instance_holds_a_stop_the_database_
     await stop_unrecorded(api, down)
     before = {run.id for run in await api.store.active_runs()}
 
-    reply = await api.call("POST", "/api/v1/runs", role=Role.OPERATOR, json={"scenario": "burst-storm"})
+    reply = await api.call("POST", "/api/v1/runs", role=TokenRole.OPERATOR, json={"scenario": "burst-storm"})
 
     assert reply.status == 503
     assert reply.body["type"].endswith(":emergency-stop-not-recorded")
     assert "holds an emergency stop (pager) that the database has not recorded" in reply.body["detail"]
     assert {run.id for run in await api.store.active_runs()} == before
     assert (await api.call("POST", "/api/v1/stop-all", json={"reason": "pager"})).status == 200  # recorded now
-    refused = await api.call("POST", "/api/v1/runs", role=Role.OPERATOR, json={"scenario": "burst-storm"})
+    refused = await api.call("POST", "/api/v1/runs", role=TokenRole.OPERATOR, json={"scenario": "burst-storm"})
     assert refused.body["type"].endswith(":emergency-stop")
 
 

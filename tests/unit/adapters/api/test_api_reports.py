@@ -12,7 +12,7 @@ from api_harness import Api
 
 from cliffwatch.adapters.report.assets import script_hashes
 from cliffwatch.domain.results.result import RunStatus
-from cliffwatch.domain.service.runs import Role, RunEnd
+from cliffwatch.domain.service.runs import RunEnd, TokenRole
 from report_kit import report_data
 
 SWEEP_FIXTURE = Path(__file__).parents[3] / "fixtures" / "reports" / "sweep-retries.json"
@@ -35,7 +35,7 @@ def assert_locked_down(headers: Any) -> None:
 async def test_a_finished_runs_report_has_its_charts_over_time(api: Api) -> None:
     run = await api.queue()
     await api.finish(run["id"])
-    reply = await api.call("GET", f"/api/v1/runs/{run['id']}/report", role=Role.VIEWER)
+    reply = await api.call("GET", f"/api/v1/runs/{run['id']}/report", role=TokenRole.VIEWER)
     assert reply.status == 200
     assert_locked_down(reply.headers)
     data = report_data(reply.body)
@@ -49,7 +49,7 @@ async def test_a_finished_runs_report_has_its_charts_over_time(api: Api) -> None
 
 async def test_a_finished_sweeps_report_has_its_charts_against_the_rate(api: Api) -> None:
     document = json.loads(SWEEP_FIXTURE.read_text(encoding="utf-8"))
-    reply = await api.call("POST", "/api/v1/sweeps", role=Role.OPERATOR,
+    reply = await api.call("POST", "/api/v1/sweeps", role=TokenRole.OPERATOR,
                            json={"scenario": "burst-storm", "sweep": SWEEP})  # fmt: skip
     sweep_id = reply.body["id"]
     claimed = await api.store.claim_run(owner="t", now=api.clock(), lease_until=api.clock() + timedelta(minutes=5))
@@ -57,7 +57,7 @@ async def test_a_finished_sweeps_report_has_its_charts_against_the_rate(api: Api
     end = RunEnd(status=RunStatus.SUCCEEDED, finished_at=api.clock(), result=document,
                  usable_rps=document["usable_rps"])  # fmt: skip
     assert await api.store.finish_run(sweep_id, owner="t", end=end)
-    reply = await api.call("GET", f"/api/v1/runs/{sweep_id}/report", role=Role.VIEWER)
+    reply = await api.call("GET", f"/api/v1/runs/{sweep_id}/report", role=TokenRole.VIEWER)
     assert reply.status == 200
     assert_locked_down(reply.headers)
     data = report_data(reply.body)
@@ -69,18 +69,18 @@ async def test_a_finished_sweeps_report_has_its_charts_against_the_rate(api: Api
 
 async def test_a_run_without_a_result_yet_gets_a_page_saying_where_it_stands(api: Api) -> None:
     queued = await api.queue()
-    reply = await api.call("GET", f"/api/v1/runs/{queued['id']}/report", role=Role.VIEWER)
+    reply = await api.call("GET", f"/api/v1/runs/{queued['id']}/report", role=TokenRole.VIEWER)
     assert reply.status == 200
     assert_locked_down(reply.headers)
     assert "This run is queued" in reply.body
     assert report_data(reply.body)["charts"] == []
     await api.store.claim_run(owner="t", now=api.clock(), lease_until=api.clock() + timedelta(minutes=5))
-    running = await api.call("GET", f"/api/v1/runs/{queued['id']}/report", role=Role.VIEWER)
+    running = await api.call("GET", f"/api/v1/runs/{queued['id']}/report", role=TokenRole.VIEWER)
     assert "This run is running" in running.body
 
 
 async def test_an_unknown_run_is_a_404_problem_and_no_token_a_401(api: Api) -> None:
-    missing = await api.call("GET", "/api/v1/runs/no-such-run/report", role=Role.VIEWER)
+    missing = await api.call("GET", "/api/v1/runs/no-such-run/report", role=TokenRole.VIEWER)
     assert missing.status == 404
     assert missing.headers["Content-Type"].startswith("application/problem+json")
     assert "no-such-run" in missing.body["detail"]
@@ -91,5 +91,5 @@ async def test_an_unknown_run_is_a_404_problem_and_no_token_a_401(api: Api) -> N
 
 async def test_a_query_parameter_is_refused(api: Api) -> None:
     queued = await api.queue()
-    reply = await api.call("GET", f"/api/v1/runs/{queued['id']}/report?format=pdf", role=Role.VIEWER)
+    reply = await api.call("GET", f"/api/v1/runs/{queued['id']}/report?format=pdf", role=TokenRole.VIEWER)
     assert reply.status == 400

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from api_harness import Api, build_parts, make_settings, serve
 
-from cliffwatch.domain.service.runs import Role
+from cliffwatch.domain.service.runs import TokenRole
 
 
 @pytest.mark.parametrize(
@@ -118,7 +118,7 @@ async def test_an_unknown_method_is_405_listing_the_allowed_ones(api: Api) -> No
 
 @pytest.mark.parametrize("path", ["/api/v1/run", "/api/v2/runs", "/api/v1/runs/x/y", "/"])
 async def test_an_unknown_path_is_404(api: Api, path: str) -> None:
-    reply = await api.call("GET", path, role=Role.VIEWER)
+    reply = await api.call("GET", path, role=TokenRole.VIEWER)
     assert reply.status == 404
     assert reply.body["instance"] == path
 

@@ -9,15 +9,15 @@ from typing import Any
 import pytest
 from api_harness import Api, build_parts, make_settings, serve, small_scenario
 
-from cliffwatch.domain.scenario.metrics_spec import Engine, Signal
+from cliffwatch.domain.scenario.metrics_spec import EngineKind, Signal
 from cliffwatch.domain.security.allowlist import parse_denied
 from cliffwatch.domain.server.server_view import ServerSeries, ServerView
-from cliffwatch.domain.service.runs import Role
+from cliffwatch.domain.service.runs import TokenRole
 
 
 async def test_a_run_by_name_is_queued_with_202_and_its_location(api: Api) -> None:
     """The answer is the queued run, pointing at its own URL, triggered by the token's name."""
-    reply = await api.call("POST", "/api/v1/runs", role=Role.OPERATOR, json={"scenario": "burst-storm"})
+    reply = await api.call("POST", "/api/v1/runs", role=TokenRole.OPERATOR, json={"scenario": "burst-storm"})
     assert reply.status == 202
     run = reply.body
     assert reply.headers["Location"] == f"/api/v1/runs/{run['id']}"
@@ -47,10 +47,10 @@ async def test_the_same_idempotency_key_returns_the_first_run_with_200(api: Api)
     """A repeat answers 200 with the run the first request queued; nothing new is stored."""
     headers = {"Idempotency-Key": "deploy-1234"}
     first = await api.call(
-        "POST", "/api/v1/runs", role=Role.OPERATOR, headers=headers, json={"scenario": "burst-storm"}
+        "POST", "/api/v1/runs", role=TokenRole.OPERATOR, headers=headers, json={"scenario": "burst-storm"}
     )
     again = await api.call(
-        "POST", "/api/v1/runs", role=Role.OPERATOR, headers=headers, json={"scenario": "burst-storm"}
+        "POST", "/api/v1/runs", role=TokenRole.OPERATOR, headers=headers, json={"scenario": "burst-storm"}
     )
     assert (first.status, again.status) == (202, 200)
     assert again.body["id"] == first.body["id"]
@@ -74,9 +74,9 @@ async def test_a_key_reused_for_a_different_request_is_refused_naming_the_first_
     run a key had queued, shaped as neither): 422 idempotency-key-reused naming the run, nothing queued."""
     headers = {"Idempotency-Key": "deploy-1"}
     first = await api.call(
-        "POST", "/api/v1/runs", role=Role.OPERATOR, headers=headers, json={"scenario": "burst-storm"}
+        "POST", "/api/v1/runs", role=TokenRole.OPERATOR, headers=headers, json={"scenario": "burst-storm"}
     )
-    reused = await api.call("POST", path, role=Role.OPERATOR, headers=headers, json=body)
+    reused = await api.call("POST", path, role=TokenRole.OPERATOR, headers=headers, json=body)
     assert reused.status == 422
     assert reused.body["type"].endswith(":idempotency-key-reused")
     assert first.body["id"] in reused.body["detail"]
@@ -86,8 +86,12 @@ async def test_a_key_reused_for_a_different_request_is_refused_naming_the_first_
 async def test_idempotency_keys_are_scoped_to_the_token(api: Api) -> None:
     """Two clients that happen to pick the same key get a run each."""
     headers = {"Idempotency-Key": "same"}
-    one = await api.call("POST", "/api/v1/runs", role=Role.OPERATOR, headers=headers, json={"scenario": "burst-storm"})
-    two = await api.call("POST", "/api/v1/runs", role=Role.ADMIN, headers=headers, json={"scenario": "burst-storm"})
+    one = await api.call(
+        "POST", "/api/v1/runs", role=TokenRole.OPERATOR, headers=headers, json={"scenario": "burst-storm"}
+    )
+    two = await api.call(
+        "POST", "/api/v1/runs", role=TokenRole.ADMIN, headers=headers, json={"scenario": "burst-storm"}
+    )
     assert (one.status, two.status) == (202, 202)
     assert one.body["id"] != two.body["id"]
 
@@ -246,7 +250,7 @@ async def test_walking_the_cursor_returns_every_run_once_newest_first(api: Api) 
     url = "/api/v1/runs?limit=3"
     pages = 0
     while url:
-        reply = await api.call("GET", url, role=Role.VIEWER)
+        reply = await api.call("GET", url, role=TokenRole.VIEWER)
         assert reply.status == 200
         pages += 1
         seen += [r["id"] for r in reply.body["runs"]]
@@ -307,7 +311,7 @@ async def test_a_cursor_that_is_not_ours_is_a_400(api: Api) -> None:
 async def test_a_finished_run_shows_its_phases_score_components_and_verdicts(api: Api) -> None:
     run_id = (await api.queue({"document": small_scenario("finished")}))["id"]
     await api.finish(run_id)
-    reply = await api.call("GET", f"/api/v1/runs/{run_id}", role=Role.VIEWER)
+    reply = await api.call("GET", f"/api/v1/runs/{run_id}", role=TokenRole.VIEWER)
     body: dict[str, Any] = reply.body
     assert body["status"] == "succeeded"
     assert body["score"] is not None
@@ -348,7 +352,7 @@ async def test_the_server_metrics_a_run_scraped_are_summarised_in_its_result_and
     )
     server = ServerView(
         url="http://127.0.0.1:8000/metrics",
-        engine=Engine.VLLM,
+        engine=EngineKind.VLLM,
         interval_ms=1000.0,
         times_s=(0.0, 1.0, 2.0),
         series=(waiting,),
@@ -398,9 +402,11 @@ async def test_outcomes_are_paged_by_request_id_until_a_short_page(api: Api) -> 
 
 async def test_aborting_a_queued_run_ends_it_with_the_reason(api: Api) -> None:
     run_id = (await api.queue())["id"]
-    reply = await api.call("POST", f"/api/v1/runs/{run_id}/abort", role=Role.OPERATOR, json={"reason": "wrong day"})
+    reply = await api.call(
+        "POST", f"/api/v1/runs/{run_id}/abort", role=TokenRole.OPERATOR, json={"reason": "wrong day"}
+    )
     assert reply.status == 200
     assert reply.body["status"] == "aborted"
     assert reply.body["reason"] == "wrong day"
-    default = await api.call("POST", f"/api/v1/runs/{(await api.queue())['id']}/abort", role=Role.OPERATOR)
+    default = await api.call("POST", f"/api/v1/runs/{(await api.queue())['id']}/abort", role=TokenRole.OPERATOR)
     assert default.body["reason"] == "aborted through the API by operator-token"

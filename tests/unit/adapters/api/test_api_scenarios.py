@@ -5,18 +5,18 @@ from __future__ import annotations
 from api_harness import Api, bundled_documents, small_scenario
 
 from cliffwatch.domain.scenario.scenario import content_hash
-from cliffwatch.domain.service.runs import Role
+from cliffwatch.domain.service.runs import TokenRole
 
 
 async def test_the_bundled_scenarios_are_listed_by_name(api: Api) -> None:
-    reply = await api.call("GET", "/api/v1/scenarios", role=Role.VIEWER)
+    reply = await api.call("GET", "/api/v1/scenarios", role=TokenRole.VIEWER)
     names = [s["name"] for s in reply.body["scenarios"]]
     assert names == sorted(d["name"] for d in bundled_documents().values())
     assert {s["source"] for s in reply.body["scenarios"]} == {"bundled"}
 
 
 async def test_a_scenario_is_read_with_its_document_latest_or_by_hash(api: Api) -> None:
-    latest = (await api.call("GET", "/api/v1/scenarios/burst-storm", role=Role.VIEWER)).body
+    latest = (await api.call("GET", "/api/v1/scenarios/burst-storm", role=TokenRole.VIEWER)).body
     assert latest["document"]["name"] == "burst-storm"
     assert latest["content_hash"] == content_hash(latest["document"])
     by_hash = await api.call("GET", f"/api/v1/scenarios/burst-storm?hash={latest['content_hash']}")
@@ -28,12 +28,12 @@ async def test_a_scenario_is_read_with_its_document_latest_or_by_hash(api: Api) 
 
 
 async def test_validation_answers_200_with_the_verdict_and_every_problem(api: Api) -> None:
-    good = await api.call("POST", "/api/v1/scenarios/validate", role=Role.VIEWER, json=small_scenario())
+    good = await api.call("POST", "/api/v1/scenarios/validate", role=TokenRole.VIEWER, json=small_scenario())
     assert good.body == {"valid": True, "problems": []}
     document = small_scenario()
     document["phases"][1]["role"] = "chaos"
     document["colour"] = "blue"
-    bad = await api.call("POST", "/api/v1/scenarios/validate", role=Role.VIEWER, json=document)
+    bad = await api.call("POST", "/api/v1/scenarios/validate", role=TokenRole.VIEWER, json=document)
     assert bad.status == 200
     assert bad.body["valid"] is False
     assert {p["path"] for p in bad.body["problems"]} >= {"phases[1].role", "colour"}

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from api_harness import Api
 
-from cliffwatch.domain.service.runs import Role
+from cliffwatch.domain.service.runs import TokenRole
 
 WEEKDAYS_AT_NINE = {"name": "morning game day", "cron": "0 9 * * 1-5", "timezone": "Europe/Berlin",
                     "scenario": "burst-storm"}  # fmt: skip
@@ -28,14 +28,14 @@ async def test_a_schedule_is_created_with_its_defaults_and_creator(api: Api) -> 
     assert schedule["overrides"] == {}
     assert schedule["created_by"] == "admin-token"
     assert schedule["last_fire_time"] is None
-    assert (await api.call("GET", f"/api/v1/schedules/{schedule['id']}", role=Role.VIEWER)).body == schedule
-    assert (await api.call("GET", "/api/v1/schedules", role=Role.VIEWER)).body == {"schedules": [schedule]}
+    assert (await api.call("GET", f"/api/v1/schedules/{schedule['id']}", role=TokenRole.VIEWER)).body == schedule
+    assert (await api.call("GET", "/api/v1/schedules", role=TokenRole.VIEWER)).body == {"schedules": [schedule]}
 
 
 async def test_next_fire_times_are_in_utc_in_order_and_follow_the_time_zone(api: Api) -> None:
     """Weekdays at 09:00 in Berlin are 08:00 UTC in winter; the clock starts on Monday 30 November 2026."""
     schedule = await _create(api)
-    reply = await api.call("GET", f"/api/v1/schedules/{schedule['id']}/next?count=3", role=Role.VIEWER)
+    reply = await api.call("GET", f"/api/v1/schedules/{schedule['id']}/next?count=3", role=TokenRole.VIEWER)
     assert reply.body == {
         "schedule_id": schedule["id"],
         "fire_times": ["2026-12-01T08:00:00+00:00", "2026-12-02T08:00:00+00:00", "2026-12-03T08:00:00+00:00"],

@@ -25,7 +25,7 @@ from aiohttp import web
 from api_harness import DOCUMENT, build_parts, make_settings
 
 from cliffwatch.adapters.api import MAX_LINE_SIZE, create_app
-from cliffwatch.domain.service.runs import Role
+from cliffwatch.domain.service.runs import TokenRole
 from loop_watch import frozen_heap, watching
 
 MAX_EXAMPLES = 25
@@ -50,7 +50,7 @@ class ServedApi:
 
     def __init__(self) -> None:
         self.port = 0
-        self.tokens: dict[Role, str] = {}
+        self.tokens: dict[TokenRole, str] = {}
         self._ready = threading.Event()
         self._failure: BaseException | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -112,9 +112,9 @@ def served() -> Iterator[ServedApi]:
         yield api
 
 
-@pytest.mark.parametrize("role", [Role.VIEWER, Role.OPERATOR, Role.ADMIN], ids=lambda r: r.value)
+@pytest.mark.parametrize("role", [TokenRole.VIEWER, TokenRole.OPERATOR, TokenRole.ADMIN], ids=lambda r: r.value)
 def test_schemathesis_finds_no_server_errors_no_schema_violations_and_no_loop_block(
-    served: ServedApi, tmp_path: Path, role: Role
+    served: ServedApi, tmp_path: Path, role: TokenRole
 ) -> None:
     report = tmp_path / "report.json"
     config = tmp_path / "schemathesis.toml"

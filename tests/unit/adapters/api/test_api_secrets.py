@@ -8,7 +8,7 @@ from typing import Any
 from api_harness import Api, small_scenario
 
 from cliffwatch.domain.scenario.scenario import content_hash
-from cliffwatch.domain.service.runs import Role
+from cliffwatch.domain.service.runs import TokenRole
 
 KEY = "sk-live-0123456789"
 PASSWORD = "pw-9876543210"
@@ -27,7 +27,7 @@ async def test_a_viewer_never_reads_a_target_key(api: Api) -> None:
     document["target"]["request"]["headers"] = {"Authorization": f"Bearer {KEY}"}
     assert (await api.call("PUT", "/api/v1/scenarios/keyed", json=document)).status == 200
 
-    reply = await api.call("GET", "/api/v1/scenarios/keyed", role=Role.VIEWER)
+    reply = await api.call("GET", "/api/v1/scenarios/keyed", role=TokenRole.VIEWER)
 
     assert reply.body["document"]["target"]["request"]["headers"] == {"Authorization": "***"}
     assert KEY not in str(reply.body)
@@ -42,10 +42,10 @@ async def test_a_registered_key_is_never_shown_and_kept_apart_for_the_run(api: A
     assert shown["target"]["request"]["headers"] == {"x-api-key": "***", "X-Trace": "1",
                                                      "Cookie": {"secret": "env:TARGET_COOKIE"}}  # fmt: skip
     assert shown["target"]["url"] == "http://alice:***@127.0.0.1:8000"
-    for role in Role:
+    for role in TokenRole:
         reply = await api.call("GET", "/api/v1/scenarios/keyed", role=role)
         assert reply.body == put.body
-    listed = await api.call("GET", "/api/v1/scenarios", role=Role.VIEWER)
+    listed = await api.call("GET", "/api/v1/scenarios", role=TokenRole.VIEWER)
     run = await api.queue({"scenario": "keyed"})
     for text in (str(put.body), str(listed.body), str(run)):
         assert KEY not in text
@@ -79,7 +79,7 @@ async def test_an_inline_document_with_a_key_is_stored_masked(api: Api) -> None:
 
     assert version is not None
     assert version.document["target"]["request"]["headers"]["x-api-key"] == "***"
-    detail = await api.call("GET", f"/api/v1/scenarios/adhoc?hash={run['scenario_hash']}", role=Role.VIEWER)
+    detail = await api.call("GET", f"/api/v1/scenarios/adhoc?hash={run['scenario_hash']}", role=TokenRole.VIEWER)
     assert KEY not in str(detail.body)
     assert len(await api.store.scenario_credentials("adhoc", run["scenario_hash"])) == 2
 
@@ -91,16 +91,16 @@ async def test_a_document_read_back_with_its_masks_is_refused_naming_each_place(
     put = await api.call("PUT", "/api/v1/scenarios/keyed", json=copy.deepcopy(shown))
     assert put.status == 422
     assert [p["path"] for p in put.body["problems"]] == ["target.url", "target.request.headers.x-api-key"]
-    validated = await api.call("POST", "/api/v1/scenarios/validate", role=Role.VIEWER, json=shown)
+    validated = await api.call("POST", "/api/v1/scenarios/validate", role=TokenRole.VIEWER, json=shown)
     assert validated.body["valid"] is False
-    inline = await api.call("POST", "/api/v1/runs", role=Role.OPERATOR, json={"document": shown})
+    inline = await api.call("POST", "/api/v1/runs", role=TokenRole.OPERATOR, json={"document": shown})
     assert inline.status == 422
 
 
 async def test_an_override_url_with_a_password_is_refused(api: Api) -> None:
     """Overrides are stored and shown as given, so a password in one is refused, for runs and schedules."""
     override = {"target_url": f"http://alice:{PASSWORD}@127.0.0.1:8000"}
-    run = await api.call("POST", "/api/v1/runs", role=Role.OPERATOR,
+    run = await api.call("POST", "/api/v1/runs", role=TokenRole.OPERATOR,
                          json={"scenario": "burst-storm", "overrides": override})  # fmt: skip
     nightly = {"name": "n", "cron": "0 3 * * *", "timezone": "UTC", "scenario": "burst-storm", "overrides": override}
     schedule = await api.call("POST", "/api/v1/schedules", json=nightly)
@@ -132,7 +132,7 @@ async def test_a_key_in_the_path_or_the_body_is_never_shown_to_a_viewer(api: Api
     assert put.status == 200, put.body
     digest = put.body["content_hash"]
 
-    reply = await api.call("GET", "/api/v1/scenarios/pathed", role=Role.VIEWER, params={"hash": digest})
+    reply = await api.call("GET", "/api/v1/scenarios/pathed", role=TokenRole.VIEWER, params={"hash": digest})
 
     request = reply.body["document"]["target"]["request"]
     assert request["path"] == "/v1/things?api_key=***&page=2"
@@ -149,7 +149,7 @@ async def test_keys_in_the_query_and_the_body_are_never_shown_and_kept_for_the_r
     assert put.status == 200, put.body
     digest = put.body["content_hash"]
 
-    for role in Role:
+    for role in TokenRole:
         reply = await api.call("GET", "/api/v1/scenarios/queried", role=role, params={"hash": digest})
         request = reply.body["document"]["target"]["request"]
         assert request["path"] == "/v1/things?api_key=***&page=2"

@@ -13,7 +13,7 @@ from api_harness import Api, provisional_sweep, small_scenario
 from cliffwatch.adapters.scheduler.cron import ApschedulerCron
 from cliffwatch.domain.capacity.sweep_spec import SweepSpec
 from cliffwatch.domain.results.result import RunStatus
-from cliffwatch.domain.service.runs import Role, Run, RunEnd, RunKind, Schedule, Trigger
+from cliffwatch.domain.service.runs import Run, RunEnd, RunKind, Schedule, TokenRole, Trigger
 from cliffwatch.services.runs import RunRequest
 from cliffwatch.services.schedules import FireStatus, ScheduleService
 
@@ -22,7 +22,7 @@ SPEC = SweepSpec(start=2.0, stop=10.0, step_s=5.0, warmup_s=1.0, cooldown_s=0.5)
 
 
 async def _sweep(api: Api, body: dict[str, Any] | None = None, **headers: str) -> dict[str, Any]:
-    reply = await api.call("POST", "/api/v1/sweeps", role=Role.OPERATOR, headers=headers,
+    reply = await api.call("POST", "/api/v1/sweeps", role=TokenRole.OPERATOR, headers=headers,
                            json=body or {"scenario": "burst-storm", "sweep": SWEEP})  # fmt: skip
     assert reply.status in (200, 202), reply.body
     run: dict[str, Any] = reply.body
@@ -45,15 +45,15 @@ async def test_a_sweep_is_queued_as_a_run_of_kind_sweep_with_its_parameters(api:
 
 async def test_post_runs_with_kind_sweep_queues_a_sweep_too_and_a_repeat_is_idempotent(api: Api) -> None:
     body = {"document": small_scenario("inline-sweep"), "kind": "sweep", "sweep": {"auto": True, "max_rate": 40}}
-    first = await api.call("POST", "/api/v1/runs", role=Role.OPERATOR, headers={"Idempotency-Key": "k"}, json=body)
-    again = await api.call("POST", "/api/v1/runs", role=Role.OPERATOR, headers={"Idempotency-Key": "k"}, json=body)
+    first = await api.call("POST", "/api/v1/runs", role=TokenRole.OPERATOR, headers={"Idempotency-Key": "k"}, json=body)
+    again = await api.call("POST", "/api/v1/runs", role=TokenRole.OPERATOR, headers={"Idempotency-Key": "k"}, json=body)
     assert (first.status, again.status) == (202, 200)
     assert again.body["id"] == first.body["id"]
     assert (first.body["kind"], first.body["scenario"], first.body["sweep"]["auto"]) == ("sweep", "inline-sweep", True)
     assert first.body["warnings"] == again.body["warnings"]
     long_enough = await _sweep(api, {"scenario": "burst-storm", "sweep": {**SWEEP, "step_s": 8, "warmup_s": 2}})
     assert long_enough["warnings"] == []
-    plain = await api.call("POST", "/api/v1/runs", role=Role.OPERATOR, json={"scenario": "burst-storm"})
+    plain = await api.call("POST", "/api/v1/runs", role=TokenRole.OPERATOR, json={"scenario": "burst-storm"})
     assert "warnings" not in plain.body  # a run is not a sweep
     repeat = await _sweep(api, {"scenario": "burst-storm", "sweep": SWEEP}, **{"Idempotency-Key": "s"})
     assert (await _sweep(api, {"scenario": "burst-storm", "sweep": SWEEP}, **{"Idempotency-Key": "s"}))["id"] == (
@@ -137,8 +137,8 @@ async def test_a_sweep_aimed_outside_the_allowlist_is_refused(api: Api) -> None:
 async def test_runs_are_listed_by_kind(api: Api) -> None:
     run = await api.queue()
     sweep = await _sweep(api)
-    sweeps = (await api.call("GET", "/api/v1/runs?kind=sweep", role=Role.VIEWER)).body["runs"]
-    runs = (await api.call("GET", "/api/v1/runs?kind=run", role=Role.VIEWER)).body["runs"]
+    sweeps = (await api.call("GET", "/api/v1/runs?kind=sweep", role=TokenRole.VIEWER)).body["runs"]
+    runs = (await api.call("GET", "/api/v1/runs?kind=run", role=TokenRole.VIEWER)).body["runs"]
     assert [r["id"] for r in sweeps] == [sweep["id"]]
     assert [r["id"] for r in runs] == [run["id"]]
     assert (await api.call("GET", "/api/v1/runs?kind=both")).status == 400
@@ -167,7 +167,7 @@ async def _finish_sweep_claimed(api: Api, run_id: str, usable: float | None, fir
 async def test_a_finished_sweep_shows_its_document_and_usable_capacity(api: Api) -> None:
     sweep = await _sweep(api)
     await _finish_sweep(api, sweep["id"], 7.5, 8.0)
-    run = (await api.call("GET", f"/api/v1/runs/{sweep['id']}", role=Role.VIEWER)).body
+    run = (await api.call("GET", f"/api/v1/runs/{sweep['id']}", role=TokenRole.VIEWER)).body
     assert (run["status"], run["usable_rps"], run["score"]) == ("succeeded", 7.5, None)
     assert run["result"] == _document(7.5, 8.0)
 
@@ -177,7 +177,7 @@ async def test_capacity_trends_follow_usable_capacity_and_flag_a_fall_beyond_the
         sweep = await _sweep(api)
         await _finish_sweep(api, sweep["id"], usable, first_bad)
     await api.queue()  # a plain run: never in a capacity series
-    reply = await api.call("GET", "/api/v1/trends/capacity?scenario=burst-storm", role=Role.VIEWER)
+    reply = await api.call("GET", "/api/v1/trends/capacity?scenario=burst-storm", role=TokenRole.VIEWER)
     [series] = reply.body["series"]
     assert (series["scenario"], series["variant"], series["mode"], series["unit"], series["target"]) == (
         "burst-storm", "as-written", "rate", "req/s", 0.99)  # fmt: skip
@@ -228,7 +228,7 @@ async def test_a_running_sweep_shows_its_steps_so_far_as_a_provisional_document_
     assert claimed is not None
     provisional = provisional_sweep(sweep["id"], SPEC, [2.0, 4.0, 8.0])
     assert await api.store.save_provisional_result(sweep["id"], owner="t", result=provisional)
-    run = (await api.call("GET", f"/api/v1/runs/{sweep['id']}", role=Role.VIEWER)).body  # checked against OpenAPI
+    run = (await api.call("GET", f"/api/v1/runs/{sweep['id']}", role=TokenRole.VIEWER)).body  # checked against OpenAPI
     assert (run["status"], run["usable_rps"]) == ("running", None)
     shown = run["result"]
     assert (shown["provisional"], shown["status"], shown["finished_at"], shown["steps_so_far"]) == (
@@ -236,13 +236,13 @@ async def test_a_running_sweep_shows_its_steps_so_far_as_a_provisional_document_
     [variant] = shown["variants"]
     assert [s["rate"] for s in variant["result"]["steps"]] == [2.0, 4.0, 8.0]
     assert variant["result"]["first_bad_rps"] == 8.0  # the model's capacity is 6 req/s
-    listed = (await api.call("GET", "/api/v1/runs?kind=sweep", role=Role.VIEWER)).body["runs"]
+    listed = (await api.call("GET", "/api/v1/runs?kind=sweep", role=TokenRole.VIEWER)).body["runs"]
     assert "result" not in listed[0]  # lists stay light
-    report = await api.call("GET", f"/api/v1/runs/{sweep['id']}/report", role=Role.VIEWER)
+    report = await api.call("GET", f"/api/v1/runs/{sweep['id']}/report", role=TokenRole.VIEWER)
     assert "Provisional: the sweep is still running. 3 step(s) measured so far" in report.body
     assert 'data-chart="v0-throughput"' in report.body
     await _finish_sweep_claimed(api, sweep["id"], 4.0, 8.0)
-    run = (await api.call("GET", f"/api/v1/runs/{sweep['id']}", role=Role.VIEWER)).body
+    run = (await api.call("GET", f"/api/v1/runs/{sweep['id']}", role=TokenRole.VIEWER)).body
     assert run["result"] == _document(4.0, 8.0)  # the final document replaces the provisional one
     stored = await api.store.get_run(sweep["id"])
     assert stored is not None
@@ -256,10 +256,10 @@ async def test_a_sweep_whose_lease_expired_shows_the_steps_it_had_with_its_own_s
     provisional = provisional_sweep(sweep["id"], SPEC, [2.0, 4.0])
     assert await api.store.save_provisional_result(sweep["id"], owner="t", result=provisional)
     [expired] = await api.store.expire_leases(now + timedelta(minutes=1))
-    run = (await api.call("GET", f"/api/v1/runs/{sweep['id']}", role=Role.VIEWER)).body
+    run = (await api.call("GET", f"/api/v1/runs/{sweep['id']}", role=TokenRole.VIEWER)).body
     assert (run["status"], run["result"]["status"], run["result"]["provisional"]) == ("interrupted", "interrupted",
                                                                                       True)  # fmt: skip
     assert run["result"]["reason"] == expired.reason
     assert len(run["result"]["variants"][0]["result"]["steps"]) == 2
-    report = await api.call("GET", f"/api/v1/runs/{sweep['id']}/report", role=Role.VIEWER)
+    report = await api.call("GET", f"/api/v1/runs/{sweep['id']}/report", role=TokenRole.VIEWER)
     assert "Below are the 2 step(s) recorded while it ran; its final summary was never written." in report.body

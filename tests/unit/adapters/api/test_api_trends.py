@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from api_harness import Api, small_scenario
 
-from cliffwatch.domain.service.runs import Role
+from cliffwatch.domain.service.runs import TokenRole
 
 
 async def _finished(api: Api, name: str, count: int) -> list[str]:
@@ -21,7 +21,7 @@ async def test_a_series_has_a_point_per_run_with_components_and_a_judgement(api:
     ids = await _finished(api, "trend-a", 4)
     await _finished(api, "trend-b", 1)
     await api.queue({"scenario": "trend-a"})  # still queued: not part of any trend
-    reply = await api.call("GET", "/api/v1/trends?scenario=trend-a", role=Role.VIEWER)
+    reply = await api.call("GET", "/api/v1/trends?scenario=trend-a", role=TokenRole.VIEWER)
     assert reply.body["bucket"] == "run"
     [series] = reply.body["series"]
     assert (series["scenario"], series["target_url"]) == ("trend-a", "builtin")

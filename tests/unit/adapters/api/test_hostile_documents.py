@@ -15,7 +15,7 @@ from api_harness import Api, small_scenario
 from ui_harness import Ui, serve_ui
 
 from cliffwatch.adapters.documents import SCENARIO_LIMITS
-from cliffwatch.domain.service.runs import Role
+from cliffwatch.domain.service.runs import TokenRole
 from loop_watch import frozen_heap, slowest_answer_while, watch_loop
 
 T = TypeVar("T")
@@ -73,7 +73,7 @@ async def ui() -> AsyncIterator[Ui]:
 
 
 async def paste(ui: Ui, text: str) -> tuple[int, str]:
-    cookie, csrf = await ui.login(Role.VIEWER)
+    cookie, csrf = await ui.login(TokenRole.VIEWER)
     status, _, page, _ = await ui.post("/ui/scenarios/validate", {"csrf": csrf, "document": text}, cookie)
     return status, page
 
@@ -115,9 +115,9 @@ async def test_a_body_nested_deeper_than_validation_can_follow_is_a_400_not_a_50
     hashing) is refused as too complex by every endpoint that takes a document."""
     text = deep_document(500)
     calls = [
-        ("POST", "/api/v1/scenarios/validate", Role.VIEWER, text),
-        ("PUT", "/api/v1/scenarios/deep", Role.ADMIN, text),
-        ("POST", "/api/v1/runs", Role.OPERATOR, '{"document": ' + text + "}"),
+        ("POST", "/api/v1/scenarios/validate", TokenRole.VIEWER, text),
+        ("PUT", "/api/v1/scenarios/deep", TokenRole.ADMIN, text),
+        ("POST", "/api/v1/runs", TokenRole.OPERATOR, '{"document": ' + text + "}"),
     ]
     for method, path, role, body in calls:
         async with watch_loop() as watch:
@@ -142,7 +142,7 @@ async def test_a_body_nested_deeper_than_validation_can_follow_is_a_400_not_a_50
 async def test_json_outside_the_limits_or_json_itself_is_a_400(api: Api, body: str, detail: str) -> None:
     """Too many values, numbers Python cannot convert or JSON cannot hold, and broken Unicode are clear 400s."""
     async with watch_loop() as watch:
-        reply = await api.call("POST", "/api/v1/scenarios/validate", role=Role.VIEWER, data=body, headers=JSON)
+        reply = await api.call("POST", "/api/v1/scenarios/validate", role=TokenRole.VIEWER, data=body, headers=JSON)
     assert reply.status == 400, reply.body
     assert detail in reply.body["detail"]
     assert watch.longest_ms < MAX_BLOCK_MS, watch.report()
@@ -155,17 +155,17 @@ async def test_the_worst_document_within_the_limits_is_served_without_blocking_t
     text = json.dumps(document, ensure_ascii=False)
     assert 800_000 < len(text.encode()) <= SCENARIO_LIMITS.max_bytes
     calls = [
-        ("POST", "/api/v1/scenarios/validate", Role.VIEWER, text, 200),
-        ("PUT", "/api/v1/scenarios/worst", Role.ADMIN, text, 200),
+        ("POST", "/api/v1/scenarios/validate", TokenRole.VIEWER, text, 200),
+        ("PUT", "/api/v1/scenarios/worst", TokenRole.ADMIN, text, 200),
         # in a run request, the document is one level down: it may nest one level less
         (
             "POST",
             "/api/v1/runs",
-            Role.OPERATOR,
+            TokenRole.OPERATOR,
             json.dumps({"document": worst_document(levels_around=1)}, ensure_ascii=False),
             202,
         ),
-        ("GET", "/api/v1/scenarios/worst", Role.VIEWER, None, 200),
+        ("GET", "/api/v1/scenarios/worst", TokenRole.VIEWER, None, 200),
     ]
     for method, path, role, body, status in calls:
         async with watch_loop() as watch:

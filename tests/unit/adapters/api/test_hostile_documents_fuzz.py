@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ui_harness import serve_ui
 
-from cliffwatch.domain.service.runs import Role
+from cliffwatch.domain.service.runs import TokenRole
 from document_strategies import hostile_json_bodies, hostile_texts
 from loop_watch import frozen_heap, slowest_answer_while, watch_loop
 
@@ -24,9 +24,9 @@ MAX_BLOCK_MS = 100
 FUZZ = settings(max_examples=120, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])  # fmt: skip
 ENDPOINTS = [
-    ("POST", "/api/v1/scenarios/validate", Role.VIEWER, "{}"),
-    ("PUT", "/api/v1/scenarios/fuzz", Role.ADMIN, "{}"),
-    ("POST", "/api/v1/runs", Role.OPERATOR, '{{"document": {}}}'),
+    ("POST", "/api/v1/scenarios/validate", TokenRole.VIEWER, "{}"),
+    ("PUT", "/api/v1/scenarios/fuzz", TokenRole.ADMIN, "{}"),
+    ("POST", "/api/v1/runs", TokenRole.OPERATOR, '{{"document": {}}}'),
 ]
 
 
@@ -61,7 +61,7 @@ def test_hostile_documents_sent_to_the_api_get_a_4xx_or_their_answer_without_blo
 
     @FUZZ
     @given(hostile_json_bodies(), st.sampled_from(ENDPOINTS))
-    def check(document: str, endpoint: tuple[str, str, Role, str]) -> None:
+    def check(document: str, endpoint: tuple[str, str, TokenRole, str]) -> None:
         method, path, role, envelope = endpoint
         body = document if envelope == "{}" else envelope.format(document)
         call = api.call(method, path, role=role, data=body.encode("utf-8", "surrogatepass"),
@@ -82,7 +82,7 @@ def test_hostile_documents_pasted_into_the_dashboard_get_a_verdict_without_block
     size limit) with the loop never blocked over 100 ms."""
     served = serve_ui()
     ui = runner.run(anext(served))
-    cookie, csrf = runner.run(ui.login(Role.VIEWER))
+    cookie, csrf = runner.run(ui.login(TokenRole.VIEWER))
 
     @FUZZ
     @given(hostile_texts())

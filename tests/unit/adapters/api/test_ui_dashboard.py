@@ -22,7 +22,7 @@ from cliffwatch.adapters.dashboard.auth import login_wait
 from cliffwatch.adapters.report.render import sweep_parts
 from cliffwatch.domain.capacity.sweep_spec import parse_sweep_spec
 from cliffwatch.domain.results.result import RunStatus
-from cliffwatch.domain.service.runs import Role, RunEnd
+from cliffwatch.domain.service.runs import RunEnd, TokenRole
 from cliffwatch.domain.traffic.rate_limit import KeyedBuckets, RateLimit
 from cliffwatch.services.runs import RunRequest
 
@@ -44,16 +44,16 @@ async def test_the_login_cookies_are_httponly_strict_secure_and_scoped_to_the_da
     assert 'type="password"' in page
     login = cookies["cw_login"]
     assert (login["httponly"], login["samesite"], login["path"], login["secure"]) == (True, "Strict", "/ui", True)
-    cookie, _ = await ui.login(Role.VIEWER)
+    cookie, _ = await ui.login(TokenRole.VIEWER)
     _, _, _, again = await ui.get("/ui/login")
     nonce = again["cw_login"].value
     status, headers, _, set_cookies = await ui.post(
-        "/ui/login", {"token": ui.parts.tokens[Role.VIEWER], "nonce": nonce}, cookie=f"cw_login={nonce}"
+        "/ui/login", {"token": ui.parts.tokens[TokenRole.VIEWER], "nonce": nonce}, cookie=f"cw_login={nonce}"
     )
     session = set_cookies["cw_session"]
     assert (session["httponly"], session["samesite"], session["path"], session["secure"]) == (True, "Strict", "/ui",
                                                                                                True)  # fmt: skip
-    assert ui.parts.tokens[Role.VIEWER] not in headers["Location"]
+    assert ui.parts.tokens[TokenRole.VIEWER] not in headers["Location"]
     assert session.value not in str(ui.parts.store.__dict__)  # only its hash is kept
     assert cookie != f"cw_session={session.value}"  # a new session id at every login
 
@@ -72,8 +72,8 @@ async def test_a_wrong_token_or_a_forged_login_form_gets_no_session(ui: Ui) -> N
     assert status == 401
     assert "unknown or revoked" in page
     assert "cw_session" not in set_cookies
-    status, _, _, set_cookies = await ui.post("/ui/login", {"token": ui.parts.tokens[Role.ADMIN], "nonce": "forged"},
-                                              cookie=f"cw_login={nonce}")  # fmt: skip
+    forged = {"token": ui.parts.tokens[TokenRole.ADMIN], "nonce": "forged"}
+    status, _, _, set_cookies = await ui.post("/ui/login", forged, cookie=f"cw_login={nonce}")
     assert status == 403
     assert "cw_session" not in set_cookies
 
@@ -89,7 +89,7 @@ async def test_login_attempts_beyond_the_limit_get_429_with_retry_after_and_no_s
         )
         assert status == 401
     status, headers, page, set_cookies = await ui.post(
-        "/ui/login", {"token": ui.parts.tokens[Role.ADMIN], "nonce": nonce}, cookie=f"cw_login={nonce}"
+        "/ui/login", {"token": ui.parts.tokens[TokenRole.ADMIN], "nonce": nonce}, cookie=f"cw_login={nonce}"
     )
     assert status == 429
     assert 1 <= int(headers["Retry-After"]) <= 6
@@ -126,7 +126,7 @@ async def test_pages_need_a_session(ui: Ui) -> None:
 
 
 async def test_a_post_without_or_with_a_wrong_csrf_token_or_from_another_origin_is_refused(ui: Ui) -> None:
-    cookie, csrf = await ui.login(Role.OPERATOR)
+    cookie, csrf = await ui.login(TokenRole.OPERATOR)
     run = {"scenario": "burst-storm", "kind": "run", "nonce": "n" * 20}
     assert (await ui.post("/ui/new", run, cookie))[0] == 403
     assert (await ui.post("/ui/new", {**run, "csrf": "0" * 64}, cookie))[0] == 403
@@ -145,7 +145,7 @@ async def test_a_post_without_or_with_a_wrong_csrf_token_or_from_another_origin_
 
 
 async def test_a_viewer_can_read_but_not_trigger(ui: Ui) -> None:
-    cookie, csrf = await ui.login(Role.VIEWER)
+    cookie, csrf = await ui.login(TokenRole.VIEWER)
     status, _, page, _ = await ui.get("/ui/runs", cookie)
     assert status == 200
     assert 'href="/ui/new"' not in page
@@ -157,7 +157,7 @@ async def test_a_viewer_can_read_but_not_trigger(ui: Ui) -> None:
 
 
 async def test_an_invalid_request_is_shown_on_the_form_with_every_problem(ui: Ui) -> None:
-    cookie, csrf = await ui.login(Role.OPERATOR)
+    cookie, csrf = await ui.login(TokenRole.OPERATOR)
     status, _, page, _ = await ui.post("/ui/new", {"scenario": "burst-storm", "kind": "sweep", "csrf": csrf,
                                                    "start": "5", "stop": "2"}, cookie)  # fmt: skip
     assert status == 422
@@ -168,14 +168,14 @@ async def test_an_invalid_request_is_shown_on_the_form_with_every_problem(ui: Ui
 
 
 async def test_logout_and_revocation_end_the_session(ui: Ui) -> None:
-    cookie, csrf = await ui.login(Role.ADMIN)
+    cookie, csrf = await ui.login(TokenRole.ADMIN)
     assert (await ui.post("/ui/logout", {}, cookie))[0] == 403  # CSRF here too
     status, headers, _, cleared = await ui.post("/ui/logout", {"csrf": csrf}, cookie)
     assert (status, headers["Location"]) == (303, "/ui/login")
     assert cleared["cw_session"]["max-age"] == "0"
     assert (await ui.get("/ui/runs", cookie))[0] == 303
-    cookie, _ = await ui.login(Role.OPERATOR)
-    operator = next(t for t in await ui.parts.services.tokens.all() if t.role is Role.OPERATOR)
+    cookie, _ = await ui.login(TokenRole.OPERATOR)
+    operator = next(t for t in await ui.parts.services.tokens.all() if t.role is TokenRole.OPERATOR)
     await ui.parts.services.tokens.revoke(operator.id)
     assert (await ui.get("/ui/runs", cookie))[0] == 303
 
@@ -189,7 +189,7 @@ async def test_every_page_renders_and_escapes_what_it_shows(ui: Ui) -> None:
     api = Api(client=ui.client, store=ui.parts.store, services=ui.parts.services, settings=make_settings(),
               tokens=ui.parts.tokens, clock=ui.parts.clock)  # fmt: skip
     await api.finish(run.id, document=finished)
-    cookie, _ = await ui.login(Role.ADMIN)
+    cookie, _ = await ui.login(TokenRole.ADMIN)
     pages = ("/ui/runs", f"/ui/runs/{run.id}", "/ui/trends", "/ui/schedules", "/ui/scenarios",
              "/ui/scenarios/xss-check", "/ui/new", "/ui/runs?status=succeeded&kind=run&scenario=xss-check")  # fmt: skip
     for path in pages:
@@ -208,7 +208,7 @@ async def test_every_page_renders_and_escapes_what_it_shows(ui: Ui) -> None:
 
 
 async def test_a_pasted_scenario_is_validated(ui: Ui) -> None:
-    cookie, csrf = await ui.login(Role.VIEWER)
+    cookie, csrf = await ui.login(TokenRole.VIEWER)
     status, _, page, _ = await ui.post("/ui/scenarios/validate", {"csrf": csrf, "document": "name: x\nphases: 3\n"},
                                        cookie)  # fmt: skip
     assert status == 200
@@ -225,7 +225,7 @@ async def test_a_sweeps_page_shows_its_report_sections_and_chart_data(ui: Ui) ->
     document = json.loads(SWEEP_FIXTURE.read_text(encoding="utf-8"))
     spec = parse_sweep_spec({"start": 4, "stop": 24, "arrival": "constant", "variants": ["none", "immediate:3"]})
     run, _ = await ui.parts.services.runs.submit(RunRequest(scenario="burst-storm", sweep=spec))
-    cookie, _ = await ui.login(Role.VIEWER)
+    cookie, _ = await ui.login(TokenRole.VIEWER)
     status, _, page, _ = await ui.get(f"/ui/runs/{run.id}", cookie)
     assert status == 200
     assert 'id="sweep-note"' in page
@@ -264,7 +264,7 @@ async def test_a_running_sweeps_page_and_its_polling_view_show_the_steps_so_far(
     run, _ = await ui.parts.services.runs.submit(RunRequest(scenario="burst-storm", sweep=spec))
     clock = ui.parts.clock
     assert await ui.parts.store.claim_run(owner="t", now=clock(), lease_until=clock() + timedelta(minutes=5))
-    cookie, _ = await ui.login(Role.VIEWER)
+    cookie, _ = await ui.login(TokenRole.VIEWER)
     _, _, page, _ = await ui.get(f"/ui/runs/{run.id}", cookie)
     assert "appear here after its first step" in page
     status, _, body, _ = await ui.get(f"/ui/api/runs/{run.id}", cookie)
@@ -297,7 +297,7 @@ async def test_a_running_sweeps_page_and_its_polling_view_show_the_steps_so_far(
 async def test_a_runs_html_report_is_served_to_a_session_under_the_reports_own_policy(ui: Ui) -> None:
     """The report ``GET /api/v1/runs/{id}/report`` serves, for a dashboard session (no bearer token)."""
     run, _ = await ui.parts.services.runs.submit(_request("burst-storm"))
-    cookie, _ = await ui.login(Role.VIEWER)
+    cookie, _ = await ui.login(TokenRole.VIEWER)
     _, _, page, _ = await ui.get(f"/ui/runs/{run.id}", cookie)
     assert f'href="/ui/runs/{run.id}/report"' in page
     status, headers, report, _ = await ui.get(f"/ui/runs/{run.id}/report", cookie)
@@ -311,7 +311,7 @@ async def test_a_runs_html_report_is_served_to_a_session_under_the_reports_own_p
 
 
 async def test_the_form_sends_every_sweep_parameter(ui: Ui) -> None:
-    cookie, csrf = await ui.login(Role.OPERATOR)
+    cookie, csrf = await ui.login(TokenRole.OPERATOR)
     form = {"scenario": "burst-storm", "kind": "sweep", "csrf": csrf, "mode": "rate", "arrival": "constant",
             "start": "2", "stop": "6", "target": "95", "step_s": "1.5", "trials": "1", "max_steps": "4",
             "warmup_s": "0.5", "cooldown_s": "0", "variants": "none, immediate:2", "nonce": "s" * 20}  # fmt: skip

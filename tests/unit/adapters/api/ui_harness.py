@@ -17,7 +17,7 @@ from api_harness import Parts, TickingClock, build_parts, make_settings
 from cliffwatch.adapters.api import create_app
 from cliffwatch.adapters.dashboard import mount_dashboard
 from cliffwatch.adapters.dashboard.context import DashboardServices
-from cliffwatch.domain.service.runs import Role
+from cliffwatch.domain.service.runs import TokenRole
 from cliffwatch.services.sessions import InMemorySessionStore, SessionService
 
 CSRF = re.compile(r'name="csrf" value="([0-9a-f]{64})"')
@@ -40,7 +40,7 @@ class Ui:
         async with self.client.post(path, data=data, headers=sent, allow_redirects=False) as response:
             return response.status, dict(response.headers), await response.text(), _cookies(response)
 
-    async def login(self, role: Role) -> tuple[str, str]:
+    async def login(self, role: TokenRole) -> tuple[str, str]:
         """Logs in with the role's token; returns the Cookie header to send and the session's CSRF token."""
         _, _, page, cookies = await self.get("/ui/login")
         nonce = re.search(r'name="nonce" value="([^"]+)"', page)

@@ -11,7 +11,7 @@ from cliffwatch.adapters.distributed.coordinator import (
     ShardedGenerator,
     _Share,
 )
-from cliffwatch.adapters.distributed.pool import Worker, WorkerPool
+from cliffwatch.adapters.distributed.pool import GeneratorWorker, WorkerPool
 from cliffwatch.adapters.runtime.clock import MonotonicClock
 from cliffwatch.domain.outcomes import NS_PER_S, RequestRecord
 from cliffwatch.domain.scenario.scenario import parse_scenario
@@ -54,7 +54,7 @@ async def test_the_plan_reaches_each_worker_ahead_of_its_time_a_slice_at_a_time(
     clock = MonotonicClock()
     workers = [NotingWorker(i, clock) for i in range(2)]
     generator = ShardedGenerator(cast(WorkerPool, object()), scenario, clock)
-    generator._shares = [_Share(worker=cast(Worker, w)) for w in workers]
+    generator._shares = [_Share(worker=cast(GeneratorWorker, w)) for w in workers]
     start_ns = clock.now_ns()
 
     await generator._deal(iter_plan(scenario), start_ns, Unused())

@@ -8,17 +8,19 @@ from typing import Any, cast
 
 import pytest
 
-from cliffwatch.adapters.distributed.pool import Worker, WorkerProcess, _ready
+from cliffwatch.adapters.distributed.pool import GeneratorWorker, WorkerProcess, _ready
 from cliffwatch.adapters.distributed.spec import this_boot
 from cliffwatch.adapters.distributed.wire import pack
 from cliffwatch.domain.errors import WorkersFailed
 
 
-def saying(*message: Any) -> Worker:
+def saying(*message: Any) -> GeneratorWorker:
     reader = asyncio.StreamReader()
     reader.feed_data(pack(message))
     reader.feed_eof()
-    return Worker(index=1, process=cast(WorkerProcess, None), reader=reader, writer=cast(asyncio.StreamWriter, None))
+    return GeneratorWorker(
+        index=1, process=cast(WorkerProcess, None), reader=reader, writer=cast(asyncio.StreamWriter, None)
+    )
 
 
 async def test_a_ready_worker_says_its_pid_and_the_priority_it_sends_at() -> None:

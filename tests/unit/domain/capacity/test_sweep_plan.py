@@ -27,7 +27,7 @@ from cliffwatch.domain.outcomes import NS_PER_MS, NS_PER_S, Attempt, Outcome, Re
 from cliffwatch.domain.results.metrics import PhaseStats
 from cliffwatch.domain.scenario.arrivals import Constant, Mix, Poisson
 from cliffwatch.domain.scenario.retry import RetryKind
-from cliffwatch.domain.scenario.scenario import Role, parse_scenario
+from cliffwatch.domain.scenario.scenario import PhaseRole, parse_scenario
 from cliffwatch.domain.traffic.generator_health import GeneratorReport
 from cliffwatch.domain.traffic.plan import PhaseWindow, iter_plan
 
@@ -65,8 +65,8 @@ SPEC = parse_sweep_spec({"start": 1, "stop": 8, "step_s": 10, "warmup_s": 3})
 def test_a_step_is_a_warm_up_and_a_measured_window_at_the_rate_without_faults_proxies_or_guards() -> None:
     step = step_scenario(SCENARIO, 4.0, SPEC, None)
     assert [(p.name, p.role, p.duration_s) for p in step.phases] == [
-        (WARMUP, Role.BASELINE, 3),
-        (MEASURED, Role.STRESS, 10),
+        (WARMUP, PhaseRole.BASELINE, 3),
+        (MEASURED, PhaseRole.STRESS, 10),
     ]
     assert all(p.arrival == Poisson(rate=4.0) and not p.faults for p in step.phases)
     assert step.proxies == ()
@@ -131,7 +131,7 @@ def test_a_step_needs_a_positive_rate() -> None:
 
 
 def test_step_stats_reads_counts_rates_and_percentiles_from_the_measured_phase() -> None:
-    window = PhaseWindow(index=1, name=MEASURED, role=Role.STRESS, start_ns=3 * NS_PER_S, end_ns=13 * NS_PER_S)
+    window = PhaseWindow(index=1, name=MEASURED, role=PhaseRole.STRESS, start_ns=3 * NS_PER_S, end_ns=13 * NS_PER_S)
     phase = PhaseStats(window=window)
     phase.offered = 40
     phase.outcomes = Counter(
@@ -181,7 +181,7 @@ async def test_late_bounds_counts_the_measured_windows_late_requests_by_the_boun
     await late.flush()
 
     assert late.counts == {"ttft": 2, "e2e": 1}
-    window = PhaseWindow(index=1, name=MEASURED, role=Role.STRESS, start_ns=0, end_ns=NS_PER_S)
+    window = PhaseWindow(index=1, name=MEASURED, role=PhaseRole.STRESS, start_ns=0, end_ns=NS_PER_S)
     phase = PhaseStats(window=window, offered=3, outcomes=Counter({Outcome.LATE: 2, Outcome.ON_TIME: 1}))
     report = GeneratorReport(lag={}, max_stall_ms=0.0, cpu_busy=0.1, overflow=0, limited=False, reasons=())
     assert step_stats(phase, report, rate=3.0, trial=1, late_by=late.counts).late_by == {"ttft": 2, "e2e": 1}
@@ -278,7 +278,7 @@ async def test_late_requests_are_counted_by_the_bound_of_their_own_class() -> No
 
 
 def test_the_step_keeps_each_classs_share_and_refuses_classes_that_do_not_add_up() -> None:
-    window = PhaseWindow(index=1, name=MEASURED, role=Role.STRESS, start_ns=0, end_ns=NS_PER_S)
+    window = PhaseWindow(index=1, name=MEASURED, role=PhaseRole.STRESS, start_ns=0, end_ns=NS_PER_S)
     whole = PhaseStats(window=window, offered=5, outcomes=Counter({Outcome.LATE: 2, Outcome.ON_TIME: 3}))
     chat = PhaseStats(window=window, offered=2, outcomes=Counter({Outcome.LATE: 2}))
     batch = PhaseStats(window=window, offered=3, outcomes=Counter({Outcome.ON_TIME: 3}))

@@ -8,11 +8,11 @@ from cliffwatch.domain.outcomes import NS_PER_MS, Attempt, Outcome, RequestRecor
 from cliffwatch.domain.results.isolation import ClassPlan, class_plans, victim_phases
 from cliffwatch.domain.results.metrics import ClassBook, RunAggregator
 from cliffwatch.domain.results.scoring import ISOLATION, score_run
-from cliffwatch.domain.scenario.scenario import Role, ScoreSpec, parse_scenario
+from cliffwatch.domain.scenario.scenario import PhaseRole, ScoreSpec, parse_scenario
 from cliffwatch.domain.traffic.plan import PlannedRequest, iter_plan, phase_windows
 
 SLO = Slo(e2e_ms=1000.0, timeout_ms=3000.0)
-ROLES = (Role.BASELINE, Role.STRESS, Role.RECOVERY)
+ROLES = (PhaseRole.BASELINE, PhaseRole.STRESS, PhaseRole.RECOVERY)
 DURATIONS = (10.0, 10.0, 10.0)
 
 
@@ -33,7 +33,7 @@ def test_no_one_is_a_victim_when_everyone_rose_or_no_one_did() -> None:
 
 def test_one_class_or_no_baseline_leaves_isolation_without_a_reference() -> None:
     assert victim_phases([plan("a", 1, 1, 1)], ROLES, DURATIONS) == []
-    no_baseline = (Role.STRESS, Role.STRESS, Role.RECOVERY)
+    no_baseline = (PhaseRole.STRESS, PhaseRole.STRESS, PhaseRole.RECOVERY)
     assert victim_phases([plan("a", 1, 1, 1), plan("b", 1, 5, 1)], no_baseline, DURATIONS) == []
 
 

@@ -15,12 +15,12 @@ from cliffwatch.domain.results.metrics import (
     outcome_counts,
 )
 from cliffwatch.domain.scenario.retry import FailureKind
-from cliffwatch.domain.scenario.scenario import Role
+from cliffwatch.domain.scenario.scenario import PhaseRole
 
 WINDOWS = (
-    PhaseWindow(index=0, name="warmup", role=Role.BASELINE, start_ns=0, end_ns=10 * NS_PER_S),
-    PhaseWindow(index=1, name="burst", role=Role.STRESS, start_ns=10 * NS_PER_S, end_ns=20 * NS_PER_S),
-    PhaseWindow(index=2, name="cooldown", role=Role.RECOVERY, start_ns=20 * NS_PER_S, end_ns=30 * NS_PER_S),
+    PhaseWindow(index=0, name="warmup", role=PhaseRole.BASELINE, start_ns=0, end_ns=10 * NS_PER_S),
+    PhaseWindow(index=1, name="burst", role=PhaseRole.STRESS, start_ns=10 * NS_PER_S, end_ns=20 * NS_PER_S),
+    PhaseWindow(index=2, name="cooldown", role=PhaseRole.RECOVERY, start_ns=20 * NS_PER_S, end_ns=30 * NS_PER_S),
 )
 
 
@@ -325,7 +325,7 @@ def test_an_empty_run_has_its_phases_and_no_seconds() -> None:
 def test_phases_can_be_picked_by_role() -> None:
     metrics = _aggregator().result()
 
-    assert [p.window.name for p in metrics.by_role(Role.STRESS)] == ["burst"]
+    assert [p.window.name for p in metrics.by_role(PhaseRole.STRESS)] == ["burst"]
 
 
 def test_merged_phases_pool_their_counts_over_their_combined_duration() -> None:

@@ -23,18 +23,18 @@ from cliffwatch.domain.results.scoring import (
     score_run,
 )
 from cliffwatch.domain.scenario.retry import FailureKind
-from cliffwatch.domain.scenario.scenario import Role, ScoreSpec
+from cliffwatch.domain.scenario.scenario import PhaseRole, ScoreSpec
 from cliffwatch.domain.traffic.plan import PhaseWindow
 
 SLO = Slo(e2e_ms=1_000.0, timeout_ms=5_000.0)
 SPEC = ScoreSpec(threshold=70.0, fast_fail_fraction=0.1)  # refusals within 100 ms are fast
-B, S, R = Role.BASELINE, Role.STRESS, Role.RECOVERY
+B, S, R = PhaseRole.BASELINE, PhaseRole.STRESS, PhaseRole.RECOVERY
 
 
 # -- builders ---------------------------------------------------------------------------------------
 
 
-def _windows(*phases: tuple[Role, float]) -> list[PhaseWindow]:
+def _windows(*phases: tuple[PhaseRole, float]) -> list[PhaseWindow]:
     """Consecutive phase windows from the run's start, one per (role, duration in seconds)."""
     out, start = [], 0
     for index, (role, duration_s) in enumerate(phases):
@@ -435,7 +435,9 @@ def test_recovery_is_zero_when_the_baseline_already_failed() -> None:
         (B, S, B, R),  # recovery does not directly follow the stress
     ],
 )
-def test_recovery_is_not_applicable_without_a_recovery_phase_after_the_last_stress(roles: tuple[Role, ...]) -> None:
+def test_recovery_is_not_applicable_without_a_recovery_phase_after_the_last_stress(
+    roles: tuple[PhaseRole, ...],
+) -> None:
     """Recovery is only judged in recovery phases that directly follow the last stress phase."""
     windows = _windows(*((role, 10.0) for role in roles))
     phases = [_phase(w, on_time=100) for w in windows]

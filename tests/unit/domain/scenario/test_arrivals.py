@@ -20,8 +20,8 @@ from cliffwatch.domain.scenario.arrivals import (
     Constant,
     Gamma,
     Poisson,
+    RateStep,
     Spike,
-    Step,
     Steps,
     parse_arrival,
     plan_offsets,
@@ -48,7 +48,7 @@ def _count(offsets: list[float], start: float, end: float) -> int:
 _RANDOM_PROCESSES: list[Arrival] = [
     Poisson(rate=20),
     Gamma(rate=20, burstiness=0.5),
-    Steps(steps=(Step(rate=5, duration_s=50), Step(rate=30, duration_s=50))),
+    Steps(steps=(RateStep(rate=5, duration_s=50), RateStep(rate=30, duration_s=50))),
     Spike(base_rate=5, burst_rate=50, burst_s=2, period_s=10, offset_s=1),
 ]
 
@@ -81,7 +81,7 @@ _arrivals = st.one_of(
     ),
     st.lists(
         st.tuples(st.floats(min_value=0, max_value=40), st.floats(min_value=0.5, max_value=10)), min_size=1, max_size=4
-    ).map(lambda steps: Steps(steps=tuple(Step(rate=r, duration_s=d) for r, d in steps))),
+    ).map(lambda steps: Steps(steps=tuple(RateStep(rate=r, duration_s=d) for r, d in steps))),
 )
 
 
@@ -139,7 +139,9 @@ def test_a_gamma_process_keeps_its_mean_rate_whatever_its_burstiness(burstiness:
 
 
 def test_a_step_process_follows_each_steps_rate_and_sends_nothing_in_a_zero_step() -> None:
-    arrival = Steps(steps=(Step(rate=10, duration_s=100), Step(rate=0, duration_s=50), Step(rate=40, duration_s=100)))
+    arrival = Steps(
+        steps=(RateStep(rate=10, duration_s=100), RateStep(rate=0, duration_s=50), RateStep(rate=40, duration_s=100))
+    )
 
     offsets = _plan(arrival, 250, seed=13)
 
@@ -211,7 +213,13 @@ def test_lower_burstiness_means_burstier_arrivals() -> None:
         (Poisson(rate=7), 10, 7, 7),
         (Gamma(rate=3, burstiness=0.5), 10, 3, 3),
         (
-            Steps(steps=(Step(rate=10, duration_s=30), Step(rate=0, duration_s=10), Step(rate=20, duration_s=60))),
+            Steps(
+                steps=(
+                    RateStep(rate=10, duration_s=30),
+                    RateStep(rate=0, duration_s=10),
+                    RateStep(rate=20, duration_s=60),
+                )
+            ),
             100,
             15,
             20,
@@ -240,7 +248,7 @@ def test_mean_and_peak_rates_follow_from_the_declaration(
         ({"process": "gamma", "rate": 5, "burstiness": 0.25}, Gamma(rate=5, burstiness=0.25)),
         (
             {"process": "step", "steps": [{"rate": 0, "duration_s": 4}, {"rate": 8, "duration_s": 6}]},
-            Steps(steps=(Step(rate=0, duration_s=4), Step(rate=8, duration_s=6))),
+            Steps(steps=(RateStep(rate=0, duration_s=4), RateStep(rate=8, duration_s=6))),
         ),
         (
             {"process": "spike", "base_rate": 1, "burst_rate": 20, "burst_s": 2, "period_s": 5},

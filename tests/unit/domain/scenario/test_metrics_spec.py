@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from cliffwatch.domain.errors import ScenarioInvalid
-from cliffwatch.domain.scenario.metrics_spec import Engine, MetricsSpec
+from cliffwatch.domain.scenario.metrics_spec import EngineKind, MetricsSpec
 from cliffwatch.domain.scenario.scenario import parse_scenario
 
 
@@ -34,13 +34,13 @@ def test_without_metrics_nothing_is_scraped() -> None:
 
 def test_a_real_targets_page_is_its_hosts_metrics_and_its_engine_is_told_by_the_page() -> None:
     target = parse_scenario(document({"url": "http://127.0.0.1:8000/api/v1", "metrics": {}})).target
-    assert target.metrics == MetricsSpec(engine=Engine.AUTO, interval_ms=1000.0, timeout_ms=1000.0)
+    assert target.metrics == MetricsSpec(engine=EngineKind.AUTO, interval_ms=1000.0, timeout_ms=1000.0)
     assert target.metrics_url == "http://127.0.0.1:8000/metrics"
 
 
 def test_the_builtin_targets_profile_is_the_default_for_it() -> None:
     target = parse_scenario(document({"url": "builtin", "metrics": {"interval_ms": 250}})).target
-    assert target.metrics == MetricsSpec(engine=Engine.BUILTIN, interval_ms=250.0, timeout_ms=250.0)
+    assert target.metrics == MetricsSpec(engine=EngineKind.BUILTIN, interval_ms=250.0, timeout_ms=250.0)
     assert target.metrics_url is None  # known once the built-in target is started
 
 
@@ -56,7 +56,7 @@ def test_a_page_elsewhere_an_engine_and_series_are_taken_as_written() -> None:
     spec = target.metrics
     assert spec is not None
     assert (spec.url, spec.engine, spec.interval_ms, spec.timeout_ms) == ("http://127.0.0.1:9000/metrics",
-                                                                          Engine.TGI, 2000.0, 1500.0)  # fmt: skip
+                                                                          EngineKind.TGI, 2000.0, 1500.0)  # fmt: skip
     assert [(s.name, s.expr.text, s.unit) for s in spec.series] == [
         ("waiting", "tgi_queue_size", "requests"),
         ("errors", "rate(tgi_request_failure)", "per s"),

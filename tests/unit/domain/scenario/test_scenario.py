@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from cliffwatch.domain.errors import ScenarioInvalid
 from cliffwatch.domain.outcomes import Outcome, Slo
-from cliffwatch.domain.scenario.arrivals import Constant, Poisson, Spike, Step, Steps, plan_offsets
+from cliffwatch.domain.scenario.arrivals import Constant, Poisson, RateStep, Spike, Steps, plan_offsets
 from cliffwatch.domain.scenario.completeness import Expectation
 from cliffwatch.domain.scenario.distributions import Choice, Fixed, Uniform
 from cliffwatch.domain.scenario.faults import FaultSpec, ProxySpec, Stream, ToxicType
@@ -28,7 +28,7 @@ from cliffwatch.domain.scenario.scenario import (
     ClientSpec,
     ErrorRateGuard,
     Phase,
-    Role,
+    PhaseRole,
     Scenario,
     ScoreSpec,
     content_hash,
@@ -251,10 +251,10 @@ def test_a_full_document_parses_into_exactly_the_values_it_states() -> None:
             ),
         ),
         phases=(
-            Phase(name="warmup", role=Role.BASELINE, duration_s=30, arrival=Constant(rate=4)),
+            Phase(name="warmup", role=PhaseRole.BASELINE, duration_s=30, arrival=Constant(rate=4)),
             Phase(
                 name="burst",
-                role=Role.STRESS,
+                role=PhaseRole.STRESS,
                 duration_s=60,
                 arrival=Spike(base_rate=4, burst_rate=40, burst_s=5, period_s=20, offset_s=0),
                 retry=RetryPolicy(
@@ -270,7 +270,7 @@ def test_a_full_document_parses_into_exactly_the_values_it_states() -> None:
                     ),
                 ),
             ),
-            Phase(name="cooldown", role=Role.RECOVERY, duration_s=30, arrival=Poisson(rate=4)),
+            Phase(name="cooldown", role=PhaseRole.RECOVERY, duration_s=30, arrival=Poisson(rate=4)),
         ),
         abort=AbortSpec(
             baseline=BaselineGuard(min_on_time_ratio=0.8),
@@ -335,7 +335,7 @@ def test_a_plain_http_target_sends_its_body_as_given_and_never_streams() -> None
     assert scenario.target.request == RequestTemplate(
         method="POST", path="/echo", headers=(("X-Run", "1"),), stream=False, body={"q": [1, "a", None]}
     )
-    assert scenario.phases[0].arrival == Steps(steps=(Step(rate=1, duration_s=10), Step(rate=9, duration_s=10)))
+    assert scenario.phases[0].arrival == Steps(steps=(RateStep(rate=1, duration_s=10), RateStep(rate=9, duration_s=10)))
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ import pytest
 
 from cliffwatch.adapters.server_metrics.scraper import parse_page
 from cliffwatch.domain.scenario.metric_expr import parse_expr
-from cliffwatch.domain.scenario.metrics_spec import Engine, MetricsSpec, SeriesSpec, Signal
+from cliffwatch.domain.scenario.metrics_spec import EngineKind, MetricsSpec, SeriesSpec, Signal
 from cliffwatch.domain.server.engine_profiles import PROFILES, detect_engine
 from cliffwatch.domain.server.server_view import ServerRecorder, ServerView, window_stats
 from engine_pages import NOT_EXPOSED, PAGES, EngineState
@@ -28,7 +28,7 @@ def record(engine: str, spec: MetricsSpec | None = None) -> ServerView:
 @pytest.mark.parametrize("engine", sorted(PAGES))
 def test_each_engines_page_is_recognised_and_gives_every_signal_it_exposes(engine: str) -> None:
     view = record(engine)
-    assert view.engine is Engine(engine)
+    assert view.engine is EngineKind(engine)
     signals = {s.signal.value for s in view.series if s.signal is not None}
     assert signals == {s.value for s in Signal} - NOT_EXPOSED[engine]
     assert view.notes == ()
@@ -57,7 +57,7 @@ def test_each_engines_kv_preemptions_and_queue_time_read_as_fractions_rates_and_
 
 
 def test_llama_cpp_counters_printed_at_six_significant_digits_are_read_as_printed() -> None:
-    recorder = ServerRecorder(MetricsSpec(engine=Engine.LLAMACPP), url="u")
+    recorder = ServerRecorder(MetricsSpec(engine=EngineKind.LLAMACPP), url="u")
     for at, generated in ((0.0, 1_362_385), (1.0, 1_362_999)):
         recorder.scraped(at, parse_page(PAGES["llamacpp"](EngineState(generated=generated)), recorder.needed()))
     tokens = recorder.view().signal(Signal.GENERATION_TOKENS)
@@ -93,20 +93,20 @@ def test_a_page_of_an_unknown_engine_keeps_only_the_scenarios_series_and_says_wh
     recorder = ServerRecorder(spec, url="u")
     recorder.scraped(0.0, parse_page("# TYPE my_queue_depth gauge\nmy_queue_depth 7\n", recorder.needed()))
     view = recorder.view()
-    assert view.engine is Engine.AUTO
+    assert view.engine is EngineKind.AUTO
     assert [(s.name, s.values) for s in view.series] == [("depth", (7.0,))]
     assert "named no engine" in view.notes[0]
 
 
 def test_a_signal_the_page_never_carries_is_named_in_the_notes() -> None:
-    recorder = ServerRecorder(MetricsSpec(engine=Engine.VLLM), url="u")
+    recorder = ServerRecorder(MetricsSpec(engine=EngineKind.VLLM), url="u")
     recorder.scraped(0.0, parse_page("vllm:num_requests_waiting 1\n", recorder.needed()))
     notes = recorder.view().notes
     assert "running: vllm:num_requests_running never had a value on the page" in notes
 
 
 def test_failed_scrapes_are_counted_by_reason_and_leave_no_point() -> None:
-    recorder = ServerRecorder(MetricsSpec(engine=Engine.BUILTIN), url="u")
+    recorder = ServerRecorder(MetricsSpec(engine=EngineKind.BUILTIN), url="u")
     recorder.failed(0.0, "HTTP 503")
     recorder.failed(1.0, "HTTP 503")
     recorder.scraped(2.0, parse_page(PAGES["builtin"](AFTER), recorder.needed()))
@@ -118,7 +118,7 @@ def test_failed_scrapes_are_counted_by_reason_and_leave_no_point() -> None:
 
 
 def test_per_second_rows_take_the_mean_of_each_seconds_scrapes() -> None:
-    recorder = ServerRecorder(MetricsSpec(engine=Engine.BUILTIN), url="u")
+    recorder = ServerRecorder(MetricsSpec(engine=EngineKind.BUILTIN), url="u")
     for at, waiting in ((0.2, 2), (0.7, 4), (2.5, 9)):
         recorder.scraped(at, parse_page(PAGES["builtin"](EngineState(waiting=waiting)), recorder.needed()))
     assert recorder.view().per_second(4)["waiting"] == [3.0, None, 9.0, None]
@@ -144,7 +144,7 @@ def test_a_view_reads_back_from_its_document() -> None:
 
 
 def test_every_engine_has_a_profile_whose_expressions_parse_and_its_pages_are_detected() -> None:
-    assert set(PROFILES) == set(Engine) - {Engine.AUTO}
+    assert set(PROFILES) == set(EngineKind) - {EngineKind.AUTO}
     for engine, profile in PROFILES.items():
         for definition in profile:
             for candidate in definition.candidates:

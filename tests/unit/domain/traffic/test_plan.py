@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from cliffwatch.domain.outcomes import NS_PER_S
-from cliffwatch.domain.scenario.scenario import Role, Scenario, parse_scenario
+from cliffwatch.domain.scenario.scenario import PhaseRole, Scenario, parse_scenario
 from cliffwatch.domain.traffic.plan import iter_plan, phase_windows, planned_count
 
 
@@ -108,9 +108,9 @@ def test_phase_windows_are_contiguous_and_cover_the_scenario() -> None:
     assert all(a.end_ns == b.start_ns for a, b in itertools.pairwise(windows))
     assert windows[-1].end_ns == round(scenario.duration_s * NS_PER_S)
     assert [(w.index, w.name, w.role) for w in windows] == [
-        (0, "calm", Role.BASELINE),
-        (1, "burst", Role.STRESS),
-        (2, "after", Role.RECOVERY),
+        (0, "calm", PhaseRole.BASELINE),
+        (1, "burst", PhaseRole.STRESS),
+        (2, "after", PhaseRole.RECOVERY),
     ]
     assert [w.duration_s for w in windows] == [7.5, 4.25, 6.0]
 
