@@ -13,7 +13,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from cliffwatch.adapters.store import SqlStore, create_engine
 from cliffwatch.domain.histogram import Histogram
 from cliffwatch.domain.outcomes import NS_PER_MS, Attempt, Outcome, RequestRecord, TokenSource
-from cliffwatch.domain.ports import FaultLedger
+from cliffwatch.domain.ports import (
+    ControlStore,
+    FaultLedger,
+    LeaderLock,
+    RunStore,
+    ScenarioStore,
+    ScheduleStore,
+    TokenStore,
+)
 from cliffwatch.domain.results.metrics import RunAggregator
 from cliffwatch.domain.results.result import PhaseTiming, RunResult, RunStatus
 from cliffwatch.domain.results.scoring import score_run
@@ -21,14 +29,6 @@ from cliffwatch.domain.scenario.retry import FailureKind
 from cliffwatch.domain.scenario.scenario import parse_scenario
 from cliffwatch.domain.server.server_view import ServerView
 from cliffwatch.domain.service.runs import Overrides, Run, RunEnd, Trigger
-from cliffwatch.domain.service_ports import (
-    ControlStore,
-    LeaderLock,
-    RunStore,
-    ScenarioStore,
-    ScheduleStore,
-    TokenStore,
-)
 from cliffwatch.domain.traffic.generator_health import GeneratorLimits, judge_generator
 from cliffwatch.domain.traffic.plan import iter_plan, phase_windows
 from cliffwatch.services.memory_store import InMemoryStore

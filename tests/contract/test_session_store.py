@@ -9,8 +9,8 @@ from datetime import timedelta
 from store_kit import Backend
 
 from cliffwatch.adapters.store.sessions_sql import SqlSessionStore
+from cliffwatch.domain.ports import SessionStore
 from cliffwatch.domain.service.runs import TokenRole
-from cliffwatch.domain.service.sessions import SessionStore
 from cliffwatch.services.sessions import InMemorySessionStore, SessionService, csrf_matches, csrf_token
 from cliffwatch.services.tokens import TokenService
 

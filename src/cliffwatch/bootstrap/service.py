@@ -50,11 +50,11 @@ from cliffwatch.domain.ports import RecordSink, ToxiproxyApi
 from cliffwatch.domain.scenario.scenario import Scenario
 from cliffwatch.domain.service.runs import Run, Schedule, Trigger
 from cliffwatch.services.catalog import ScenarioCatalog
+from cliffwatch.services.ports import SweepObserver
 from cliffwatch.services.reconcile import reconcile_faults
 from cliffwatch.services.runs import RunRequest, RunsService
 from cliffwatch.services.schedules import ScheduleService
 from cliffwatch.services.sessions import SessionService
-from cliffwatch.services.sweep import SweepObserver
 from cliffwatch.services.tokens import TokenService
 from cliffwatch.services.trends import TrendsService
 from cliffwatch.services.worker import RunWorker, WorkerSettings

@@ -35,8 +35,9 @@ from cliffwatch.domain.results.result import RunStatus
 from cliffwatch.domain.scenario.scenario import Scenario
 from cliffwatch.domain.security.masking import mask_url
 from cliffwatch.domain.traffic.rate_limit import TokenBucket
+from cliffwatch.services.ports import StepRunner, SweepObserver
 from cliffwatch.services.secrets import secret_values
-from cliffwatch.services.sweep import StepRunner, SweepObserver, SweepOutcome, SweepReport, SweepService
+from cliffwatch.services.sweep import SweepOutcome, SweepReport, SweepService
 
 __all__ = ["SweepHandle", "SweepOutcome", "SweepReport", "prepare_sweep"]
 

@@ -52,9 +52,10 @@ from cliffwatch.domain.errors import (
     WorkersFailed,
 )
 from cliffwatch.domain.results.result import RunResult, RunStatus
-from cliffwatch.domain.scenario.scenario import Scenario, with_overrides
+from cliffwatch.domain.scenario.scenario import Scenario
 from cliffwatch.domain.scenario.target_model import TargetModel, target_model_from
 from cliffwatch.domain.service.runs import ApiToken, TokenRole
+from cliffwatch.services.overrides import with_overrides
 from cliffwatch.services.reconcile import ReconcileReport
 from cliffwatch.services.runs import check_places
 from cliffwatch.services.tokens import TokenService

@@ -28,7 +28,8 @@ from cliffwatch.config import Settings
 from cliffwatch.domain.capacity.sweep_plan import short_step_warning
 from cliffwatch.domain.capacity.sweep_spec import VARIANT_HELP, SweepSpec, parse_sweep_options
 from cliffwatch.domain.results.result import RunStatus
-from cliffwatch.domain.scenario.scenario import Scenario, with_overrides
+from cliffwatch.domain.scenario.scenario import Scenario
+from cliffwatch.services.overrides import with_overrides
 from cliffwatch.services.sweep import unit_of
 
 EXIT_DONE, EXIT_ENVIRONMENT, EXIT_INTERRUPTED = 0, 3, 130

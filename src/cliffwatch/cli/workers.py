@@ -6,8 +6,9 @@ import argparse
 from dataclasses import replace
 
 from cliffwatch.config import Settings, SettingsInvalid
-from cliffwatch.domain.scenario.scenario import Scenario, with_overrides
+from cliffwatch.domain.scenario.scenario import Scenario
 from cliffwatch.domain.traffic.ray_address import ray_address_problem
+from cliffwatch.services.overrides import with_overrides
 
 WORKERS_HELP = "send from this many worker processes, or 'auto' (client.workers)"
 RAY_HELP = (

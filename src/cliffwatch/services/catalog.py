@@ -16,10 +16,10 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from cliffwatch.domain.errors import Problem, ScenarioInvalid, ScenarioNotFound
+from cliffwatch.domain.ports import ScenarioStore
 from cliffwatch.domain.scenario.scenario import Scenario, parse_scenario
 from cliffwatch.domain.security.redaction import DEFAULT_RULES, Redaction, RedactionRules, redact_document
 from cliffwatch.domain.service.runs import ScenarioSource, ScenarioVersion
-from cliffwatch.domain.service_ports import ScenarioStore
 
 T = TypeVar("T")
 Offload = Callable[[Callable[[], Any]], Awaitable[Any]]

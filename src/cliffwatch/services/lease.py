@@ -20,18 +20,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Protocol
 
 import structlog
 
 from cliffwatch.domain.errors import StoreUnavailable
-from cliffwatch.domain.service_ports import RunStore
+from cliffwatch.domain.ports import RunStore
+from cliffwatch.services.ports import Interruptible
 
 log = structlog.get_logger(__name__)
-
-
-class Interruptible(Protocol):
-    def interrupt(self) -> None: ...
 
 
 @dataclass(frozen=True, kw_only=True)

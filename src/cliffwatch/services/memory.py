@@ -11,16 +11,8 @@ from datetime import UTC, datetime, timedelta
 from cliffwatch.domain.errors import FaultInjectionFailed
 from cliffwatch.domain.histogram import Histogram
 from cliffwatch.domain.outcomes import NS_PER_S, RequestRecord
-from cliffwatch.domain.ports import (
-    Clock,
-    FaultEvent,
-    GeneratorListener,
-    LedgerEntry,
-    LiveCounters,
-    Progress,
-    ToxiproxyApi,
-)
-from cliffwatch.domain.scenario.faults import FaultSpec, ProxyState, ToxicState
+from cliffwatch.domain.ports import Clock, GeneratorListener, LedgerEntry, LiveCounters, Progress, ToxiproxyApi
+from cliffwatch.domain.scenario.faults import FaultEvent, FaultSpec, ProxyState, ToxicState
 from cliffwatch.domain.server.server_view import ServerView
 from cliffwatch.domain.traffic.generator_health import GeneratorLimits, GeneratorReport, judge_generator
 from cliffwatch.domain.traffic.plan import PlannedRequest

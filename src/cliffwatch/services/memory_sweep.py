@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 
 from cliffwatch.domain.capacity.capacity import StepStats
 from cliffwatch.domain.capacity.growth import THRESHOLD, Growth, GrowthSignal, Trend
-from cliffwatch.services.sweep import StepRunner, StepStopped
+from cliffwatch.services.ports import StepRunner
+from cliffwatch.services.sweep import StepStopped
 
 TOKENS_PER_REQUEST = 64.0
 

@@ -24,7 +24,7 @@ import structlog
 
 from cliffwatch.domain.errors import StoreUnavailable
 from cliffwatch.domain.outcomes import RequestRecord
-from cliffwatch.domain.service_ports import RunStore
+from cliffwatch.domain.ports import RunStore
 
 log = structlog.get_logger(__name__)
 

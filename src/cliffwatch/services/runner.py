@@ -16,7 +16,6 @@ from cliffwatch.domain.errors import CliffwatchError
 from cliffwatch.domain.outcomes import NS_PER_S, Outcome, RequestRecord
 from cliffwatch.domain.ports import (
     Clock,
-    FaultEvent,
     FaultInjector,
     LoadGenerator,
     Progress,
@@ -28,6 +27,7 @@ from cliffwatch.domain.results.isolation import class_plans
 from cliffwatch.domain.results.metrics import ClassBook, RunAggregator
 from cliffwatch.domain.results.result import PhaseTiming, RunResult, RunStatus
 from cliffwatch.domain.results.scoring import score_run
+from cliffwatch.domain.scenario.faults import FaultEvent
 from cliffwatch.domain.scenario.scenario import PhaseRole, Scenario
 from cliffwatch.domain.server.server_view import ServerView
 from cliffwatch.domain.traffic.generator_health import GeneratorReport

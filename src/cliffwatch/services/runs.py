@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 
@@ -30,45 +30,19 @@ from cliffwatch.domain.errors import (
     StoreUnavailable,
     TargetNotAllowed,
 )
+from cliffwatch.domain.ports import ControlStore, RunStore
 from cliffwatch.domain.results.result import RunStatus
-from cliffwatch.domain.scenario.scenario import Scenario, parse_scenario, with_overrides
+from cliffwatch.domain.scenario.scenario import Scenario, parse_scenario
 from cliffwatch.domain.security.masking import mask_url
 from cliffwatch.domain.service.caps import Caps, cap_violations, sweep_cap_violations
 from cliffwatch.domain.service.runs import Overrides, Quotas, Run, RunKind, RunPage, RunQuery, ScenarioVersion, Trigger
-from cliffwatch.domain.service_ports import ControlStore, RunStore
 from cliffwatch.services.catalog import Identified, ScenarioCatalog
+from cliffwatch.services.overrides import with_overrides
+from cliffwatch.services.ports import LocalRuns, TargetPolicy
 from cliffwatch.services.store_values import stop_reason
 
 log = structlog.get_logger(__name__)
 QUEUED_RETRY_AFTER_S = 30.0  # when a queued run will start is unknown; half a minute keeps pollers polite
-
-
-class LocalRuns(Protocol):
-    """The runs this instance executes (its worker), reachable without the database."""
-
-    def abort_local(self, run_id: str, reason: str) -> Run | None:
-        """Stops the run at once if it runs here; the run as held here, or None."""
-
-    def stop_local(self, reason: str) -> list[Run]:
-        """Aborts every run here (as stopped by the emergency stop whose reason is ``reason``) and claims no more
-        until ``release_local``; the runs stopped."""
-
-    def release_local(self) -> None: ...
-
-    def unrecorded_stop(self) -> str | None:
-        """The reason (as given to ``stop_local``) of an emergency stop this instance holds that the database has
-        not recorded, or None."""
-
-
-class TargetPolicy(Protocol):
-    async def check(self, url: str) -> str | None:
-        """Why load may not be aimed at ``url`` (an http URL or ``http://host:port``), or None."""
-
-    async def check_upstream(self, url: str) -> str | None:
-        """Why a Toxiproxy proxy may not forward to ``url`` (``check``'s reasons, and where Toxiproxy runs), or None."""
-
-    async def check_listen(self, address: str) -> str | None:
-        """Why a Toxiproxy proxy may not listen on ``address`` (host:port), or None."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import Protocol
 
 import structlog
 
@@ -28,10 +27,12 @@ from cliffwatch.domain.errors import (
     ScheduleNotFound,
     StoreUnavailable,
 )
+from cliffwatch.domain.ports import CronCalendar, RunStore, ScenarioStore, ScheduleStore
 from cliffwatch.domain.results.result import RunStatus
-from cliffwatch.domain.scenario.scenario import parse_scenario, with_overrides
+from cliffwatch.domain.scenario.scenario import parse_scenario
 from cliffwatch.domain.service.runs import CatchUp, Overrides, Run, RunKind, Schedule, Trigger
-from cliffwatch.domain.service_ports import CronCalendar, RunStore, ScenarioStore, ScheduleStore
+from cliffwatch.services.overrides import with_overrides
+from cliffwatch.services.ports import RunFactory
 
 log = structlog.get_logger(__name__)
 
@@ -40,15 +41,6 @@ MAX_NAME_LENGTH = 200
 DEFAULT_LATE_GRACE = timedelta(minutes=1)
 _OVERRIDE_PATHS = {"--target": "overrides.target_url", "--seed": "overrides.seed", "--threshold": "overrides.threshold"}
 _TICK = timedelta(microseconds=1)
-
-
-class RunFactory(Protocol):
-    async def __call__(self, schedule: Schedule, fire_time: datetime) -> Run:
-        """The queued run one fire asks for, not yet stored: the schedule's scenario resolved to its latest
-        version, its overrides applied. Raises a ``CliffwatchError`` when the run must not be queued (the
-        emergency stop, a scenario gone or invalid, a target outside the allowlist, the caps); the fire is then
-        refused, logged with that reason and not retried. ``StoreUnavailable`` is not a refusal: it propagates.
-        Whatever the run says, it is stored with this schedule, fire time and trigger, and as queued."""
 
 
 class FireStatus(StrEnum):

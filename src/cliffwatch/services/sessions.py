@@ -15,9 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from cliffwatch.domain.ports import SessionStore, TokenStore
 from cliffwatch.domain.service.runs import ApiToken
-from cliffwatch.domain.service.sessions import SessionStore, UiSession
-from cliffwatch.domain.service_ports import TokenStore
+from cliffwatch.domain.service.sessions import UiSession
 from cliffwatch.services.tokens import TokenService
 
 _CSRF_PURPOSE = b"cliffwatch dashboard csrf v1"

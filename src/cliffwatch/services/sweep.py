@@ -12,7 +12,7 @@ from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 
@@ -31,31 +31,13 @@ from cliffwatch.domain.ports import ProgressObserver
 from cliffwatch.domain.results.result import RunStatus, scenario_summary
 from cliffwatch.domain.scenario.retry import RetryPolicy
 from cliffwatch.domain.scenario.scenario import Scenario
+from cliffwatch.services.ports import StepRunner, SweepObserver
 
 log = structlog.get_logger(__name__)
 
 
 class StepStopped(Exception):
     """Raised by a ``StepRunner`` asked for a step after ``stop``: there is nothing to measure."""
-
-
-class StepRunner(Protocol):
-    """Measures one steady step against the target (one retry variant; the runner knows which)."""
-
-    async def run_step(self, rate: float, *, trial: int, extended: bool = False) -> StepStats:
-        """The step at ``rate`` (req/s, or clients in concurrency mode), measured after its warm-up (over the
-        spec's extended window when ``extended``) and followed by its cool-down. After ``stop`` it returns
-        early; what it returns then is discarded."""
-
-    def stop(self, reason: str, *, aborted: bool) -> None:
-        """Ends the step in progress at once (nothing more is sent, in-flight requests are cut)."""
-
-
-class SweepObserver(Protocol):
-    def step_started(self, variant: str, rate: float, trial: int) -> None: ...
-
-    def step_finished(self, variant: str, step: StepStats, verdict: StepVerdict) -> None:
-        """``verdict`` is the rate's settled verdict so far: UNSURE when the search will measure it again."""
 
 
 class NullSweepObserver:

@@ -19,8 +19,8 @@ from datetime import datetime
 import structlog
 
 from cliffwatch.domain.errors import StoreUnavailable
+from cliffwatch.domain.ports import TokenStore
 from cliffwatch.domain.service.runs import ApiToken, TokenRole
-from cliffwatch.domain.service_ports import TokenStore
 
 log = structlog.get_logger(__name__)
 

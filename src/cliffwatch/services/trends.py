@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from cliffwatch.domain.ports import RunStore
 from cliffwatch.domain.service.trends import Bucket, CapacitySeries, TrendSeries, capacity_series, trend_series
-from cliffwatch.domain.service_ports import RunStore
 
 
 class TrendsService:

@@ -28,16 +28,17 @@ from typing import Any, TypeVar
 import structlog
 
 from cliffwatch.domain.errors import CliffwatchError, StoreUnavailable
+from cliffwatch.domain.ports import RunStore, ScenarioStore
 from cliffwatch.domain.results.result import RunResult, RunStatus
-from cliffwatch.domain.scenario.scenario import Scenario, parse_scenario, with_overrides
+from cliffwatch.domain.scenario.scenario import Scenario, parse_scenario
 from cliffwatch.domain.security.redaction import restore
 from cliffwatch.domain.service.runs import Run, RunEnd, RunKind
-from cliffwatch.domain.service_ports import RunStore, ScenarioStore
 from cliffwatch.services.lease import LeaseKeeper, LeaseTiming
 from cliffwatch.services.outcome_sink import BufferedStoreSink
+from cliffwatch.services.overrides import with_overrides
+from cliffwatch.services.ports import OutcomeCounter, Prepare, PrepareSweep, Stoppable, SweepOutcomeLike
 from cliffwatch.services.store_values import stop_reason
 from cliffwatch.services.sweep_progress import SweepProgress
-from cliffwatch.services.worker_ports import OutcomeCounter, Prepare, PrepareSweep, Stoppable, SweepOutcomeLike
 
 log = structlog.get_logger(__name__)
 T = TypeVar("T")

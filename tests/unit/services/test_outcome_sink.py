@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import Any, cast
 
 from cliffwatch.domain.outcomes import RequestRecord
-from cliffwatch.domain.service_ports import RunStore
+from cliffwatch.domain.ports import RunStore
 from cliffwatch.services.outcome_sink import BATCH, BufferedStoreSink
 
 

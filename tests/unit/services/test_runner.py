@@ -18,10 +18,10 @@ import pytest
 from cliffwatch.adapters.runtime.clock import MonotonicClock
 from cliffwatch.domain.errors import FaultInjectionFailed, TargetUnreachable
 from cliffwatch.domain.outcomes import NS_PER_MS, NS_PER_S, Attempt, Outcome, RequestRecord, Slo, classify
-from cliffwatch.domain.ports import Clock, FaultEvent, FaultInjector
+from cliffwatch.domain.ports import Clock, FaultInjector
 from cliffwatch.domain.results.result import RunResult, RunStatus
 from cliffwatch.domain.results.scoring import SCORE_VERSION
-from cliffwatch.domain.scenario.faults import FaultSpec
+from cliffwatch.domain.scenario.faults import FaultEvent, FaultSpec
 from cliffwatch.domain.scenario.retry import FailureKind
 from cliffwatch.domain.scenario.scenario import Scenario, parse_scenario
 from cliffwatch.domain.traffic.plan import PlannedRequest, iter_plan, phase_windows

@@ -25,7 +25,8 @@ from cliffwatch.domain.service.runs import Run, RunKind
 from cliffwatch.services.memory import CollectingObserver
 from cliffwatch.services.memory_store import InMemoryStore
 from cliffwatch.services.memory_sweep import model_runners
-from cliffwatch.services.sweep import SweepObserver, SweepService
+from cliffwatch.services.ports import SweepObserver
+from cliffwatch.services.sweep import SweepService
 from cliffwatch.services.worker import RunWorker, WorkerSettings
 
 DOCUMENT: dict[str, Any] = {

@@ -15,8 +15,8 @@ from typing import Any
 
 from cliffwatch.adapters.report.charts import run_charts
 from cliffwatch.domain.outcomes import OUTCOMES
+from cliffwatch.domain.ports import RunStore
 from cliffwatch.domain.service.runs import Run, StoredOutcome
-from cliffwatch.domain.service_ports import RunStore
 
 MAX_LIVE_OUTCOMES = 20_000  # beyond this a live chart is cut short (the final one has everything)
 _PAGE = 5_000  # pages of the store read (the store reads 5,000 in ~0.1 s on SQLite)

@@ -13,7 +13,8 @@ from cliffwatch.adapters.distributed.spec import WorkerSpec
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
 from cliffwatch.adapters.network.target_access import Destinations
 from cliffwatch.domain.errors import WorkersFailed
-from cliffwatch.domain.scenario.scenario import AUTO_WORKERS, MAX_WORKERS, Scenario
+from cliffwatch.domain.scenario.client_spec import AUTO_WORKERS, MAX_WORKERS
+from cliffwatch.domain.scenario.scenario import Scenario
 from cliffwatch.domain.security.allowlist import Allowlist
 from cliffwatch.domain.security.redaction import DEFAULT_RULES, RedactionRules
 from cliffwatch.domain.traffic.rate_limit import RateLimit

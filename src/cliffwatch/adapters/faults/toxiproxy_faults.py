@@ -19,8 +19,8 @@ from urllib.parse import urlsplit, urlunsplit
 import structlog
 
 from cliffwatch.domain.errors import CliffwatchError, FaultInjectionFailed
-from cliffwatch.domain.ports import Clock, FaultEvent, FaultLedger, LedgerEntry, ToxiproxyApi
-from cliffwatch.domain.scenario.faults import FaultSpec, ProxyState, ToxicState, proxy_matches, toxic_name
+from cliffwatch.domain.ports import Clock, FaultLedger, LedgerEntry, ToxiproxyApi
+from cliffwatch.domain.scenario.faults import FaultEvent, FaultSpec, ProxyState, ToxicState, proxy_matches, toxic_name
 from cliffwatch.domain.scenario.scenario import Scenario
 
 log = structlog.get_logger(__name__)

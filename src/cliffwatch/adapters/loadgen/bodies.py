@@ -23,13 +23,13 @@ from typing import Any
 from cliffwatch.adapters.loadgen import prompts
 from cliffwatch.adapters.loadgen.token_prompts import WordCount
 from cliffwatch.domain.errors import CliffwatchError
-from cliffwatch.domain.ports import PromptMaker
 from cliffwatch.domain.scenario.conversations import PREFIX_ID_BASE, PrefixSpec
 from cliffwatch.domain.scenario.dataset import LoadedDataset
 from cliffwatch.domain.scenario.scenario import Scenario
 from cliffwatch.domain.scenario.target_spec import Api, RequestTemplate
 from cliffwatch.domain.security.secrets import unresolved_body
 from cliffwatch.domain.traffic.plan import PlannedRequest
+from cliffwatch.domain.workload.prepared import PromptMaker
 
 # Per process, random: no scenario can contain them by chance, so a split never lands in the user's values.
 _PROMPT = f"cliffwatch-prompt-{uuid.uuid4().hex}"

@@ -36,7 +36,6 @@ from cliffwatch.adapters.loadgen.token_prompts import CalibratedPrompts
 from cliffwatch.adapters.network.target_access import Destinations
 from cliffwatch.domain.errors import CliffwatchError, TargetUnreachable
 from cliffwatch.domain.outcomes import CAP_REASON, Attempt, TokenSource
-from cliffwatch.domain.ports import PromptMaker
 from cliffwatch.domain.scenario.dataset import LoadedDataset
 from cliffwatch.domain.scenario.retry import FailureKind
 from cliffwatch.domain.scenario.scenario import Scenario
@@ -48,6 +47,7 @@ from cliffwatch.domain.security.secrets import sendable_headers, sendable_path
 from cliffwatch.domain.server.state_headers import readings, watched
 from cliffwatch.domain.traffic.plan import PlannedRequest
 from cliffwatch.domain.traffic.rate_limit import TokenBucket
+from cliffwatch.domain.workload.prepared import PromptMaker
 from cliffwatch.domain.workload.prompt_sizing import WORDS_SIZING, PromptSizing
 
 MAX_ERROR_BODY = 64 * 1024

@@ -32,7 +32,7 @@ from apscheduler.schedulers.asyncio import AsyncIOScheduler  # type: ignore[impo
 from apscheduler.triggers.base import BaseTrigger  # type: ignore[import-untyped]
 
 from cliffwatch.domain.errors import ScheduleInvalid
-from cliffwatch.domain.service_ports import CronCalendar, LeaderLock
+from cliffwatch.domain.ports import CronCalendar, LeaderLock
 from cliffwatch.services.schedules import ScheduleService
 
 log = structlog.get_logger(__name__)

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from cliffwatch.adapters.store.database import Database
 from cliffwatch.adapters.store.engine import create_engine
-from cliffwatch.domain.service_ports import LeaderLock
+from cliffwatch.domain.ports import LeaderLock
 
 # Advisory lock keys are one bigint space shared by everything on the database: this one spells "cwleader"
 # in ASCII, unlikely to meet another application's.

@@ -19,7 +19,7 @@ from cliffwatch.adapters.store.locks import leader_lock
 from cliffwatch.adapters.store.misc_sql import SqlCatalog
 from cliffwatch.adapters.store.outcomes_sql import SqlOutcomes
 from cliffwatch.adapters.store.runs_sql import SqlRuns
-from cliffwatch.domain.service_ports import LeaderLock
+from cliffwatch.domain.ports import LeaderLock
 from cliffwatch.services.store_values import utc_now
 
 

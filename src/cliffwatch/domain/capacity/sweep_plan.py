@@ -22,9 +22,11 @@ from cliffwatch.domain.capacity.sweep_spec import SweepArrival, SweepMode, Sweep
 from cliffwatch.domain.outcomes import NS_PER_S, Outcome, RequestRecord, Slo, missed_bounds
 from cliffwatch.domain.results.metrics import PhaseStats
 from cliffwatch.domain.scenario.arrivals import Arrival, Constant, Mix, Poisson
+from cliffwatch.domain.scenario.client_spec import ClientSpec
+from cliffwatch.domain.scenario.guards import AbortSpec
 from cliffwatch.domain.scenario.metrics_spec import Signal
 from cliffwatch.domain.scenario.retry import RetryPolicy
-from cliffwatch.domain.scenario.scenario import MAX_SEED, AbortSpec, ClientSpec, Phase, PhaseRole, Scenario
+from cliffwatch.domain.scenario.scenario import MAX_SEED, Phase, PhaseRole, Scenario
 from cliffwatch.domain.server.server_view import ServerView
 from cliffwatch.domain.traffic.generator_health import GeneratorReport
 from cliffwatch.domain.traffic.plan import PhaseWindow

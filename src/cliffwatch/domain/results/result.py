@@ -11,10 +11,10 @@ from typing import Any
 from cliffwatch import __version__
 from cliffwatch.domain.histogram import Histogram
 from cliffwatch.domain.outcomes import NS_PER_S, Outcome
-from cliffwatch.domain.ports import FaultEvent
 from cliffwatch.domain.results.metrics import PhaseStats, RunMetrics, SecondStats, merge_phases, outcome_counts
 from cliffwatch.domain.results.scoring import Score
 from cliffwatch.domain.scenario.conversations import pooled
+from cliffwatch.domain.scenario.faults import FaultEvent
 from cliffwatch.domain.scenario.scenario import Scenario
 from cliffwatch.domain.server.server_view import ServerView
 from cliffwatch.domain.server.state_headers import unit_of

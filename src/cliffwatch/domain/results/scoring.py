@@ -33,7 +33,8 @@ from cliffwatch.domain.results.score_values import Evidence as Evidence
 from cliffwatch.domain.results.score_values import Flag as Flag
 from cliffwatch.domain.results.score_values import Score as Score
 from cliffwatch.domain.results.server_evidence import server_clause
-from cliffwatch.domain.scenario.scenario import PhaseRole, ScoreSpec
+from cliffwatch.domain.scenario.guards import ScoreSpec
+from cliffwatch.domain.scenario.scenario import PhaseRole
 from cliffwatch.domain.server.server_view import ServerView
 
 RECOVERY_WINDOW_S = 5  # seconds with traffic pooled per recovery window

@@ -198,3 +198,15 @@ class ProxyState:
     upstream: str
     enabled: bool
     toxics: tuple[ToxicState, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class FaultEvent:
+    """A fault switched on or off, at run-relative time: the fault band a report draws."""
+
+    phase: int
+    fault: FaultSpec
+    action: str  # "on" or "off"
+    at_ns: int  # an injector stamps ``Clock.now_ns()``; the runner makes it relative to the run's start
+    ok: bool
+    detail: str = ""

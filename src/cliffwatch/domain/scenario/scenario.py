@@ -13,22 +13,18 @@ from enum import StrEnum
 from typing import Any, TypeGuard
 
 from cliffwatch.domain.errors import Problem, ScenarioInvalid
-from cliffwatch.domain.outcomes import NOT_ON_TIME, Outcome, Slo
+from cliffwatch.domain.outcomes import Slo
 from cliffwatch.domain.scenario.arrivals import Arrival
+from cliffwatch.domain.scenario.client_spec import ClientSpec, parse_client
 from cliffwatch.domain.scenario.conversations import PrefixSpec, SessionSpec, parse_prefix, parse_sessions
 from cliffwatch.domain.scenario.faults import FaultSpec, ProxySpec, parse_fault, parse_proxy
+from cliffwatch.domain.scenario.guards import AbortSpec, ScoreSpec, parse_abort, parse_score
 from cliffwatch.domain.scenario.retry import RetryPolicy, parse_retry
 from cliffwatch.domain.scenario.slo_spec import parse_slo
-from cliffwatch.domain.scenario.target_model import TargetModel
 from cliffwatch.domain.scenario.target_spec import (
-    BUILTIN,
-    BUILTIN_SPEAKS_OPENAI,
-    URL_AND_AUTHORIZATION,
     Api,
     RequestTemplate,
     Target,
-    check_url,
-    credentials_clash,
     parse_target,
 )
 from cliffwatch.domain.scenario.trace import TraceArrival
@@ -41,14 +37,11 @@ from cliffwatch.domain.scenario.traffic_classes import (
 )
 from cliffwatch.domain.security.redaction import DEFAULT_RULES, RedactionRules, redact_document
 from cliffwatch.domain.security.redaction import content_hash as content_hash  # a document's hash, used by many
-from cliffwatch.domain.validation import Problems, Reader, check_number, parse_each, short_repr
+from cliffwatch.domain.validation import Problems, Reader, parse_each, short_repr
 
 MAX_PLANNED_REQUESTS = 2_000_000
 MAX_RUN_SECONDS = 24 * 3600
 MAX_SEED = 2**63 - 1
-MAX_REDIRECTS = 20  # hops a followed redirect chain may take (browsers stop at 20)
-AUTO_WORKERS = 0  # client.workers: auto (resolved to the machine's cores by the composition root)
-MAX_WORKERS = 256
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}$")
 
 
@@ -56,23 +49,6 @@ class PhaseRole(StrEnum):
     BASELINE = "baseline"
     STRESS = "stress"
     RECOVERY = "recovery"
-
-
-@dataclass(frozen=True, kw_only=True)
-class ClientSpec:
-    pool_size: int = 100
-    connect_timeout_ms: float = 2_000.0
-    read_timeout_ms: float | None = None  # longest silence between reads; None: only the attempt timeout
-    attempt_timeout_ms: float | None = None  # None: the SLO's timeout_ms
-    max_in_flight: int = 5_000  # beyond this the generator stops sending and says so
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
-    # Off: a 3xx answer is the request's outcome (redirect). On: followed up to max_redirects hops, each hop's
-    # host checked against the allowlist and credentials dropped when the origin changes.
-    follow_redirects: bool = False
-    max_redirects: int = 5
-    # None: the generator runs in the run's own process. N: in N worker processes, each sending its share of
-    # the plan (``domain.traffic.shards``); ``AUTO_WORKERS``: one a usable core (``worker_count``).
-    workers: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,35 +62,6 @@ class Phase:
 
 
 @dataclass(frozen=True, kw_only=True)
-class BaselineGuard:
-    """Abort before any stress when a baseline phase ended with fewer on-time requests than this share."""
-
-    min_on_time_ratio: float
-
-
-@dataclass(frozen=True, kw_only=True)
-class ErrorRateGuard:
-    """Abort when, over the last ``window_s``, the share of finished requests in ``outcomes`` is over the limit."""
-
-    window_s: float
-    max_ratio: float
-    min_requests: int
-    outcomes: frozenset[Outcome]
-
-
-@dataclass(frozen=True, kw_only=True)
-class AbortSpec:
-    baseline: BaselineGuard | None = None
-    error_rate: ErrorRateGuard | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class ScoreSpec:
-    threshold: float = 70.0  # pass mark, 0–100
-    fast_fail_fraction: float = 0.1  # a refusal within this share of slo.e2e_ms counts as failing fast
-
-
-@dataclass(frozen=True, kw_only=True)
 class Scenario:
     name: str
     description: str
@@ -124,8 +71,8 @@ class Scenario:
     phases: tuple[Phase, ...]
     seed: int
     proxies: tuple[ProxySpec, ...] = ()
-    abort: AbortSpec = AbortSpec()
-    score: ScoreSpec = ScoreSpec()
+    abort: AbortSpec = field(default_factory=AbortSpec)
+    score: ScoreSpec = field(default_factory=ScoreSpec)
     content_hash: str = ""  # of the document with its credentials masked (domain.security.redaction)
     # Who shares the target (domain.scenario.traffic_classes); () means the one implicit class: the scenario as written.
     classes: tuple[TrafficClass, ...] = ()
@@ -200,52 +147,6 @@ def parse_scenario(document: object, *, source: str | None = None, rules: Redact
     return replace(scenario, content_hash=redact_document(document, rules).content_hash())
 
 
-def with_overrides(
-    scenario: Scenario,
-    *,
-    target_url: str | None = None,
-    seed: int | None = None,
-    threshold: float | None = None,
-    workers: str | None = None,
-) -> Scenario:
-    """The scenario with command-line overrides applied, each validated like the file's own fields
-    (``workers``: a count or ``auto``, as ``--workers`` gives it)."""
-    problems = Problems()
-    target = scenario.target
-    if target_url is not None:
-        url = check_url(target_url, "--target", problems)
-        if url == BUILTIN and target.api is Api.HTTP:
-            problems.add("--target", BUILTIN_SPEAKS_OPENAI)
-        elif url is not None and credentials_clash(url, target.request.headers):
-            problems.add("--target", URL_AND_AUTHORIZATION)
-        elif url is not None:
-            # a real target has no simulator settings; the simulator needs them (the file's, or the defaults)
-            builtin = (target.builtin or TargetModel()) if url == BUILTIN else None
-            target = replace(target, url=url, builtin=builtin)
-    new_seed = (
-        scenario.seed if seed is None else check_number(seed, "--seed", problems, ge=0, le=MAX_SEED, integer=True)
-    )
-    new_threshold = None if threshold is None else check_number(threshold, "--threshold", problems, ge=0, le=100)
-    client = scenario.client
-    if workers is not None:
-        count: int | None = AUTO_WORKERS
-        if workers != "auto":
-            try:
-                count = check_number(int(workers), "--workers", problems, ge=1, le=MAX_WORKERS, integer=True)
-            except ValueError:
-                problems.add("--workers", f"must be a whole number of processes or auto, got {short_repr(workers)}")
-        client = replace(client, workers=count)
-    if problems:
-        raise ScenarioInvalid(problems.items)
-    return replace(
-        scenario,
-        target=target,
-        client=client,
-        seed=new_seed,
-        score=scenario.score if new_threshold is None else replace(scenario.score, threshold=new_threshold),
-    )
-
-
 def _parse(document: object, problems: Problems) -> Scenario | None:
     reader = Reader.of(document, "", problems)
     if reader is None:
@@ -262,7 +163,7 @@ def _parse(document: object, problems: Problems) -> Scenario | None:
     slo = parse_slo(reader.mapping("slo"))
     proxies = parse_each(reader, "proxies", parse_proxy, [])
     target = parse_target(reader.mapping("target"))
-    client = _parse_client(reader.mapping("client", {}) or Reader({}, "client", problems), slo)
+    client = parse_client(reader.mapping("client", {}) or Reader({}, "client", problems), slo)
     sessions = parse_sessions(reader.raw("sessions"), "sessions", problems) if reader.has("sessions") else None
     prefix = (parse_prefix(reader.raw("prefix"), "prefix", problems, sessions=sessions is not None)
               if reader.has("prefix") else None)  # fmt: skip
@@ -275,8 +176,8 @@ def _parse(document: object, problems: Problems) -> Scenario | None:
         return _parse_phase(value, path, problems, classes=names)
 
     phases = parse_each(reader, "phases", phase, nonempty=True)
-    abort = _parse_abort(reader.mapping("abort", None))
-    score = _parse_score(reader.mapping("score", None))
+    abort = parse_abort(reader.mapping("abort", None))
+    score = parse_score(reader.mapping("score", None))
     reader.done()
     _check_references(reader)
     declared = [c.sessions for c in classes or ()] + [sessions]
@@ -338,55 +239,6 @@ def _class_names(value: object) -> tuple[str, ...] | None:
     return tuple(str(name) for name in value)
 
 
-def _parse_client(reader: Reader, slo: Slo | None) -> ClientSpec | None:
-    pool = reader.number("pool_size", 100, ge=1, le=100_000, integer=True)
-    connect = reader.number("connect_timeout_ms", 2_000.0, gt=0, le=600_000)
-    read = reader.number("read_timeout_ms", None, gt=0, le=3_600_000)
-    attempt = reader.number("attempt_timeout_ms", None, gt=0, le=3_600_000)
-    in_flight = reader.number("max_in_flight", 5_000, ge=1, le=1_000_000, integer=True)
-    retry = parse_retry(reader.raw("retry", {"policy": "none"}), reader.child("retry"), reader.problems)
-    follow = reader.boolean("follow_redirects", False)
-    hops = reader.number("max_redirects", 5, ge=1, le=MAX_REDIRECTS, integer=True)
-    workers = _parse_workers(reader)
-    reader.done()
-    if reader.has("max_redirects") and follow is False:
-        reader.error("max_redirects", "only applies with follow_redirects: true")
-        return None
-    if slo is not None and attempt is not None and attempt > slo.timeout_ms:
-        reader.error("attempt_timeout_ms", f"must be <= slo.timeout_ms ({slo.timeout_ms:g})")
-        return None
-    if (
-        None in (pool, connect, in_flight, retry, follow, hops)
-        or (reader.has("read_timeout_ms") and read is None)
-        or (reader.has("attempt_timeout_ms") and attempt is None)
-        or (reader.has("workers") and workers is None)
-    ):
-        return None
-    assert retry is not None
-    return ClientSpec(
-        pool_size=pool,
-        connect_timeout_ms=connect,
-        read_timeout_ms=read,
-        attempt_timeout_ms=attempt,
-        max_in_flight=in_flight,
-        retry=retry,
-        follow_redirects=bool(follow),
-        max_redirects=hops,
-        workers=workers,
-    )
-
-
-def _parse_workers(reader: Reader) -> int | None:
-    """``workers``: a count of processes, or ``auto``; None when absent (or wrong: a problem says why)."""
-    value = reader.raw("workers", None)
-    if value == "auto":
-        return AUTO_WORKERS
-    if isinstance(value, str):
-        reader.error("workers", f"must be a whole number of processes or auto, got {short_repr(value)}")
-        return None
-    return reader.number("workers", None, ge=1, le=MAX_WORKERS, integer=True)  # type: ignore[no-any-return]
-
-
 def _parse_phase(value: object, path: str, problems: Problems, *, classes: tuple[str, ...] | None) -> Phase | None:
     reader = Reader.of(value, path, problems)
     if reader is None:
@@ -413,61 +265,6 @@ def _parse_phase(value: object, path: str, problems: Problems, *, classes: tuple
         retry=retry,
         faults=tuple(faults),
     )
-
-
-def _parse_abort(reader: Reader | None) -> AbortSpec | None:
-    if reader is None:
-        return AbortSpec()
-    baseline: BaselineGuard | None = None
-    error_rate: ErrorRateGuard | None = None
-    ok = True
-    guard = reader.mapping("baseline_unhealthy", None)
-    if guard is not None:
-        ratio = guard.number("min_on_time_ratio", gt=0, le=1)
-        guard.done()
-        ok = ok and ratio is not None
-        baseline = BaselineGuard(min_on_time_ratio=ratio) if ratio is not None else None
-    rate = reader.mapping("error_rate", None)
-    if rate is not None:
-        window = rate.number("window_s", 10.0, gt=0, le=3600)
-        max_ratio = rate.number("max_ratio", gt=0, le=1)
-        minimum = rate.number("min_requests", 20, ge=1, integer=True)
-        outcomes = _parse_outcomes(rate)
-        rate.done()
-        if None in (window, max_ratio, minimum, outcomes):
-            ok = False
-        else:
-            assert outcomes is not None
-            error_rate = ErrorRateGuard(window_s=window, max_ratio=max_ratio, min_requests=minimum, outcomes=outcomes)
-    reader.done()
-    return AbortSpec(baseline=baseline, error_rate=error_rate) if ok else None
-
-
-def _parse_outcomes(reader: Reader) -> frozenset[Outcome] | None:
-    failures = tuple(o for o in NOT_ON_TIME if o is not Outcome.NOT_SENT)  # what a finished request can fail as
-    if not reader.has("outcomes"):
-        reader.raw("outcomes", None)
-        return frozenset({Outcome.ERROR, Outcome.TIMEOUT})
-    found: set[Outcome] = set()
-    ok = True
-    for path, item in reader.items("outcomes", nonempty=True):
-        if item not in [o.value for o in failures]:
-            reader.problems.add(path, f"must be one of {', '.join(o.value for o in failures)}, got {short_repr(item)}")
-            ok = False
-        else:
-            found.add(Outcome(item))
-    return frozenset(found) if ok and found else None
-
-
-def _parse_score(reader: Reader | None) -> ScoreSpec | None:
-    if reader is None:
-        return ScoreSpec()
-    threshold = reader.number("threshold", 70.0, ge=0, le=100)
-    fast = reader.number("fast_fail_fraction", 0.1, gt=0, le=1)
-    reader.done()
-    if threshold is None or fast is None:
-        return None
-    return ScoreSpec(threshold=float(threshold), fast_fail_fraction=float(fast))
 
 
 def _check_references(reader: Reader) -> None:

@@ -18,8 +18,9 @@ from cliffwatch.domain.capacity.sweep_plan import traffic_mix
 from cliffwatch.domain.capacity.sweep_spec import AS_WRITTEN, SweepMode, SweepSpec, variant_policy
 from cliffwatch.domain.errors import Problem
 from cliffwatch.domain.scenario.arrivals import Mix
+from cliffwatch.domain.scenario.client_spec import ClientSpec
 from cliffwatch.domain.scenario.retry import RetryKind, RetryPolicy
-from cliffwatch.domain.scenario.scenario import ClientSpec, PhaseRole, Scenario
+from cliffwatch.domain.scenario.scenario import PhaseRole, Scenario
 from cliffwatch.domain.service.file_caps import file_size_violations
 from cliffwatch.domain.traffic.rate_limit import RateLimit
 

@@ -17,8 +17,8 @@ import math
 from dataclasses import replace
 
 from cliffwatch.domain.histogram import Histogram
+from cliffwatch.domain.scenario.client_spec import AUTO_WORKERS, ClientSpec
 from cliffwatch.domain.scenario.retry import RetryBudget
-from cliffwatch.domain.scenario.scenario import AUTO_WORKERS, ClientSpec
 from cliffwatch.domain.traffic.generator_health import CollectorReport, GeneratorMeasures
 from cliffwatch.domain.traffic.rate_limit import RateLimit
 

@@ -12,12 +12,20 @@ The bounds it works within are :class:`PreparationLimits` (the settings' ``CLIFF
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
-from cliffwatch.domain.ports import PromptMaker
 from cliffwatch.domain.scenario.dataset import LoadedDataset
 from cliffwatch.domain.scenario.scenario import Scenario
 from cliffwatch.domain.workload.prompt_sizing import PromptSizing
+
+
+class PromptMaker(Protocol):
+    """A prepared run's prompts as the load path sees them: a request's prompt of N tokens, made of fragments
+    prepared ahead (the load path copies, never builds)."""
+
+    def prepare(self, tokens: int) -> None: ...
+
+    def fragments(self, request_id: int, tokens: int) -> tuple[bytes | memoryview, ...]: ...
 
 
 @dataclass(frozen=True, kw_only=True)

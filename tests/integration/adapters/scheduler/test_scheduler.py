@@ -17,10 +17,10 @@ from apscheduler.triggers.date import DateTrigger
 
 from cliffwatch.adapters.scheduler.cron import ApschedulerCron
 from cliffwatch.adapters.scheduler.driver import FireExecutor, ScheduleDriver
+from cliffwatch.domain.ports import CronCalendar
 from cliffwatch.domain.results.result import RunStatus
 from cliffwatch.domain.scenario.scenario import content_hash
 from cliffwatch.domain.service.runs import CatchUp, Run, RunQuery, ScenarioSource, Schedule, Trigger
-from cliffwatch.domain.service_ports import CronCalendar
 from cliffwatch.services.memory_store import InMemoryStore
 from cliffwatch.services.schedules import FireOutcome, FireStatus, ScheduleService, ScheduleSpec
 

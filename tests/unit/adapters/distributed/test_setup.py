@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from cliffwatch.adapters.distributed import setup
-from cliffwatch.domain.scenario.scenario import AUTO_WORKERS, Scenario, parse_scenario
+from cliffwatch.domain.scenario.client_spec import AUTO_WORKERS
+from cliffwatch.domain.scenario.scenario import Scenario, parse_scenario
 
 
 def scenario(workers: int | str | None) -> Scenario:

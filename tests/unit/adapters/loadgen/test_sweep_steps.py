@@ -15,7 +15,8 @@ from cliffwatch.domain.scenario.scenario import parse_scenario
 from cliffwatch.domain.traffic.plan import PlannedRequest
 from cliffwatch.domain.workload.prompt_sizing import WORDS_SIZING, PromptSizing
 from cliffwatch.services.memory import CollectingObserver
-from cliffwatch.services.sweep import StepRunner, SweepService
+from cliffwatch.services.ports import StepRunner
+from cliffwatch.services.sweep import SweepService
 
 SCENARIO = parse_scenario(
     {

@@ -8,7 +8,8 @@ from cliffwatch.domain.outcomes import NS_PER_MS, Attempt, Outcome, RequestRecor
 from cliffwatch.domain.results.isolation import ClassPlan, class_plans, victim_phases
 from cliffwatch.domain.results.metrics import ClassBook, RunAggregator
 from cliffwatch.domain.results.scoring import ISOLATION, score_run
-from cliffwatch.domain.scenario.scenario import PhaseRole, ScoreSpec, parse_scenario
+from cliffwatch.domain.scenario.guards import ScoreSpec
+from cliffwatch.domain.scenario.scenario import PhaseRole, parse_scenario
 from cliffwatch.domain.traffic.plan import PlannedRequest, iter_plan, phase_windows
 
 SLO = Slo(e2e_ms=1000.0, timeout_ms=3000.0)

@@ -19,11 +19,10 @@ from cliffwatch.domain.outcomes import (
     RequestRecord,
     TokenSource,
 )
-from cliffwatch.domain.ports import FaultEvent
 from cliffwatch.domain.results.metrics import RunAggregator
 from cliffwatch.domain.results.result import RESULT_FORMAT, PhaseTiming, RunResult, RunStatus
 from cliffwatch.domain.results.scoring import SCORE_VERSION, score_run
-from cliffwatch.domain.scenario.faults import FaultSpec, Stream, ToxicType
+from cliffwatch.domain.scenario.faults import FaultEvent, FaultSpec, Stream, ToxicType
 from cliffwatch.domain.scenario.retry import FailureKind
 from cliffwatch.domain.scenario.scenario import Scenario, parse_scenario
 from cliffwatch.domain.traffic.generator_health import CapReport, GeneratorLimits, judge_generator

@@ -22,8 +22,9 @@ from cliffwatch.domain.results.scoring import (
     Score,
     score_run,
 )
+from cliffwatch.domain.scenario.guards import ScoreSpec
 from cliffwatch.domain.scenario.retry import FailureKind
-from cliffwatch.domain.scenario.scenario import PhaseRole, ScoreSpec
+from cliffwatch.domain.scenario.scenario import PhaseRole
 from cliffwatch.domain.traffic.plan import PhaseWindow
 
 SLO = Slo(e2e_ms=1_000.0, timeout_ms=5_000.0)

@@ -17,165 +17,20 @@ from hypothesis import strategies as st
 from cliffwatch.domain.errors import ScenarioInvalid
 from cliffwatch.domain.outcomes import Outcome, Slo
 from cliffwatch.domain.scenario.arrivals import Constant, Poisson, RateStep, Spike, Steps, plan_offsets
+from cliffwatch.domain.scenario.client_spec import AUTO_WORKERS, ClientSpec
 from cliffwatch.domain.scenario.completeness import Expectation
 from cliffwatch.domain.scenario.distributions import Choice, Fixed, Uniform
 from cliffwatch.domain.scenario.faults import FaultSpec, ProxySpec, Stream, ToxicType
+from cliffwatch.domain.scenario.guards import AbortSpec, BaselineGuard, ErrorRateGuard, ScoreSpec
 from cliffwatch.domain.scenario.retry import DEFAULT_RETRY_ON, Jitter, RetryBudget, RetryKind, RetryPolicy
-from cliffwatch.domain.scenario.scenario import (
-    AUTO_WORKERS,
-    AbortSpec,
-    BaselineGuard,
-    ClientSpec,
-    ErrorRateGuard,
-    Phase,
-    PhaseRole,
-    Scenario,
-    ScoreSpec,
-    content_hash,
-    parse_scenario,
-    with_overrides,
-)
+from cliffwatch.domain.scenario.scenario import Phase, PhaseRole, Scenario, content_hash, parse_scenario
 from cliffwatch.domain.scenario.target_model import Admission, TargetModel
 from cliffwatch.domain.scenario.target_spec import HOST_HEADER, Api, RequestTemplate, Target
 from cliffwatch.domain.security.redaction import redact_document
+from cliffwatch.services.overrides import with_overrides
+from scenario_documents import builtin_document, full_document, http_document, minimal_document
 
 DELETE = object()
-
-
-def full_document() -> dict[str, Any]:
-    """A document that sets (nearly) every option, each to something other than its default."""
-    return {
-        "name": "burst-and-back",
-        "description": "A burst against a slow target, then the way back.",
-        "seed": 7,
-        "slo": {"e2e_ms": 2000, "timeout_ms": 6000, "ttft_ms": 500, "tpot_ms": 40},
-        "proxies": [{"name": "llm", "listen": "127.0.0.1:0", "upstream": "localhost:8000"}],
-        "target": {
-            "url": "http://localhost:8000/",
-            "api": "openai-chat",
-            "via_proxy": "llm",
-            "request": {
-                "model": "sim-llm",
-                "headers": {"Authorization": "Bearer token"},
-                "prompt_tokens": {"dist": "uniform", "min": 64, "max": 256},
-                "max_tokens": {"dist": "choice", "values": [32, 128], "weights": [3, 1]},
-                "stream": True,
-                "include_usage": True,
-                "extra_body": {"ignore_eos": True},
-            },
-        },
-        "client": {
-            "pool_size": 64,
-            "connect_timeout_ms": 1000,
-            "read_timeout_ms": 3000,
-            "attempt_timeout_ms": 5000,
-            "max_in_flight": 2000,
-            "follow_redirects": True,
-            "max_redirects": 3,
-            "retry": {
-                "policy": "exponential",
-                "max_retries": 2,
-                "retry_on": ["timeout", 503],
-                "base_ms": 50,
-                "cap_ms": 800,
-                "jitter": "equal",
-                "honour_retry_after": True,
-                "budget": {"ratio": 0.2},
-            },
-        },
-        "phases": [
-            {"name": "warmup", "role": "baseline", "duration_s": 30, "arrival": {"process": "constant", "rate": 4}},
-            {
-                "name": "burst",
-                "role": "stress",
-                "duration_s": 60,
-                "arrival": {"process": "spike", "base_rate": 4, "burst_rate": 40, "burst_s": 5, "period_s": 20},
-                "retry": {"policy": "immediate", "max_retries": 1},
-                "faults": [{"proxy": "llm", "type": "latency", "attributes": {"latency": 300, "jitter": 50}}],
-            },
-            {"name": "cooldown", "role": "recovery", "duration_s": 30, "arrival": {"process": "poisson", "rate": 4}},
-        ],
-        "abort": {
-            "baseline_unhealthy": {"min_on_time_ratio": 0.8},
-            "error_rate": {"window_s": 5, "max_ratio": 0.5, "min_requests": 10, "outcomes": ["error", "shed"]},
-        },
-        "score": {"threshold": 75, "fast_fail_fraction": 0.2},
-    }
-
-
-def minimal_document() -> dict[str, Any]:
-    return {
-        "name": "minimal",
-        "slo": {"e2e_ms": 2000, "timeout_ms": 5000},
-        "target": {"url": "builtin", "request": {"model": "sim-llm"}},
-        "phases": [
-            {"name": "steady", "role": "baseline", "duration_s": 10, "arrival": {"process": "constant", "rate": 5}}
-        ],
-    }
-
-
-def http_document() -> dict[str, Any]:
-    return {
-        "name": "plain-http",
-        "slo": {"e2e_ms": 500, "timeout_ms": 1000},
-        "target": {
-            "url": "https://api.example.test/base",
-            "api": "http",
-            "request": {"method": "POST", "path": "/echo", "headers": {"X-Run": "1"}, "body": {"q": [1, "a", None]}},
-        },
-        "phases": [
-            {
-                "name": "ramp",
-                "role": "stress",
-                "duration_s": 20,
-                "arrival": {"process": "step", "steps": [{"rate": 1, "duration_s": 10}, {"rate": 9, "duration_s": 10}]},
-            }
-        ],
-    }
-
-
-def builtin_document() -> dict[str, Any]:
-    return {
-        "name": "builtin-sim",
-        "seed": 3,
-        "slo": {"e2e_ms": 3000, "timeout_ms": 3000, "ttft_ms": 800},
-        "proxies": [{"name": "sim"}],
-        "target": {
-            "url": "builtin",
-            "api": "openai-completions",
-            "via_proxy": "sim",
-            "builtin": {"max_batch": 8, "admission": "queue_limit", "max_queue": 16},
-            "request": {
-                "model": "sim-llm",
-                "prompt_tokens": {"dist": "lognormal", "median": 300, "sigma": 0.8, "max": 4000},
-                "max_tokens": {"dist": "fixed", "value": 64},
-                "stream": False,
-            },
-        },
-        "client": {"retry": {"policy": "immediate", "max_retries": 3, "retry_on": ["5xx", "connection"]}},
-        "phases": [
-            {
-                "name": "base",
-                "role": "baseline",
-                "duration_s": 10,
-                "arrival": {"process": "gamma", "rate": 3, "burstiness": 2},
-            },
-            {
-                "name": "chaos",
-                "role": "stress",
-                "duration_s": 20,
-                "arrival": {"process": "poisson", "rate": 20},
-                "faults": [
-                    {"proxy": "sim", "type": "slicer", "attributes": {"average_size": 64, "size_variation": 32}},
-                    {"proxy": "sim", "type": "reset_peer", "stream": "upstream", "toxicity": 0.1},
-                ],
-            },
-            {"name": "after", "role": "recovery", "duration_s": 10, "arrival": {"process": "constant", "rate": 3}},
-        ],
-        "abort": {"error_rate": {"max_ratio": 0.9}},
-    }
-
-
 _PATH_PART = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
 
 
@@ -659,87 +514,6 @@ def test_every_independent_problem_is_reported_at_once() -> None:
     assert str(caught.value).startswith("burst.yaml: invalid scenario (5 problem(s)):\n  ")
 
 
-# -- overrides -------------------------------------------------------------------------------------
-
-
-def test_overriding_the_target_url_normalises_it_and_drops_simulator_settings() -> None:
-    scenario = parse_scenario(builtin_document())
-
-    overridden = with_overrides(scenario, target_url="http://gpu-box:9000/")
-
-    assert overridden.target.url == "http://gpu-box:9000"
-    assert overridden.target.builtin is None
-    assert not overridden.target.is_builtin
-    assert overridden.target.request == scenario.target.request
-
-
-def test_overriding_a_real_target_with_builtin_gives_the_simulator_its_default_settings() -> None:
-    scenario = parse_scenario(full_document())
-
-    overridden = with_overrides(scenario, target_url="builtin")
-
-    assert overridden.target.is_builtin
-    assert overridden.target.builtin == TargetModel()
-
-
-def test_overriding_a_builtin_target_with_builtin_keeps_the_files_simulator_settings() -> None:
-    scenario = parse_scenario(builtin_document())
-
-    assert with_overrides(scenario, target_url="builtin").target.builtin == scenario.target.builtin
-
-
-def test_overriding_seed_and_threshold_changes_only_those() -> None:
-    scenario = parse_scenario(full_document())
-
-    overridden = with_overrides(scenario, seed=99, threshold=90)
-
-    assert overridden.seed == 99
-    assert overridden.score == ScoreSpec(threshold=90.0, fast_fail_fraction=scenario.score.fast_fail_fraction)
-    assert replace(overridden, seed=scenario.seed, score=scenario.score) == scenario
-
-
-def test_a_whole_float_seed_override_becomes_the_int_a_file_would_give() -> None:
-    overridden = with_overrides(parse_scenario(full_document()), seed=3.0)  # type: ignore[arg-type]
-
-    assert overridden.seed == 3
-    assert type(overridden.seed) is int
-
-
-def test_no_overrides_leave_the_scenario_unchanged() -> None:
-    scenario = parse_scenario(full_document())
-
-    assert with_overrides(scenario) == scenario
-
-
-@pytest.mark.parametrize(
-    ("overrides", "expected"),
-    [
-        ({"target_url": "ftp://x"}, ["--target: must be 'builtin' or an http(s) URL with a host, got 'ftp://x'"]),
-        ({"target_url": ""}, ["--target: must be 'builtin' or an http(s) URL"]),
-        ({"seed": -1}, ["--seed: must be >= 0"]),
-        ({"seed": 1.5}, ["--seed: must be a whole number, got 1.5"]),
-        ({"seed": 2**64}, ["--seed: must be <= 9.22337e+18"]),
-        ({"threshold": 101}, ["--threshold: must be <= 100"]),
-        ({"threshold": float("nan")}, ["--threshold: must be a finite number"]),
-        (
-            {"target_url": "nope", "seed": -1, "threshold": -1},
-            [
-                "--seed: must be >= 0",
-                "--target: must be 'builtin' or an http(s) URL with a host, got 'nope'",
-                "--threshold: must be >= 0",
-            ],
-        ),
-    ],
-)
-def test_an_invalid_override_is_reported_like_an_invalid_field(overrides: dict[str, Any], expected: list[str]) -> None:
-    scenario = parse_scenario(full_document())
-
-    with pytest.raises(ScenarioInvalid) as caught:
-        with_overrides(scenario, **overrides)
-
-    assert sorted(str(p) for p in caught.value.problems) == sorted(expected)
-
-
 # -- content hash ----------------------------------------------------------------------------------
 
 
@@ -966,14 +740,3 @@ def test_a_bad_workers_value_is_named(value: object, problem: str) -> None:
     problems = _problems(_changed(minimal_document(), {"client": {"workers": value}}))
     assert len(problems) == 1
     assert problems[0].startswith(problem)
-
-
-def test_the_workers_override_takes_a_count_or_auto_and_names_a_bad_one() -> None:
-    scenario = parse_scenario(minimal_document())
-    assert with_overrides(scenario, workers="2").client.workers == 2
-    assert with_overrides(scenario, workers="auto").client.workers == AUTO_WORKERS
-    assert replace(with_overrides(scenario, workers="2"), client=scenario.client) == scenario
-    for bad in ("0", "two"):
-        with pytest.raises(ScenarioInvalid) as caught:
-            with_overrides(scenario, workers=bad)
-        assert [p.path for p in caught.value.problems] == ["--workers"]

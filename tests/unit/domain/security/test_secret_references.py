@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from cliffwatch.domain.errors import CliffwatchError, ScenarioInvalid
-from cliffwatch.domain.scenario.scenario import parse_scenario, with_overrides
+from cliffwatch.domain.scenario.scenario import parse_scenario
 from cliffwatch.domain.security.secrets import (
     SecretRef,
     SecretScheme,
@@ -15,6 +15,7 @@ from cliffwatch.domain.security.secrets import (
     sendable_headers,
     sendable_path,
 )
+from cliffwatch.services.overrides import with_overrides
 
 SECRET = "sk-live-0123456789"
 CALM = {"name": "calm", "role": "baseline", "duration_s": 1, "arrival": {"process": "constant", "rate": 1}}

@@ -7,8 +7,9 @@ from dataclasses import replace
 import pytest
 
 from cliffwatch.domain.histogram import Histogram
+from cliffwatch.domain.scenario.client_spec import AUTO_WORKERS, ClientSpec
 from cliffwatch.domain.scenario.retry import RetryBudget
-from cliffwatch.domain.scenario.scenario import AUTO_WORKERS, ClientSpec, Scenario, parse_scenario
+from cliffwatch.domain.scenario.scenario import Scenario, parse_scenario
 from cliffwatch.domain.service.caps import Caps, cap_violations
 from cliffwatch.domain.traffic.generator_health import (
     CollectorReport,
