@@ -17,8 +17,8 @@ import pytest
 from cliffwatch.bootstrap.run import prepare_run
 from cliffwatch.config import Settings
 from cliffwatch.domain.outcomes import Outcome
-from cliffwatch.domain.results.metrics import merge_phases
 from cliffwatch.domain.results.result import RunResult, RunStatus
+from cliffwatch.domain.results.run_metrics import merge_phases
 from cliffwatch.domain.results.scoring import HIDDEN_OVERLOAD, RETRY_CONTAINMENT
 from cliffwatch.domain.scenario.scenario import PhaseRole, parse_scenario
 from cliffwatch.domain.scenario.target_model import TargetModel

@@ -18,8 +18,8 @@ from rich.text import Text
 
 from cliffwatch.domain.outcomes import FAILED, NS_PER_S, OUTCOME_TEXT, Outcome
 from cliffwatch.domain.ports import Progress
-from cliffwatch.domain.results.metrics import PhaseStats, merge_phases
 from cliffwatch.domain.results.result import RunResult
+from cliffwatch.domain.results.run_metrics import PhaseStats, merge_phases
 from cliffwatch.domain.results.scoring import HIDDEN_OVERLOAD, PRESERVATION
 from cliffwatch.domain.scenario.conversations import pooled
 from cliffwatch.domain.scenario.scenario import PhaseRole

@@ -20,7 +20,7 @@ from cliffwatch.domain.capacity.capacity_stats import PERCENTILES, ClassStep, St
 from cliffwatch.domain.capacity.growth import Growth, latency_trend, queue_trend
 from cliffwatch.domain.capacity.sweep_spec import SweepArrival, SweepMode, SweepSpec
 from cliffwatch.domain.outcomes import NS_PER_S, Outcome, RequestRecord, Slo, missed_bounds
-from cliffwatch.domain.results.metrics import PhaseStats
+from cliffwatch.domain.results.run_metrics import PhaseStats
 from cliffwatch.domain.scenario.arrivals import Arrival, Constant, Mix, Poisson
 from cliffwatch.domain.scenario.client_spec import ClientSpec
 from cliffwatch.domain.scenario.guards import AbortSpec

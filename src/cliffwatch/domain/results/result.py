@@ -11,7 +11,7 @@ from typing import Any
 from cliffwatch import __version__
 from cliffwatch.domain.histogram import Histogram
 from cliffwatch.domain.outcomes import NS_PER_S, Outcome
-from cliffwatch.domain.results.metrics import PhaseStats, RunMetrics, SecondStats, merge_phases, outcome_counts
+from cliffwatch.domain.results.run_metrics import PhaseStats, RunMetrics, SecondStats, merge_phases, outcome_counts
 from cliffwatch.domain.results.scoring import Score
 from cliffwatch.domain.scenario.conversations import pooled
 from cliffwatch.domain.scenario.faults import FaultEvent

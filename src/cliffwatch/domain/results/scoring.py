@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from cliffwatch.domain.histogram import Histogram
 from cliffwatch.domain.outcomes import NOT_ON_TIME, NS_PER_MS, NS_PER_S, OUTCOME_TEXT, Outcome, Slo
 from cliffwatch.domain.results.isolation import ClassPlan, victim_phases
-from cliffwatch.domain.results.metrics import PhaseStats, RunMetrics, SecondStats, merge_phases
+from cliffwatch.domain.results.run_metrics import PhaseStats, RunMetrics, SecondStats, merge_phases
 from cliffwatch.domain.results.score_values import HIDDEN_OVERLOAD as HIDDEN_OVERLOAD
 from cliffwatch.domain.results.score_values import ISOLATION as ISOLATION
 from cliffwatch.domain.results.score_values import PRESERVATION as PRESERVATION

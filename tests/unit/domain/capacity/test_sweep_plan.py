@@ -24,7 +24,7 @@ from cliffwatch.domain.capacity.sweep_plan import (
 from cliffwatch.domain.capacity.sweep_spec import parse_sweep_spec, variant_policy
 from cliffwatch.domain.histogram import Histogram
 from cliffwatch.domain.outcomes import NS_PER_MS, NS_PER_S, Attempt, Outcome, RequestRecord, Slo
-from cliffwatch.domain.results.metrics import PhaseStats
+from cliffwatch.domain.results.run_metrics import PhaseStats
 from cliffwatch.domain.scenario.arrivals import Constant, Mix, Poisson
 from cliffwatch.domain.scenario.retry import RetryKind
 from cliffwatch.domain.scenario.scenario import PhaseRole, parse_scenario

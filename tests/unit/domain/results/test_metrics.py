@@ -8,12 +8,8 @@ from dataclasses import replace
 import pytest
 
 from cliffwatch.domain.outcomes import NS_PER_S, OUTCOMES, Attempt, Outcome, RequestRecord, TokenSource
-from cliffwatch.domain.results.metrics import (
-    PhaseWindow,
-    RunAggregator,
-    merge_phases,
-    outcome_counts,
-)
+from cliffwatch.domain.results.metrics import PhaseWindow, RunAggregator
+from cliffwatch.domain.results.run_metrics import merge_phases, outcome_counts
 from cliffwatch.domain.scenario.retry import FailureKind
 from cliffwatch.domain.scenario.scenario import PhaseRole
 

@@ -9,7 +9,8 @@ from collections.abc import Sequence
 import pytest
 
 from cliffwatch.domain.outcomes import NS_PER_MS, NS_PER_S, Attempt, Outcome, RequestRecord, Slo, classify
-from cliffwatch.domain.results.metrics import PhaseStats, RunAggregator, RunMetrics, SecondStats
+from cliffwatch.domain.results.metrics import RunAggregator
+from cliffwatch.domain.results.run_metrics import PhaseStats, RunMetrics, SecondStats
 from cliffwatch.domain.results.scoring import (
     HIDDEN_OVERLOAD,
     ISOLATION,
