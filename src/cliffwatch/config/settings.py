@@ -16,16 +16,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cliffwatch.config.parsers import _allowlist, _proxy_listen, _Several
 from cliffwatch.config.specs import (
     DEFAULT_DATABASE_URL,
     DEFAULT_SECRET_DIRS,
     DEFAULT_SECRET_ENV,
     SPECS,
     SettingsInvalid,
-    _allowlist,
     _default_state_dir,
-    _proxy_listen,
-    _Several,
 )
 from cliffwatch.domain.security.allowlist import DEFAULT_ALLOWLIST, Allowlist
 from cliffwatch.domain.security.deny_list import (
