@@ -12,12 +12,12 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
-from dataclasses import dataclass, field
-from enum import StrEnum
+from dataclasses import dataclass
 
 from cliffwatch.domain.errors import CliffwatchError
 from cliffwatch.domain.scenario.target_model import Admission, Scheduling, TargetModel
 from cliffwatch.simulator.prefix_cache import PrefixCache, continued
+from cliffwatch.simulator.sequences import EngineRequest, Result, SeqState
 from cliffwatch.simulator.waiting import WaitingQueue
 
 _WORDS = (
@@ -31,24 +31,6 @@ _WORDS = (
 )
 # Every token is one word plus a space, so the text is readable and its tokens countable as words.
 VOCABULARY: tuple[str, ...] = tuple(f"{word} " for word in _WORDS.split())
-
-
-class SeqState(StrEnum):
-    WAITING = "waiting"
-    RUNNING = "running"
-    ENDED = "ended"
-
-
-class Result(StrEnum):
-    """How a request ended; the ``result`` label of ``cliffwatch_target_requests_total``."""
-
-    COMPLETED = "completed"
-    REJECTED_429 = "rejected_429"
-    DROPPED_DEADLINE_503 = "dropped_deadline_503"
-    ABORTED_DISCONNECT = "aborted_disconnect"
-    ABORTED_SHUTDOWN = "aborted_shutdown"
-    INTERRUPTED = "interrupted"  # ended early for a waiting request (``interrupt_when_full``): a hollow answer
-    BAD_REQUEST = "bad_request"
 
 
 class QueueFull(CliffwatchError):
@@ -66,34 +48,6 @@ def retry_after_header(retry_after_s: float) -> int:
     if retry_after_s <= 0:
         return 0
     return max(1, math.ceil(retry_after_s))
-
-
-@dataclass(eq=False, kw_only=True)
-class EngineRequest:
-    """One sequence inside the engine, with the times it went through each stage (engine clock)."""
-
-    id: int
-    prompt_tokens: int
-    max_tokens: int
-    arrived_at: float
-    rng: random.Random = field(repr=False)
-    streaming: bool = True
-    priority: int = 0  # the body's "priority": lower is admitted sooner under priority scheduling (as vLLM's)
-    blocks: tuple[int, ...] = ()  # the prompt's chained block hashes (simulator/prefix_cache.py)
-    tail: tuple[str, ...] = ()  # the prompt's words after its last full block
-    cached_tokens: int = 0  # of its prompt, found in the prefix cache when it was admitted
-    tenant: str = ""  # the body's "user": fair scheduling takes the tenants in turn
-    preemptions: int = 0  # times it gave its slot back under fair scheduling (and was recomputed)
-    state: SeqState = SeqState.WAITING
-    result: Result | None = None
-    admitted_at: float | None = None
-    first_token_at: float | None = None
-    ended_at: float | None = None
-    tokens: list[str] = field(default_factory=list, repr=False)
-
-    @property
-    def text(self) -> str:
-        return "".join(self.tokens)
 
 
 @dataclass(frozen=True, kw_only=True)

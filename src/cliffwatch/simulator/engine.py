@@ -18,7 +18,8 @@ import structlog
 
 from cliffwatch.domain.errors import CliffwatchError
 from cliffwatch.domain.scenario.target_model import TargetModel
-from cliffwatch.simulator.batching import BatchCore, EngineRequest, EngineStats, Result, SeqState
+from cliffwatch.simulator.batching import BatchCore, EngineStats
+from cliffwatch.simulator.sequences import EngineRequest, Result, SeqState
 
 log = structlog.get_logger(__name__)
 

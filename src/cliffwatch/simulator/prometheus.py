@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cliffwatch.simulator.batching import EngineStats, Result
+from cliffwatch.simulator.batching import EngineStats
+from cliffwatch.simulator.sequences import Result
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 PREFIX = "cliffwatch_target_"

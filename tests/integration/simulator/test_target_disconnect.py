@@ -10,7 +10,7 @@ import pytest
 from aiohttp import web
 
 from cliffwatch.domain.scenario.target_model import TargetModel
-from cliffwatch.simulator.batching import Result
+from cliffwatch.simulator.sequences import Result
 from cliffwatch.simulator.server import ENGINE, create_app
 
 ONE_AT_A_TIME = TargetModel(max_batch=1, decode_base_ms=10.0, decode_per_seq_ms=0.0, prefill_base_ms=0.0)

@@ -7,15 +7,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cliffwatch.domain.scenario.target_model import Admission, Scheduling, TargetModel
-from cliffwatch.simulator.batching import (
-    VOCABULARY,
-    BatchCore,
-    EngineRequest,
-    QueueFull,
-    Result,
-    SeqState,
-    retry_after_header,
-)
+from cliffwatch.simulator.batching import VOCABULARY, BatchCore, QueueFull, retry_after_header
+from cliffwatch.simulator.sequences import EngineRequest, Result, SeqState
 
 MODEL = TargetModel(
     max_batch=4,

@@ -7,7 +7,6 @@ import asyncio
 import pytest
 
 from cliffwatch.domain.scenario.target_model import Admission, TargetModel
-from cliffwatch.simulator.batching import Result
 from cliffwatch.simulator.engine import (
     EngineClosed,
     Generation,
@@ -16,6 +15,7 @@ from cliffwatch.simulator.engine import (
     SimulatedEngine,
     VirtualClock,
 )
+from cliffwatch.simulator.sequences import Result
 
 MODEL = TargetModel(max_batch=4, decode_base_ms=10.0, decode_per_seq_ms=2.0, prefill_base_ms=4.0)
 

@@ -6,8 +6,9 @@ import re
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from cliffwatch.simulator.batching import EngineStats, Result
+from cliffwatch.simulator.batching import EngineStats
 from cliffwatch.simulator.prometheus import render
+from cliffwatch.simulator.sequences import Result
 
 SAMPLE = re.compile(
     r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?P<labels>\{[^}]*\})? (?P<value>-?[0-9.]+(?:[eE][-+]?[0-9]+)?|[-+]?Inf|NaN)$"

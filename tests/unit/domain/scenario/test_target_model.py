@@ -11,7 +11,8 @@ import pytest
 
 from cliffwatch.domain.errors import TargetConfigInvalid
 from cliffwatch.domain.scenario.target_model import Admission, TargetModel, target_model_from
-from cliffwatch.simulator.batching import BatchCore, EngineRequest, Result
+from cliffwatch.simulator.batching import BatchCore
+from cliffwatch.simulator.sequences import EngineRequest, Result
 
 # A worked example: decode steps of 10 ms + 2 ms per sequence, prefill of 5 ms + 0.01 ms per prompt token.
 EXAMPLE = TargetModel(max_batch=8, decode_base_ms=10, decode_per_seq_ms=2, prefill_base_ms=5, prefill_per_token_ms=0.01)
