@@ -20,7 +20,8 @@ import functools
 import random
 from collections.abc import Iterable
 
-from cliffwatch.adapters.loadgen.engine import AttemptExecutor, OpenLoopGenerator
+from cliffwatch.adapters.loadgen.engine import OpenLoopGenerator
+from cliffwatch.adapters.loadgen.request_attempts import AttemptExecutor
 from cliffwatch.domain.outcomes import NS_PER_S
 from cliffwatch.domain.ports import Clock, GeneratorListener
 from cliffwatch.domain.scenario.arrivals import Mix

@@ -17,7 +17,8 @@ import structlog
 from cliffwatch.adapters.distributed.coordinator import ShardedGenerator
 from cliffwatch.adapters.distributed.pool import WorkerPool
 from cliffwatch.adapters.loadgen.closed_loop import ClosedLoopGenerator
-from cliffwatch.adapters.loadgen.engine import AttemptExecutor, OpenLoopGenerator
+from cliffwatch.adapters.loadgen.engine import OpenLoopGenerator
+from cliffwatch.adapters.loadgen.request_attempts import AttemptExecutor
 from cliffwatch.domain.capacity.arrival_luck import ReferenceSlot
 from cliffwatch.domain.capacity.capacity_stats import StepStats
 from cliffwatch.domain.capacity.sweep_plan import WindowRecords, measured_index, step_scenario, step_stats
