@@ -16,8 +16,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cliffwatch.domain.histogram import Histogram
-from cliffwatch.domain.outcomes import NOT_ON_TIME, NS_PER_MS, NS_PER_S, OUTCOME_TEXT, Outcome, Slo
+from cliffwatch.domain.outcomes import NOT_ON_TIME, NS_PER_S, OUTCOME_TEXT, Outcome, Slo
 from cliffwatch.domain.results.isolation import ClassPlan, victim_phases
+from cliffwatch.domain.results.reference import _Reference, _reference
 from cliffwatch.domain.results.run_metrics import PhaseStats, RunMetrics, SecondStats, merge_phases
 from cliffwatch.domain.results.score_values import HIDDEN_OVERLOAD as HIDDEN_OVERLOAD
 from cliffwatch.domain.results.score_values import ISOLATION as ISOLATION
@@ -45,29 +46,6 @@ PEAK_WINDOW_S = 5  # the run's peak tokens/s is the highest mean over this many 
 OVERLOAD_TOKENS_SHARE = 0.9  # stress output at or above this share of the peak …
 OVERLOAD_GOODPUT_SHARE = 0.8  # … while the stress on-time ratio is below this share of the baseline's
 OVERLOAD_INCOMPLETE_SHARE = 0.05  # or this share of the stress requests came back as a 2xx without an answer
-
-
-@dataclass(frozen=True, kw_only=True)
-class _Reference:
-    """What "normal" means for this run: the pooled baseline, or the ideal when there was no baseline traffic."""
-
-    ratio: float  # on-time ratio to compare with: the baseline's, or 1.0
-    p99_ms: float | None  # the baseline's p99 e2e; None without baseline traffic
-    offered: int
-    on_time: int
-    measured: bool  # False: no baseline traffic, the ideal stands in
-
-    @property
-    def name(self) -> str:
-        return "the baseline" if self.measured else "the ideal (no baseline traffic)"
-
-    def evidence(self) -> dict[str, float | int | str | None]:
-        return {
-            "baseline_offered": self.offered,
-            "baseline_on_time": self.on_time,
-            "baseline_ratio": self.ratio if self.measured else None,
-            "reference_ratio": self.ratio,
-        }
 
 
 def score_run(
@@ -200,34 +178,6 @@ def _isolation(victims: Sequence[_Victim], only: str | None) -> Component:
             f"rose ({v.on_time:,} of {v.offered:,} on time against {_pct(v.reference)} at its baseline)"
         )
     return _component(ISOLATION, value, "; ".join(sentences) + ".", evidence)
-
-
-def _reference(metrics: RunMetrics, slo: Slo) -> _Reference:
-    """The pooled baseline, without the requests of each baseline's last ``e2e_ms``.
-
-    Those requests may still be running when the next phase changes conditions (a toxic goes on, a burst
-    queues ahead of them), so they describe the change, not the normal. A baseline too short to keep any
-    whole second is used whole.
-    """
-    baselines = metrics.by_role(PhaseRole.BASELINE)
-    pooled = merge_phases(baselines)
-    if pooled is None or pooled.offered == 0:
-        return _Reference(ratio=1.0, p99_ms=None, offered=0, on_time=0, measured=False)
-    offered = on_time = 0
-    e2e = Histogram()
-    for phase in baselines:
-        first = math.ceil(phase.window.start_ns / NS_PER_S)
-        settled_end = (phase.window.end_ns - slo.e2e_ms * NS_PER_MS) / NS_PER_S
-        for second in metrics.seconds:
-            if first <= second.t and second.t + 1 <= settled_end:
-                offered += second.offered
-                on_time += second.outcomes[Outcome.ON_TIME]
-                e2e.merge(second.e2e)
-    if offered == 0:
-        offered, on_time, e2e = pooled.offered, pooled.on_time, pooled.latency["e2e"]
-    return _Reference(
-        ratio=on_time / offered, p99_ms=e2e.quantile(0.99), offered=offered, on_time=on_time, measured=True
-    )
 
 
 def _component(name: str, value: float | None, summary: str, evidence: Evidence) -> Component:
