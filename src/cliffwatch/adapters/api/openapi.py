@@ -11,8 +11,9 @@ import copy
 from typing import Any
 
 from cliffwatch import __version__
+from cliffwatch.adapters.api.json_schema import DATE_TIME, Schema, ref, text
 from cliffwatch.adapters.api.openapi_operations import RESPONSES, _json, _op, _param
-from cliffwatch.adapters.api.openapi_schemas import DATE_TIME, SCHEMAS, Schema, ref, text
+from cliffwatch.adapters.api.openapi_schemas import SCHEMAS
 from cliffwatch.domain.results.result import RunStatus
 from cliffwatch.domain.service.runs import RunKind
 from cliffwatch.domain.service.trends import Bucket

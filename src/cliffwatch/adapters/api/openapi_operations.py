@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cliffwatch.adapters.api.openapi_schemas import Schema, ref
+from cliffwatch.adapters.api.json_schema import Schema, ref
 
 PROBLEM_JSON = "application/problem+json"
 

@@ -2,51 +2,20 @@
 
 Request schemas say exactly what the validators in ``requests.py`` and the handlers accept (unknown fields
 are refused, so ``additionalProperties: false``); response schemas say what ``views.py`` builds. A test
-validates real responses against them, and schemathesis checks both sides.
+validates real responses against them, and schemathesis checks both sides. The schemas are written with
+``json_schema``'s building blocks; those of what a run measured are in ``result_schemas``.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
+from cliffwatch.adapters.api.json_schema import ANY_OBJECT, DATE_TIME, NUMBER, Schema, nullable, obj, ref, text
+from cliffwatch.adapters.api.result_schemas import OUTCOME, RESULT, SERVER_VIEW, SWEEP_RESULT
 from cliffwatch.domain.capacity.sweep_spec import MAX_VARIANTS, SweepArrival, SweepMode, SweepSpec
-from cliffwatch.domain.outcomes import Outcome
 from cliffwatch.domain.results.result import RunStatus
 from cliffwatch.domain.scenario.scenario import MAX_SEED
 from cliffwatch.domain.service.runs import CatchUp, RunKind, ScenarioSource, TokenRole, Trigger
 from cliffwatch.domain.service.trends import Bucket
 
-Schema = dict[str, Any]
-
-
-def ref(name: str) -> Schema:
-    return {"$ref": f"#/components/schemas/{name}"}
-
-
-def nullable(schema: Schema) -> Schema:
-    """``schema`` or null (3.1 has no ``nullable``: a type list, or anyOf for references)."""
-    if "type" in schema and isinstance(schema["type"], str):
-        return {**schema, "type": [schema["type"], "null"]}
-    return {"anyOf": [schema, {"type": "null"}]}
-
-
-def obj(properties: dict[str, Schema], *, required: tuple[str, ...] | None = None, closed: bool = True) -> Schema:
-    """An object; every property required unless ``required`` says otherwise. Responses are ``closed`` (no
-    other properties) so the document cannot silently fall behind the code."""
-    schema: Schema = {"type": "object", "properties": properties,
-                      "required": list(properties if required is None else required)}  # fmt: skip
-    if closed:
-        schema["additionalProperties"] = False
-    return schema
-
-
-def text(max_length: int, **extra: Any) -> Schema:
-    return {"type": "string", "minLength": 1, "maxLength": max_length, **extra}
-
-
-DATE_TIME: Schema = {"type": "string", "format": "date-time"}
-NUMBER: Schema = {"type": "number"}
-ANY_OBJECT: Schema = {"type": "object"}
 PATH_PROBLEM = obj({"path": {"type": "string", "description": "dotted path; empty for the whole"},
                     "message": {"type": "string"}})  # fmt: skip
 
@@ -147,116 +116,6 @@ RUN_PROPERTIES: dict[str, Schema] = {
     "usable_rps": nullable({**NUMBER, "description": "a finished sweep's usable capacity (its first variant)"}),
     "links": RUN_LINKS,
 }
-COMPONENT = obj(
-    {"name": {"type": "string"}, "value": nullable(NUMBER), "weight": NUMBER, "summary": {"type": "string"},
-     "evidence": ANY_OBJECT},
-)  # fmt: skip
-SCORE = obj(
-    {
-        "version": {"type": "string"},
-        "value": nullable(NUMBER),
-        "threshold": NUMBER,
-        "passed": {"type": "boolean"},
-        "summary": {"type": "string"},
-        "components": {"type": "array", "items": COMPONENT},
-        "flags": {"type": "array", "items": ANY_OBJECT},
-        "classes": {
-            "type": "array",
-            "items": ANY_OBJECT,
-            "description": "each traffic class's own score on its "
-            "own requests against its own SLO (name, value, components, summary); empty without classes",
-        },
-    },
-    closed=False,
-)
-RESULT = obj(
-    {
-        "started_at": nullable(DATE_TIME),
-        "finished_at": nullable(DATE_TIME),
-        "duration_s": nullable(NUMBER),
-        "abort_reason": nullable({"type": "string"}),
-        "score": nullable(SCORE),
-        "verdicts": nullable({"type": "array", "items": obj({"name": {"type": "string"},
-                                                             "summary": {"type": "string"}})}),
-        "phases": nullable({"type": "array", "items": {**ANY_OBJECT, "description": "one phase's metrics"}}),
-        "generator": nullable({**ANY_OBJECT, "description": "the generator's own verdict, and attempt_cap: what "
-                               "the run's attempt cap (rate, burst) held back"}),
-        "faults": nullable({"type": "array", "items": ANY_OBJECT}),
-        "capped": {"type": "boolean", "description": "the attempt cap held back attempts: what was sent is not "
-                   "the load as written (verdict capped; the run cannot pass)"},
-        "notes": {"type": "array", "items": {"type": "string"},
-                  "description": "where the run as prepared differed from its scenario, e.g. a connection pool "
-                                 "capped to the file descriptor budget"},
-        "server_metrics": nullable({**ANY_OBJECT, "description": "what the run scraped of the target's own "
-                                    "metrics (target.metrics): url, engine, interval_ms, scrapes, failed, failures "
-                                    "by reason, notes, and each series' name, signal, expr and unit; the values are "
-                                    "at links.server_metrics; null when nothing was scraped"}),
-        "prompt_tokens": nullable({**ANY_OBJECT, "description": "how prompt_tokens became prompts (source: "
-                                   "tokenizer, server, calibrated or words; the fit, the probes) and the server's "
-                                   "usage.prompt_tokens against the intended counts (error); null for results "
-                                   "stored before it"}),
-        "classes": {"type": "array", "items": {**ANY_OBJECT, "description": "one traffic class: name, its "
-                    "request, SLO, retry and priority as run, and phases (each phase's metrics counting only "
-                    "this class's requests, as in phases)"},
-                    "description": "each traffic class's own figures; empty for a scenario without classes"},
-        "conversations": nullable({**ANY_OBJECT, "description": "with sessions: per phase (by the phase they "
-                                   "started in) and in total, the conversations started, completed, completed with "
-                                   "every turn on time, failed, cut by the run's end, and turns; null without"}),
-    }
-)  # fmt: skip
-SERVER_SERIES = obj(
-    {
-        "name": {"type": "string", "description": "the signal's or the scenario's name; a by-group adds its labels"},
-        "signal": nullable({"type": "string", "description": "waiting, running, kv_cache_usage, preemptions, "
-                            "generation_tokens, prompt_tokens or queue_time; null for the scenario's own"}),
-        "expr": {"type": "string"},
-        "unit": {"type": "string"},
-        "values": {"type": "array", "items": nullable(NUMBER), "description": "one per entry of times_s"},
-    }
-)  # fmt: skip
-SERVER_VIEW = obj(
-    {
-        "url": {"type": "string"},
-        "engine": {"type": "string"},
-        "interval_ms": NUMBER,
-        "scrapes": {"type": "integer"},
-        "failed": {"type": "integer"},
-        "failures": {"type": "object", "additionalProperties": {"type": "integer"}},
-        "notes": {"type": "array", "items": {"type": "string"}},
-        "times_s": {"type": "array", "items": NUMBER, "description": "seconds from the run's start"},
-        "series": {"type": "array", "items": SERVER_SERIES},
-    }
-)
-OUTCOME = obj(
-    {
-        "request_id": {"type": "integer"},
-        "phase": {"type": "integer"},
-        "scheduled_ms": NUMBER,
-        "outcome": {"enum": [o.value for o in Outcome]},
-        "attempts": {"type": "integer"},
-        "status": nullable({"type": "integer"}),
-        "error": nullable({"type": "string"}),
-        "e2e_ms": nullable(NUMBER),
-        "ttft_ms": nullable(NUMBER),
-        "tpot_ms": nullable(NUMBER),
-        "output_tokens": {"type": "integer"},
-        "token_source": {"type": "string"},
-        "schedule_lag_ms": nullable(NUMBER),
-        "attempt_log": {"type": "array", "items": ANY_OBJECT},
-        "traffic_class": {
-            "type": "integer",
-            "description": "its class: an index into result.classes (0 for a scenario without classes)",
-        },
-        "conversation": nullable(
-            {
-                "type": "integer",
-                "description": "the request_id of its conversation's first "
-                "turn; null for a request that was not a conversation's turn",
-            }
-        ),
-        "turn": nullable({"type": "integer", "description": "its turn in that conversation, from 1"}),
-    }
-)
 SCENARIO_PROPERTIES: dict[str, Schema] = {
     "name": {"type": "string"},
     "content_hash": {"type": "string", "pattern": "^[0-9a-f]{64}$"},
@@ -351,23 +210,6 @@ CAPACITY_SERIES = obj(
         "summary": {"type": "string"},
     }
 )
-# A sweep's result document as it is stored (docs/sweep.md); open, so new fields of the format pass. While the
-# sweep runs it is the document of the steps so far, marked provisional (finished_at null until it ends).
-SWEEP_RESULT = obj(
-    {"format": {"type": "integer"}, "kind": {"const": "sweep"}, "status": {"type": "string"},
-     "finished_at": nullable(DATE_TIME),
-     "variants": {"type": "array", "items": ANY_OBJECT},
-     "warnings": {"type": "array", "items": {"type": "string"},
-                  "description": "what the sweep as asked was warned about (steps too short for the SLO, say); "
-                                 "absent from documents older than the field"},
-     "provisional": {"type": "boolean",
-                     "description": "true while the sweep runs (or when it ended before its final document): "
-                                    "the steps measured so far, summarised; absent from a final document"},
-     "updated_at": {**DATE_TIME, "description": "when a provisional document was made"},
-     "steps_so_far": {"type": "integer", "minimum": 0, "description": "the steps a provisional document holds"}},
-    required=("format", "kind", "status", "variants"),
-    closed=False,
-)  # fmt: skip
 RUN_DETAIL_PROPERTIES: dict[str, Schema] = {
     **RUN_PROPERTIES,
     "result": {
