@@ -1,21 +1,14 @@
 """Capacity sweeps, the pure part: measured steps and their verdicts, the search over rates, and the result.
 
 One import for callers; the parts live in ``capacity_stats`` (a step and Wilson intervals),
-``capacity_steps`` (judging, pooling and settling a rate), ``capacity_search`` (which rate to measure next)
-and ``capacity_result`` (usable capacity, peaks and the decision rule's verdict). docs/sweep.md explains the
-statistics and the search.
+``capacity_steps`` (judging, pooling and settling a rate), ``capacity_search`` (which rate to measure next),
+``capacity_result`` (usable capacity, peaks and the decision rule's verdict) and ``found_capacity`` (the
+result a sweep ends with, and its JSON form). docs/sweep.md explains the statistics and the search.
 """
 
 from __future__ import annotations
 
-from cliffwatch.domain.capacity.capacity_result import (
-    CONSTRAINED_SHARE,
-    CapacityResult,
-    num,
-    pct,
-    settle_all,
-    summarize,
-)
+from cliffwatch.domain.capacity.capacity_result import CONSTRAINED_SHARE, num, pct, settle_all, summarize
 from cliffwatch.domain.capacity.capacity_search import CapacitySearch, NextStep, SearchConfig, round_sig
 from cliffwatch.domain.capacity.capacity_steps import (
     PERCENTILES,
@@ -29,6 +22,7 @@ from cliffwatch.domain.capacity.capacity_steps import (
     settle,
     wilson,
 )
+from cliffwatch.domain.capacity.found_capacity import CapacityResult
 
 __all__ = [
     "CONSTRAINED_SHARE",
