@@ -1,4 +1,5 @@
-"""The aiohttp side of an attempt: build the request, send it, read the answer as it streams in.
+"""The aiohttp side of an attempt: build the request, send it, read the answer as it streams in
+(``answer_reader``).
 
 One ``ClientSession`` per run with a bounded connection pool; time spent waiting for a pooled
 connection is measured through aiohttp's tracing hooks, apart from the target's own latency. Every
@@ -12,8 +13,6 @@ resolver answers only the run's pins, aiohttp never follows a redirect, and a 3x
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import email.utils
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -22,20 +21,19 @@ from urllib.parse import quote
 import aiohttp
 
 from cliffwatch import __version__
+from cliffwatch.adapters.loadgen.answer_reader import MAX_ERROR_BODY, AnswerReader
 from cliffwatch.adapters.loadgen.attempt_state import AttemptState
 from cliffwatch.adapters.loadgen.attempt_trace import AttemptTrace, attempt_trace_config
 from cliffwatch.adapters.loadgen.bodies import RequestBodies
 from cliffwatch.adapters.loadgen.calibration import calibrate
-from cliffwatch.adapters.loadgen.openai_body import error_message, parse_completion
-from cliffwatch.adapters.loadgen.openai_stream import OpenAIStream
 from cliffwatch.adapters.loadgen.pinned_resolver import PinnedResolver, PinRefused
 from cliffwatch.adapters.loadgen.prompts import WORDS
-from cliffwatch.adapters.loadgen.redirects import Hop, next_hop, shown_url
+from cliffwatch.adapters.loadgen.redirects import Hop
 from cliffwatch.adapters.loadgen.server_tokenize import ServerFittedPrompts, fit_lengths
 from cliffwatch.adapters.loadgen.token_prompts import CalibratedPrompts
 from cliffwatch.adapters.network.target_access import Destinations
-from cliffwatch.domain.errors import CliffwatchError, TargetUnreachable
-from cliffwatch.domain.outcomes import CAP_REASON, Attempt, TokenSource
+from cliffwatch.domain.errors import TargetUnreachable
+from cliffwatch.domain.outcomes import Attempt
 from cliffwatch.domain.scenario.dataset import LoadedDataset
 from cliffwatch.domain.scenario.retry import FailureKind
 from cliffwatch.domain.scenario.scenario import Scenario
@@ -44,16 +42,12 @@ from cliffwatch.domain.security.allowlist import DEFAULT_ALLOWLIST, Allowlist, p
 from cliffwatch.domain.security.masking import MASK
 from cliffwatch.domain.security.redaction import DEFAULT_RULES
 from cliffwatch.domain.security.secrets import sendable_headers, sendable_path
-from cliffwatch.domain.server.state_headers import readings, watched
 from cliffwatch.domain.traffic.plan import PlannedRequest
 from cliffwatch.domain.traffic.rate_limit import TokenBucket
 from cliffwatch.domain.workload.prepared import PromptMaker
 from cliffwatch.domain.workload.prompt_sizing import WORDS_SIZING, PromptSizing
 
-MAX_ERROR_BODY = 64 * 1024
-MAX_BODY = 16 * 1024 * 1024
 PREFLIGHT_TIMEOUT_S = 5.0
-DRAIN_TIMEOUT_S = 0.5
 MIN_QUOTED = 4  # shorter query values are not masked in error texts (they would mask ordinary words)
 
 
@@ -63,7 +57,7 @@ MIN_QUOTED = 4  # shorter query values are not masked in error texts (they would
 PROMPT_ROUND = 1 << 28
 
 
-class HttpExecutor:
+class HttpExecutor(AnswerReader):
     """Implements ``AttemptExecutor`` over HTTP for the scenario's API (OpenAI chat/completions or plain)."""
 
     def __init__(
@@ -277,68 +271,6 @@ class HttpExecutor:
             text = text.replace(value, MASK)
         return text
 
-    async def _exchange(
-        self,
-        session: aiohttp.ClientSession,
-        hop: Hop,
-        hops: int,
-        state: AttemptState,
-        timing: AttemptTrace,
-        headers: dict[str, str],
-    ) -> Hop | None:
-        """Sends one hop and reads its answer into ``state``; returns the next hop when the answer is a
-        redirect the scenario follows and the allowlist admits, else None (the attempt is over)."""
-        async with session.request(
-            hop.method, hop.url, data=hop.body, headers=hop.headers, trace_request_ctx=timing, allow_redirects=False
-        ) as response:
-            state.first_byte = time.perf_counter_ns()
-            state.status = response.status
-            state.state = server_state(response)
-            if 300 <= response.status < 400:
-                return await self._redirected(response, hop, hops, state, headers)
-            if not 200 <= response.status < 300:
-                await self._read_error(response, state)
-            elif self.stream:
-                await self._read_stream(response, state)
-            else:
-                await self._read_body(response, state)
-        return None
-
-    async def _redirected(
-        self, response: aiohttp.ClientResponse, hop: Hop, hops: int, state: AttemptState, headers: dict[str, str]
-    ) -> Hop | None:
-        """A 3xx answer: the next hop when followed and admitted; otherwise the attempt ends as a redirect
-        (or, for a hop the allowlist refuses, as refused, naming the URL), and nothing more is sent."""
-        client = self.scenario.client
-        location = response.headers.get("Location")
-        status = f"HTTP {response.status}"
-        following: Hop | str | None = None
-        if not client.follow_redirects:
-            where = f" to {shown_url(location)}" if location else ""
-            state.fail(FailureKind.REDIRECT, f"{status} redirect{where}, not followed (client.follow_redirects)")
-        elif hops >= client.max_redirects:
-            state.fail(FailureKind.REDIRECT, f"{status}: still redirected after {hops} hops (client.max_redirects)")
-        else:
-            following = next_hop(hop, response.status, location, origin=self.url, headers=headers)
-            if isinstance(following, str):
-                state.fail(FailureKind.REDIRECT, f"{status} not followed: {following}")
-        await _drain(response)  # a small body, read so the connection is reused
-        if not isinstance(following, Hop):
-            return None
-        try:
-            await self.destinations.admit(following.url)
-        except CliffwatchError as exc:  # outside the allowlist, or a name that does not resolve: nothing sent
-            reason = getattr(exc, "reason", str(exc))
-            state.fail(FailureKind.REFUSED, f"{status} redirect to {shown_url(following.url)} refused: {reason}")
-            return None
-        if self.cap is not None and not self.cap.try_take(time.perf_counter_ns()):
-            self.capped_hops += 1
-            state.fail(
-                FailureKind.REDIRECT, f"{status} redirect to {shown_url(following.url)} not followed: {CAP_REASON}"
-            )
-            return None
-        return following
-
     def _socket_timeout_text(self, exc: aiohttp.ServerTimeoutError) -> str:
         client = self.scenario.client
         if isinstance(exc, aiohttp.ConnectionTimeoutError):
@@ -347,107 +279,10 @@ class HttpExecutor:
             return f"read timeout: no data for {client.read_timeout_ms / 1000.0:.3g}s"
         return _describe(exc)
 
-    async def _read_error(self, response: aiohttp.ClientResponse, state: AttemptState) -> None:
-        # The status is the answer; the body only adds a message, so a slow or broken body cannot change it.
-        state.retry_after_s = parse_retry_after(response.headers.get("Retry-After"))
-        state.fail(FailureKind.STATUS, f"HTTP {response.status}: {response.reason or ''}".rstrip(": "))
-        parts = bytearray()
-        with contextlib.suppress(TimeoutError, aiohttp.ClientError):
-            async with asyncio.timeout(DRAIN_TIMEOUT_S):
-                await _read_into(response, parts, MAX_ERROR_BODY)
-        message = error_message(bytes(parts)) or response.reason or ""
-        state.fail(FailureKind.STATUS, f"HTTP {response.status}: {message}".rstrip(": "))
-
-    async def _read_stream(self, response: aiohttp.ClientResponse, state: AttemptState) -> None:
-        parser = state.stream = OpenAIStream(keep_text=state.reply is not None)
-        counted = 0
-        async for data in response.content.iter_any():
-            now = time.perf_counter_ns()
-            ended = parser.feed(data, now)
-            if parser.token_chunks != counted:
-                self.tokens += parser.token_chunks - counted
-                counted = parser.token_chunks
-            if ended:
-                state.end = now
-                if parser.error is None:
-                    await _drain(response)
-                break
-
-    async def _read_body(self, response: aiohttp.ClientResponse, state: AttemptState) -> None:
-        parts = bytearray()
-        await _read_into(response, parts, MAX_BODY)
-        body = bytes(parts)
-        arrived = time.perf_counter_ns()
-        state.first_token = state.first_answer = arrived
-        if not self.openai:
-            return
-        completion = parse_completion(body)
-        if completion.error is not None:
-            state.fail(completion.failure or FailureKind.TRUNCATED, completion.error)
-            return
-        if completion.usage_tokens is not None:
-            state.tokens, state.token_source = completion.usage_tokens, TokenSource.USAGE
-        else:
-            state.tokens, state.token_source = completion.estimated_tokens, TokenSource.ESTIMATED
-        self.tokens += state.tokens
-        state.finish_reason = completion.finish_reason
-        state.empty = completion.empty
-        state.reasoning_tokens = completion.reasoning_tokens
-        state.prompt_tokens = completion.prompt_tokens
-        if state.reply is not None:
-            state.reply = completion.text
-        state.answered = True
-
     def _require_session(self) -> aiohttp.ClientSession:
         if self._session is None:
             raise RuntimeError("HttpExecutor used outside 'async with'")
         return self._session
-
-
-async def _read_into(response: aiohttp.ClientResponse, parts: bytearray, limit: int) -> None:
-    """Appends the body to ``parts`` until it ends or ``limit`` bytes are in: ``read(n)`` alone returns
-    whatever one network read brought, which for a body sent in pieces is only its beginning."""
-    while len(parts) < limit:
-        data = await response.content.read(limit - len(parts))
-        if not data:
-            return
-        parts += data
-
-
-async def _drain(response: aiohttp.ClientResponse) -> None:
-    """Reads what follows [DONE] (normally just the end of the chunked body) so the connection is reused;
-    a server that keeps the body open gets its connection closed instead of holding the attempt."""
-    with contextlib.suppress(TimeoutError, aiohttp.ClientError):
-        async with asyncio.timeout(DRAIN_TIMEOUT_S):
-            while await response.content.read(MAX_ERROR_BODY):
-                pass
-
-
-def server_state(response: aiohttp.ClientResponse) -> tuple[tuple[str, float], ...]:
-    """The readings of the answer's server-state headers (queue time, rate limits, back-off, load); () without."""
-    found = [(lower, value) for name, value in response.headers.items() if watched(lower := name.lower())]
-    if not found:
-        return ()
-    date = response.headers.get("Date")
-    try:
-        when = None if date is None else email.utils.parsedate_to_datetime(date)
-    except (TypeError, ValueError, IndexError):
-        when = None
-    return readings(found, date=when if when is not None and when.tzinfo is not None else None)
-
-
-def parse_retry_after(value: str | None) -> float | None:
-    """Seconds from a Retry-After header (delay-seconds or an HTTP-date); None when absent or unreadable."""
-    if value is None:
-        return None
-    text = value.strip()
-    if text.isascii() and text.isdigit():  # str.isdigit alone also accepts "²", which float() refuses
-        return float(text)
-    try:
-        when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
 
 
 def _default_header(headers: dict[str, str], name: str, value: str) -> None:

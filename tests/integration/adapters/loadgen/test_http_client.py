@@ -27,7 +27,8 @@ from loadgen_testkit import (
     start_sse,
 )
 
-from cliffwatch.adapters.loadgen.http_client import DRAIN_TIMEOUT_S, HttpExecutor
+from cliffwatch.adapters.loadgen.answer_reader import DRAIN_TIMEOUT_S
+from cliffwatch.adapters.loadgen.http_client import HttpExecutor
 from cliffwatch.domain.errors import TargetUnreachable
 from cliffwatch.domain.outcomes import NS_PER_S, Attempt, TokenSource
 from cliffwatch.domain.scenario.retry import FailureKind
