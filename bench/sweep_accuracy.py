@@ -51,8 +51,8 @@ from cliffwatch.domain.capacity.growth import Growth, latency_trend
 from cliffwatch.domain.capacity.queueing import dd1_usable_rate, md1_usable_rate
 from cliffwatch.domain.capacity.sweep_spec import SweepArrival, SweepSpec
 from cliffwatch.domain.scenario.scenario import Scenario, parse_scenario
-from cliffwatch.services.overrides import with_overrides
 from cliffwatch.services.memory import CollectingObserver
+from cliffwatch.services.overrides import with_overrides
 
 SERVICE_S = 0.32
 TOKENS = 16
