@@ -44,19 +44,10 @@ demo: $(STAMP) toxiproxy
 system-deps:
 	bash tests/install-system-deps.sh
 
-# The suite runs in parallel, a test module to a worker process (it mostly waits: servers, runs of a set length,
-# timeouts): first everything that asserts no wall-clock bound on TEST_WORKERS workers; then the CPU-bound
-# measurements and the tests with a wall-clock bound (a loop block, a schedule lag, a latency) two at a time, each
-# with a core; then the one that must run by itself (docs/design.md). TEST_WORKERS=1: all in one process.
+# The suite in parallel (tests/run-suite.sh says how; docs/design.md why); TEST_WORKERS=1: in one process.
 TEST_WORKERS ?= 4
 test: $(STAMP) toxiproxy system-deps
-ifeq ($(TEST_WORKERS),1)
-	$(BIN)/python -m pytest
-else
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadscope -m "not heavy and not timing and not alone"
-	$(BIN)/python -m pytest -n 2 --dist loadscope -m "(heavy or timing) and not alone"
-	$(BIN)/python -m pytest -m alone
-endif
+	TEST_WORKERS=$(TEST_WORKERS) PYTHON=$(BIN)/python bash tests/run-suite.sh
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench migrations

@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
+from tokenizer_kit import train_tokenizer
+
 REPO = Path(__file__).resolve().parents[2]
 STATE_DIR = tempfile.mkdtemp(prefix="cliffwatch-cli-state-")  # never the developer's own fault ledger
 
@@ -148,6 +150,56 @@ def test_a_trace_request_over_a_cap_is_refused_by_validate_and_run_naming_its_li
         assert expected in result.stdout + result.stderr, command
         assert "5000000" not in result.stdout + result.stderr
         assert "5,000,000" not in result.stdout + result.stderr
+
+
+def test_a_dataset_entry_over_a_cap_is_refused_by_validate_naming_its_line_and_field(tmp_path: Path) -> None:
+    """A JSON-lines dataset whose third entry asks for 50,000,000 tokens of answer, and whose second is a
+    300,000-word prompt: both used to be sent as they were. `validate` exits 2 naming each line, field and cap."""
+    entries = [
+        {"prompt": "hello there"},
+        {"prompt": "word " * 300_000},
+        {"prompt": "and now", "max_tokens": 50_000_000},
+    ]
+    (tmp_path / "users.jsonl").write_text("".join(json.dumps(e) + "\n" for e in entries))
+    document = json.loads(json.dumps(QUICK))
+    document["target"]["request"] = {"model": "sim-llm", "dataset": {"path": "users.jsonl", "format": "jsonl"}}
+    result = validate_in(tmp_path, write(tmp_path, document))
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert ("target.request.dataset.path: users.jsonl line 2: prompt is over the cap of 131,072 tokens a request "
+            "(CLIFFWATCH_MAX_PROMPT_TOKENS)") in result.stdout  # fmt: skip
+    assert ("target.request.dataset.path: users.jsonl line 3: max_tokens is over the cap of 32,768 tokens a request "
+            "(CLIFFWATCH_MAX_OUTPUT_TOKENS)") in result.stdout  # fmt: skip
+    assert "50,000,000" not in result.stdout
+    assert "50000000" not in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("template", "message"),
+    [
+        ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+         "its chat_template took longer than 1 s to render (CLIFFWATCH_TEMPLATE_RENDER_S)"),
+        ("{{ 'a' * 10**8 }}", "its chat_template would build something of more than 1,000,000 characters or items "
+         "(CLIFFWATCH_TEMPLATE_MAX_CHARS: 1,000,000)"),
+        ("{{ ''.__class__.__mro__[1].__subclasses__() }}", "its chat_template did what Jinja's sandbox forbids"),
+    ],
+)  # fmt: skip
+def test_a_chat_template_that_would_hold_the_service_is_a_problem_of_the_tokenizer_field(
+    tmp_path: Path, template: str, message: str
+) -> None:
+    """A tokenizer's chat template with a loop of ten billion steps froze the service (one of ten million held its
+    loop 8.4 s), a 100 MB string was built, and a sandbox escape was an internal error: each is now a validation
+    problem, found within its bound."""
+    directory = train_tokenizer(tmp_path / "tok")
+    config = json.loads((directory / "tokenizer_config.json").read_text())
+    (directory / "tokenizer_config.json").write_text(json.dumps({**config, "chat_template": template}))
+    document = json.loads(json.dumps(QUICK))
+    document["target"]["request"]["tokenizer"] = "tok"
+    started = time.monotonic()
+    result = validate_in(tmp_path, write(tmp_path, document))
+    assert time.monotonic() - started < 30
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"target.request.tokenizer: tokenizer_config.json: {message}" in result.stdout, result.stdout
+    assert "internal error" not in result.stdout + result.stderr
 
 
 def test_run_writes_a_complete_result_and_exits_by_the_score(tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from test_service_api import REPO, call, served_instance
 
-pytestmark = [pytest.mark.slow, pytest.mark.timing]  # a wall-clock bound: run where it has a core of its own
+pytestmark = pytest.mark.slow
 
 HEALTH_BOUND_S = 0.1
 PROBE_EVERY_S = 0.05

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from test_service_api import call, served_instance
 
-pytestmark = [pytest.mark.slow, pytest.mark.timing]  # a wall-clock bound: run where it has a core of its own
+pytestmark = pytest.mark.slow
 
 ROWS = 990_000
 

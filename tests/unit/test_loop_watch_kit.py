@@ -6,11 +6,7 @@ import asyncio
 import threading
 import time
 
-import pytest
-
 from loop_watch import watch_loop, watching
-
-pytestmark = pytest.mark.timing  # a wall-clock bound: run where it has a core of its own
 
 
 def hold_loop(seconds: float) -> None:

@@ -9,8 +9,6 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.timing  # a wall-clock bound: run where it has a core of its own
-
 BENCH = Path(__file__).resolve().parents[3] / "bench" / "generator_fidelity.py"
 ROW_KEYS = {
     "generator",

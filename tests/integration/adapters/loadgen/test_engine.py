@@ -33,8 +33,6 @@ from cliffwatch.domain.scenario.scenario import Scenario
 from cliffwatch.domain.traffic.generator_health import GeneratorLimits, GeneratorReport
 from cliffwatch.domain.traffic.plan import PlannedRequest, iter_plan
 
-pytestmark = pytest.mark.timing  # a wall-clock bound: run where it has a core of its own
-
 LEAD_S = 0.05  # the run starts this long after it is set up, as the runner does
 # Generous for a shared 2-core machine, yet far below what a generator held back by responses would show.
 LAG_MARGIN_MS = 100.0

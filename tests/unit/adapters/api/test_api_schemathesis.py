@@ -28,8 +28,6 @@ from cliffwatch.adapters.api import MAX_LINE_SIZE, create_app
 from cliffwatch.domain.service.runs import TokenRole
 from loop_watch import frozen_heap, watching
 
-pytestmark = pytest.mark.timing  # a wall-clock bound: run where it has a core of its own
-
 MAX_EXAMPLES = 25
 LOOP_BLOCK_MS = 100
 # Excluded, and why: positive_data_acceptance expects 2xx for every request the schemas allow, but scenario

@@ -18,8 +18,6 @@ from cliffwatch.adapters.documents import SCENARIO_LIMITS
 from cliffwatch.domain.service.runs import TokenRole
 from loop_watch import frozen_heap, slowest_answer_while, watch_loop
 
-pytestmark = pytest.mark.timing  # a wall-clock bound: run where it has a core of its own
-
 T = TypeVar("T")
 MAX_BLOCK_MS = 100
 JSON = {"Content-Type": "application/json"}

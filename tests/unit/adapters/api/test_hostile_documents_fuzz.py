@@ -20,8 +20,6 @@ from cliffwatch.domain.service.runs import TokenRole
 from document_strategies import hostile_json_bodies, hostile_texts
 from loop_watch import frozen_heap, slowest_answer_while, watch_loop
 
-pytestmark = pytest.mark.timing  # a wall-clock bound: run where it has a core of its own
-
 MAX_BLOCK_MS = 100
 FUZZ = settings(max_examples=120, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])  # fmt: skip

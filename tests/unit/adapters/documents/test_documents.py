@@ -200,7 +200,6 @@ def test_dumped_yaml_reads_back_as_the_same_document() -> None:
     assert load_yaml(dump_yaml(document), SCENARIO_LIMITS) == document
 
 
-@pytest.mark.timing  # a wall-clock bound: run where it has a core of its own
 async def test_a_large_document_is_parsed_off_the_loop() -> None:
     """Parsing the largest YAML within the limits in the service leaves the loop free: it wakes within a
     few milliseconds throughout."""
