@@ -2,7 +2,7 @@
 # `make test`: the suite in parallel (docs/design.md, "The test suite in parallel"). It mostly waits (servers,
 # runs of a set length, timeouts), so most of it runs on several workers at once; the CPU-bound measurements
 # (`heavy`) must each have a core, so they run two at a time at normal priority while everything else runs
-# beside them at the lowest (nice 19: it gets what they leave). A test that fails beside others is run again,
+# beside them at the idle priority (SCHED_IDLE, or nice 19 where chrt is missing: it gets what they leave). A test that fails beside others is run again,
 # alone: wall-clock checks (a loop block, a schedule lag, a latency) cannot tell the code's delay from a busy
 # machine's, so only a failure alone fails the suite, and this log names every test that needed it. Last, the
 # `alone` measurement, with nothing beside it. TEST_WORKERS=1: everything in one process, in one phase.
@@ -20,14 +20,16 @@ LOGS=$(mktemp -d)
 trap 'rm -rf "$LOGS"' EXIT
 
 # Each phase keeps its own cache, so each one's --last-failed is its own.
-nice -n 19 "$PYTHON" -m pytest -n "$WORKERS" --dist loadscope -m "not heavy and not alone" \
+LOWEST=(nice -n 19)
+if command -v chrt > /dev/null && chrt -i 0 true 2> /dev/null; then LOWEST=(chrt -i 0); fi
+"${LOWEST[@]}" "$PYTHON" -m pytest -n "$WORKERS" --dist loadscope -m "not heavy and not alone" \
     -o cache_dir=.pytest_cache/rest "$@" > "$LOGS/rest.log" 2>&1 &
 REST=$!
 "$PYTHON" -m pytest -n 2 --dist loadscope -m "heavy and not alone" -o cache_dir=.pytest_cache/heavy "$@" "${HEAVY[@]}"
 HEAVY_STATUS=$?
 wait "$REST"
 REST_STATUS=$?
-echo "== the rest of the suite, beside the heavy tests (nice 19), on $WORKERS workers =="
+echo "== the rest of the suite, beside the heavy tests (${LOWEST[*]}), on $WORKERS workers =="
 cat "$LOGS/rest.log"
 
 again() {  # what failed in phase $1 (tests marked $2, in the modules after), run again alone

@@ -72,6 +72,7 @@ async def test_the_simulated_capacity_matches_its_model() -> None:
     assert model.saturation_rps(32, 20) == pytest.approx(9.6, rel=0.02)
 
 
+@pytest.mark.alone  # beside the rest of the suite it failed in each of three runs; alone it passes
 async def test_a_burst_beyond_capacity_hides_behind_steady_tokens_per_second() -> None:
     """Tokens/s holds near its peak while the on-time share collapses: the hidden-overload flag is raised, and
     quotes the queue the target's own /metrics showed growing meanwhile."""

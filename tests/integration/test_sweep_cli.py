@@ -83,6 +83,7 @@ def test_a_sweep_prints_its_steps_usable_capacity_and_verdict_and_writes_the_doc
 
 
 @pytest.mark.slow
+@pytest.mark.alone  # worker processes beside the sweep: it needs the machine, not one core
 def test_a_sweep_with_workers_sends_every_step_from_the_same_worker_processes(small: Path, tmp_path: Path) -> None:
     """``--workers 2``: the workers start once and send every step (below the cliff near 13 req/s), none
     lost."""

@@ -12,6 +12,8 @@ from cliffwatch.adapters.workload.chat_templates import ChatTemplate, TemplateRe
 from cliffwatch.domain.workload.prepared import PreparationLimits
 
 LIMITS = PreparationLimits(template_render_s=0.3, template_max_chars=100_000)
+# For the checks of size, not of time: a render that a busy machine slows must still reach the size check.
+UNHURRIED = PreparationLimits(template_render_s=30, template_max_chars=100_000)
 MESSAGES = [{"role": "user", "content": "hello"}]
 
 
@@ -50,23 +52,23 @@ def test_a_loop_of_ten_million_steps_is_ended_at_the_render_bound() -> None:
 )
 def test_a_huge_string_is_refused_before_it_is_built(source: str) -> None:
     with pytest.raises(TemplateRefused, match="CLIFFWATCH_TEMPLATE_MAX_CHARS: 100,000"):
-        render(source)
+        render(source, UNHURRIED)
 
 
 def test_output_past_the_bound_is_refused() -> None:
     with pytest.raises(TemplateRefused, match="an output of more than 100,000 characters"):
-        render("{% for i in range(100000) %}{{ 'abcdef' }}{% endfor %}")
+        render("{% for i in range(100000) %}{{ 'abcdef' }}{% endfor %}", UNHURRIED)
 
 
 def test_a_sandbox_escape_is_a_validation_problem_not_an_internal_error() -> None:
     with pytest.raises(TemplateRefused) as caught:
-        render("{{ ''.__class__.__mro__[1].__subclasses__() }}")
+        render("{{ ''.__class__.__mro__[1].__subclasses__() }}", UNHURRIED)
     assert caught.value.reason == "its chat_template did what Jinja's sandbox forbids"
 
 
 def test_a_failing_template_names_the_kind_of_failure_not_the_text() -> None:
     with pytest.raises(TemplateRefused) as caught:
-        render("{{ messages[0]['content'] + 1 }}")
+        render("{{ messages[0]['content'] + 1 }}", UNHURRIED)
     assert caught.value.reason == "its chat_template failed to render (TypeError)"
 
 
