@@ -41,5 +41,8 @@ again() {  # what failed in phase $1 (tests marked $2, in the modules after), ru
 STATUS=0
 if [ "$REST_STATUS" -ne 0 ]; then again rest "not heavy and not alone" || STATUS=1; fi
 if [ "$HEAVY_STATUS" -ne 0 ]; then again heavy "heavy and not alone" "${HEAVY[@]}" || STATUS=1; fi
-"$PYTHON" -m pytest -m alone "$@" "${ALONE[@]}" || STATUS=1
+# The alone measurements run with nothing beside them already; one that fails is given one more try, alone
+# (a burst's p99 schedule lag over 126 requests is its second-largest: one scheduler hiccup on a VM moves it).
+"$PYTHON" -m pytest -m alone -o cache_dir=.pytest_cache/alone "$@" "${ALONE[@]}" \
+    || again alone alone "${ALONE[@]}" || STATUS=1
 exit "$STATUS"
