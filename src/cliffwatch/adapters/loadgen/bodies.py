@@ -101,6 +101,10 @@ class RequestBodies:
                 pieces.append(part)
         return b"".join(pieces)
 
+    def observe(self, request: PlannedRequest, counted: int) -> None:
+        """The server counted the request's own prompt (sized alone) as ``counted`` tokens."""
+        self._source.observe(request.id + self.salt, counted)
+
     def turn(self, request: PlannedRequest, reply: str) -> list[bytes]:
         """What a conversation's answered turn adds to its history: the user's prompt and the server's reply,
         as chat messages (or, for completions, as text) ready to go into the next turn's body."""

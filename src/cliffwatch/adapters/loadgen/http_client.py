@@ -25,12 +25,9 @@ from cliffwatch.adapters.loadgen.answer_reader import MAX_ERROR_BODY, AnswerRead
 from cliffwatch.adapters.loadgen.attempt_state import AttemptState
 from cliffwatch.adapters.loadgen.attempt_trace import AttemptTrace, attempt_trace_config
 from cliffwatch.adapters.loadgen.bodies import RequestBodies
-from cliffwatch.adapters.loadgen.calibration import calibrate
 from cliffwatch.adapters.loadgen.pinned_resolver import PinnedResolver, PinRefused
-from cliffwatch.adapters.loadgen.prompts import WORDS
+from cliffwatch.adapters.loadgen.prompt_fitting import fit_prompts
 from cliffwatch.adapters.loadgen.redirects import Hop
-from cliffwatch.adapters.loadgen.server_tokenize import ServerFittedPrompts, fit_lengths
-from cliffwatch.adapters.loadgen.token_prompts import CalibratedPrompts
 from cliffwatch.adapters.network.target_access import Destinations
 from cliffwatch.domain.errors import TargetUnreachable
 from cliffwatch.domain.outcomes import Attempt
@@ -160,18 +157,12 @@ class HttpExecutor(AnswerReader):
             raise TargetUnreachable(self.base_url, f"no answer within {PREFLIGHT_TIMEOUT_S:g}s") from exc
         except aiohttp.ClientError as exc:
             raise TargetUnreachable(self.base_url, _describe(exc)) from exc
-        if self._server_lengths is not None and self.openai:
-            lengths, self._server_lengths = self._server_lengths, None
-            self.sizing, fit = await fit_lengths(session, self.base_url, self.headers, self.scenario, lengths)
-            if fit is not None:
-                self._bodies = self._class_bodies(ServerFittedPrompts(fit))
-        if self._calibrate:
-            self._calibrate = False
-            self.sizing = await calibrate(
-                session, self.url, self.headers, self.scenario, cap=self.cap, now_ns=time.perf_counter_ns()
-            )
-            if self.sizing.calibration is not None:
-                self._bodies = self._class_bodies(CalibratedPrompts(self.sizing.calibration, WORDS))
+        lengths = self._server_lengths if self.openai else None
+        if lengths is not None or self._calibrate:
+            self._server_lengths, self._calibrate = None, False
+            self.sizing, maker = await fit_prompts(session, self.base_url, self.url, self.headers, self.scenario,
+                                                   server_lengths=lengths, cap=self.cap)  # fmt: skip
+            self._bodies = self._class_bodies(maker)
         return self.sizing
 
     def _headers(self, template: RequestTemplate) -> dict[str, str]:
@@ -254,6 +245,8 @@ class HttpExecutor(AnswerReader):
             state.harvest(state.stream)
         if state.answered and state.failure is None:
             state.judge(self.scenario.target.expect, max_tokens=request.max_tokens)
+        if state.prompt_tokens is not None and request.entry < 0 and request.prefix < 0 and request.turn <= 1:
+            self._bodies[request.klass].observe(request, state.prompt_tokens)  # the sizing learns from each answer
         if keeps and state.failure is None and state.reply is not None:
             self._histories.setdefault(request.conversation, []).extend(
                 self._bodies[request.klass].turn(request, state.reply)

@@ -14,6 +14,7 @@ by one cost tens. ``fragments`` hands out the pieces without even that copy, for
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 _VOCABULARY = (
     "the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "while", "seven", "bright", "stars",
@@ -33,10 +34,22 @@ class WordPrompts:
     """Prompts of a chosen number of words from ``vocabulary`` (ASCII words nothing in JSON must escape).
 
     The word cycle is held repeated, grown (by doubling) to the longest stretch asked for, never shrunk.
+    ``tag_width``: the request id's digits in the tag, zero-padded to at least that many. Prompts sized by
+    the server's counts use it: most tokenizers split digits by their number (one a digit in SentencePiece
+    vocabularies, groups of three in Llama 3's), so every request's tag is then as many tokens as the
+    probes' were, where ``req-7`` and ``req-123456`` would differ by up to five. ``same_words``: every
+    request's words are the same stretch (after its own tag), so a prompt of N words is as many tokens for
+    every request as it was for the probes; under a tokenizer that splits words into several tokens, two
+    stretches of N words differ by more than a token. The tag first still keeps a prefix cache from serving
+    one request's prompt from another's.
     """
 
-    def __init__(self, vocabulary: tuple[str, ...] = _VOCABULARY) -> None:
+    def __init__(
+        self, vocabulary: tuple[str, ...] = _VOCABULARY, *, tag_width: int = 0, same_words: bool = False
+    ) -> None:
         self._vocabulary = vocabulary
+        self.tag_width = tag_width
+        self.same_words = same_words
         words = _cycle(vocabulary)
         self._unit = (" ".join(words) + " ").encode("ascii")  # one cycle, each word followed by its space
         self._offsets = tuple(itertools.accumulate((len(w) + 1 for w in words[:-1]), initial=0))  # word i's first byte
@@ -44,9 +57,9 @@ class WordPrompts:
         self.text = self._unit
         self.view = memoryview(self.text)
 
-    def __reduce__(self) -> tuple[type[WordPrompts], tuple[tuple[str, ...]]]:
+    def __reduce__(self) -> tuple[Any, ...]:
         # Sent to a generator worker as its vocabulary: the text is made again from it, word for word.
-        return (WordPrompts, (self._vocabulary,))
+        return (_remade, (self._vocabulary, self.tag_width, self.same_words))
 
     def prepare(self, words: int) -> None:
         """Holds any stretch of ``words`` words from then on (with room for its start in the first cycle), so
@@ -68,19 +81,26 @@ class WordPrompts:
     def fragments(self, request_id: int, words: int) -> tuple[bytes | memoryview, ...]:
         """The prompt of exactly ``words`` whitespace-separated words (at least one: the request's tag) as
         pieces to be joined (ASCII, nothing to escape in JSON); the pieces share a buffer prepared ahead."""
-        tag = b"req-%d" % request_id
+        tag = b"req-%0*d" % (self.tag_width, request_id)
         rest = max(0, words - 1)
         if not rest:
             return (tag,)
-        return tag, b" ", self.stretch((request_id * 131) % _CYCLE_LENGTH, rest)
+        return tag, b" ", self.stretch(0 if self.same_words else (request_id * 131) % _CYCLE_LENGTH, rest)
 
     def filler(self, request_id: int, words: int) -> memoryview:
         """``words`` words of the cycle for this request, without its tag (at least one)."""
         return self.stretch((request_id * 131) % _CYCLE_LENGTH, max(1, words))
 
 
+def _remade(vocabulary: tuple[str, ...], tag_width: int, same_words: bool) -> WordPrompts:
+    return WordPrompts(vocabulary, tag_width=tag_width, same_words=same_words)
+
+
 VOCABULARY = _VOCABULARY
 WORDS = WordPrompts()
+TAG_WIDTH = 10  # every run's request ids, a sweep's rounds included (2**28 apart), fit in ten digits
+# Prompts sized by the server's counts (calibrated, /tokenize): every request as many tokens as the probes
+SIZED_WORDS = WordPrompts(tag_width=TAG_WIDTH, same_words=True)
 
 
 def prepare(words: int) -> None:

@@ -26,6 +26,7 @@ from cliffwatch.adapters.workload.data_files import DataFileRefused, readable_da
 from cliffwatch.domain.errors import CliffwatchError
 from cliffwatch.domain.workload.prepared import DEFAULT_LIMITS, PreparationLimits
 from cliffwatch.domain.workload.prompt_sizing import Calibration
+from cliffwatch.domain.workload.sizing_loop import SizingLoop
 
 MAX_TOKENIZER_BYTES = 64 * 1024 * 1024  # tokenizer.json files of large vocabularies are 10–20 MB
 MIN_FILLER_WORDS = 8
@@ -195,6 +196,9 @@ class TokenExactPrompts:
             return (tag,)
         return tag, b" ", self._words.filler(request_id, filler)
 
+    def observe(self, request_id: int, counted: int) -> None:
+        """Exact by construction: an answer that counts otherwise shows in the run's prompt error."""
+
     def _tag_tokens(self, request_id: int) -> int:
         known = self._tags.get(request_id)
         if known is None:
@@ -205,17 +209,22 @@ class TokenExactPrompts:
 
 
 class CalibratedPrompts:
-    """Word prompts sized by a calibration fit: N tokens become ``calibration.words_for(N)`` words."""
+    """Word prompts sized by a line, ``tokens ≈ a + b × words``: a calibration's, or one word a token when a
+    real target could not be calibrated; the answers' own counts refit it as the run goes (``SizingLoop``)."""
 
     def __init__(self, calibration: Calibration, words: WordPrompts) -> None:
         self.calibration = calibration
+        self.loop = SizingLoop(calibration)
         self._words = words
 
     def prepare(self, tokens: int) -> None:
-        self._words.prepare(self.calibration.words_for(tokens))
+        self._words.prepare(self.loop.words_for(tokens))
 
     def fragments(self, request_id: int, tokens: int) -> tuple[bytes | memoryview, ...]:
-        return self._words.fragments(request_id, self.calibration.words_for(tokens))
+        return self._words.fragments(request_id, self.loop.aim(request_id, tokens)[0])
+
+    def observe(self, request_id: int, counted: int) -> None:
+        self.loop.observe(request_id, counted)
 
 
 class WordCount:
@@ -229,3 +238,6 @@ class WordCount:
 
     def fragments(self, request_id: int, tokens: int) -> tuple[bytes | memoryview, ...]:
         return self._words.fragments(request_id, tokens)
+
+    def observe(self, request_id: int, counted: int) -> None:
+        """The built-in target counts words: nothing to correct."""

@@ -27,6 +27,10 @@ class PromptMaker(Protocol):
 
     def fragments(self, request_id: int, tokens: int) -> tuple[bytes | memoryview, ...]: ...
 
+    def observe(self, request_id: int, counted: int) -> None:
+        """The server counted the prompt made for ``request_id`` as ``counted`` tokens (``usage.prompt_tokens``):
+        a maker that sizes by a fit corrects it (domain.workload.sizing_loop)."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class PreparationLimits:

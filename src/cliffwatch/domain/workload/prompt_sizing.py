@@ -87,6 +87,11 @@ class PromptSizing:
     calibration: Calibration | None = None
     detail: str | None = None
     probes: int = 0  # calibration requests sent to the target (each took a token of the attempt cap)
+    # Why the sizing the run meant to have could not be had (a calibration that failed, a /tokenize that could
+    # not be used): the prompts are then of sizes nobody measured, and the run says so (workload_mismatch).
+    failure: str | None = None
+    context_tokens: int | None = None  # one slot's context as the target reports it (/props, /v1/models)
+    closed_loop: bool = False  # each answer's usage.prompt_tokens corrects the sizing (domain.workload.sizing_loop)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -94,6 +99,9 @@ class PromptSizing:
             "calibration": None if self.calibration is None else self.calibration.to_dict(),
             "detail": self.detail,
             "probes": self.probes,
+            "failure": self.failure,
+            "context_tokens": self.context_tokens,
+            "closed_loop": self.closed_loop,
         }
 
 

@@ -35,10 +35,13 @@ def test_probes_that_cannot_size_prompts_give_no_fit(samples: list[tuple[int, in
 
 def test_a_sizing_says_its_source_and_fit() -> None:
     fit = fit_calibration([(8, 17), (32, 41)])
-    sizing = PromptSizing(source=PromptSource.CALIBRATED, calibration=fit)
+    sizing = PromptSizing(source=PromptSource.CALIBRATED, calibration=fit, context_tokens=2048, closed_loop=True)
     assert sizing.to_dict() == {
         "source": "calibrated",
         "calibration": {"intercept": 9.0, "slope": 1.0, "samples": [[8, 17], [32, 41]], "max_error": 0.0},
         "detail": None,
         "probes": 0,
+        "failure": None,
+        "context_tokens": 2048,
+        "closed_loop": True,
     }
