@@ -136,8 +136,9 @@ class RunService:
         when the target or the fault injector is not usable."""
         windows = phase_windows(scenario)
         fast_fail_ms = scenario.score.fast_fail_fraction * scenario.slo.e2e_ms
+        faulted = frozenset(i for i, phase in enumerate(scenario.phases) if phase.faults)
         aggregator = RunAggregator(windows, e2e_ms=scenario.slo.e2e_ms, fast_fail_ms=fast_fail_ms,
-                                   classes=class_books(scenario))  # fmt: skip
+                                   classes=class_books(scenario), faulted=faulted)  # fmt: skip
         bound = log.bind(run_id=run_id, scenario=scenario.name)
         # The state exists from the start, so a stop during the checks is heard: it cuts them short, and the
         # run then ends at once with nothing sent (instead of running its whole length after them).

@@ -84,7 +84,7 @@ async def test_a_queued_run_is_executed_and_its_end_outcomes_and_time_series_are
     assert run.status is RunStatus.SUCCEEDED, run.reason
     assert run.owner == "w1"
     assert run.score is not None
-    assert run.score_version == "3"
+    assert run.score_version == "4"
     assert run.result is not None
     assert "timeseries" not in run.result
     assert [p["name"] for p in run.result["phases"]] == ["calm", "push"]

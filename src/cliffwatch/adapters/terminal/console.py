@@ -260,7 +260,7 @@ def _stress(result: RunResult, pick: Callable[[PhaseStats], float | None]) -> fl
 
 
 def _reference(result: RunResult) -> float | None:
-    """The baseline on-time ratio the score compares with (settled requests only: see docs/scoring.md)."""
+    """The baseline on-time ratio the score compares with (its spill-over left out: see docs/scoring.md)."""
     for component in result.score.components:
         ratio = component.evidence.get("baseline_ratio")
         if component.name == PRESERVATION and isinstance(ratio, int | float):

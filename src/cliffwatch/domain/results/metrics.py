@@ -6,14 +6,16 @@ memory is bounded by the run's duration, not its request count. Conventions (als
   so ``on_time / offered`` is exact for each of them, every failure in the denominator;
 - output tokens, completions and attempts are counted when they *happened* (chunk arrival, finish, send),
   which is what a throughput chart shows;
-- ``in_flight`` is the mean number of attempts outstanding during the second (exact, from their intervals).
+- ``in_flight`` is the mean number of attempts outstanding during the second (exact, from their intervals);
+- a baseline request no fault or next phase reached is also counted into the score's reference; one they did
+  reach is spill-over, counted apart (``spill_over``).
 """
 
 from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from cliffwatch.domain.histogram import Histogram
@@ -27,6 +29,7 @@ from cliffwatch.domain.outcomes import (
     time_per_output_token_ms,
 )
 from cliffwatch.domain.results.run_metrics import PhaseStats, RunMetrics, SecondStats
+from cliffwatch.domain.results.spill_over import ReferenceBook
 from cliffwatch.domain.scenario.conversations import ConversationBook
 from cliffwatch.domain.traffic.plan import PhaseWindow
 
@@ -46,7 +49,8 @@ class RunAggregator:
     """Counts records into phases and seconds as they finish; answers the live abort checks.
 
     With ``classes`` (more than one traffic class), each class's records are also counted into an aggregator
-    of the class's own, so every figure exists per class beside the totals."""
+    of the class's own, so every figure exists per class beside the totals. ``faulted``: the indices of the
+    phases with faults, whose windows the baseline reference keeps clear of (``spill_over``)."""
 
     def __init__(
         self,
@@ -55,15 +59,20 @@ class RunAggregator:
         e2e_ms: float,
         fast_fail_ms: float,
         classes: Sequence[ClassBook] = (),
+        faulted: Collection[int] = (),
     ) -> None:
         self._class_names = tuple(c.name for c in classes)
-        self._by_class = [RunAggregator(windows, e2e_ms=c.e2e_ms, fast_fail_ms=c.fast_fail_ms) for c in classes]
+        self._by_class = [RunAggregator(windows, e2e_ms=c.e2e_ms, fast_fail_ms=c.fast_fail_ms, faulted=faulted)
+                          for c in classes]  # fmt: skip
         self.windows = tuple(windows)
         self._starts = [w.start_ns for w in self.windows]
         self._phases = [PhaseStats(window=w) for w in self.windows]
         self._seconds: dict[int, SecondStats] = {}
         self._e2e_ns = int(e2e_ms * NS_PER_MS)
         self._fast_fail_ns = int(fast_fail_ms * NS_PER_MS)
+        self._reference = ReferenceBook(self.windows, faulted=faulted)
+        # A request's deadline is its own class's e2e bound: the one its outcome was judged by.
+        self._class_e2e_ns = tuple(int(c.e2e_ms * NS_PER_MS) for c in classes)
         self._outstanding: dict[int, tuple[int, int]] = {}  # request id → (phase, scheduled_ns)
         self._conversations: ConversationBook | None = None  # made when the first turn of one is counted
 
@@ -96,6 +105,7 @@ class RunAggregator:
         phase.capped += record.capped
         scheduled.offered += 1
         scheduled.outcomes[outcome] += 1
+        self._reference.add(record, self._class_e2e_ns[record.klass] if self._class_e2e_ns else self._e2e_ns)
         attempts = record.attempts
         if not attempts:
             return
@@ -247,4 +257,5 @@ class RunAggregator:
         if self._seconds:
             last = max(self._seconds)
             seconds = tuple(self._seconds.get(t) or SecondStats(t=t) for t in range(last + 1))
-        return RunMetrics(phases=tuple(self._phases), seconds=seconds, classes=classes, conversations=conversations)
+        return RunMetrics(phases=tuple(self._phases), seconds=seconds, classes=classes, conversations=conversations,
+                          reference=self._reference.stats)  # fmt: skip

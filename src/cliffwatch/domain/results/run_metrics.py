@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from cliffwatch.domain.histogram import Histogram
 from cliffwatch.domain.outcomes import NS_PER_S, OUTCOMES, Outcome
+from cliffwatch.domain.results.spill_over import ReferenceStats
 from cliffwatch.domain.scenario.conversations import ConversationStats
 from cliffwatch.domain.scenario.scenario import PhaseRole
 from cliffwatch.domain.traffic.plan import PhaseWindow
@@ -122,6 +123,9 @@ class RunMetrics:
     classes: tuple[tuple[str, RunMetrics], ...] = ()
     # With conversations: those that started in each phase, and how they ended (empty without sessions).
     conversations: tuple[ConversationStats, ...] = ()
+    # The baseline requests the score's reference is built from, and the spill-over it left out; None when the
+    # metrics were not counted by an aggregator (the whole baseline is then the reference).
+    reference: ReferenceStats | None = None
 
     def by_role(self, role: PhaseRole) -> list[PhaseStats]:
         return [p for p in self.phases if p.window.role is role]

@@ -63,7 +63,7 @@ def score_run(
     victims = _victims(metrics, plans)
     components = (*_components(metrics, slo, spec), _isolation(victims, None))
     stress = _stress(metrics)
-    flags = (_hidden_overload(metrics, stress, _reference(metrics, slo), server),)
+    flags = (_hidden_overload(metrics, stress, _reference(metrics), server),)
     value, parts = _weighted(components)
     if value is not None:
         verdict = "pass" if value >= spec.threshold else "fail"
@@ -98,7 +98,7 @@ def _stress(metrics: RunMetrics) -> PhaseStats | None:
 def _components(metrics: RunMetrics, slo: Slo, spec: ScoreSpec) -> tuple[Component, ...]:
     """The four components every run (and every class) has: preservation, safe degradation, recovery, retries."""
     stress = _stress(metrics)
-    reference = _reference(metrics, slo)
+    reference = _reference(metrics)
     return (
         _preservation(stress, reference),
         _safe_degradation(stress, fast_fail_ms=spec.fast_fail_fraction * slo.e2e_ms),
@@ -149,7 +149,7 @@ def _victims(metrics: RunMetrics, plans: Sequence[ClassPlan]) -> list[_Victim]:
         if own is None or pair.phase >= len(own.phases) or own.phases[pair.phase].offered == 0:
             continue
         phase = own.phases[pair.phase]
-        reference = _reference(own, plan.slo).ratio
+        reference = _reference(own).ratio
         ratio = phase.on_time / phase.offered
         survived = 0.0 if reference == 0 else min(1.0, ratio / reference)
         found.append(_Victim(name=plan.name, phase=phase.window.name, rising=pair.rising, offered=phase.offered,
@@ -194,16 +194,17 @@ def _preservation(stress: PhaseStats | None, ref: _Reference) -> Component:
         return _component(PRESERVATION, None, "Not applicable: no stress phase offered any request.", evidence)
     ratio = stress.on_time / stress.offered
     evidence.update(stress_offered=stress.offered, stress_on_time=stress.on_time, stress_ratio=ratio)
+    left_out = "" if ref.left_out() is None else f" {ref.left_out()}."
     if ref.ratio == 0:
         summary = (
             f"0 of {ref.offered:,} baseline requests were on time: the target failed its SLO before any stress, "
-            "so no goodput was preserved."
+            f"so no goodput was preserved.{left_out}"
         )
         return _component(PRESERVATION, 0.0, summary, evidence)
     value = min(1.0, ratio / ref.ratio)
     summary = (
         f"{stress.on_time:,} of {stress.offered:,} stress requests were on time ({_pct(ratio)}) against "
-        f"{_pct(ref.ratio)} for {ref.name}: {_pct(value)} of the goodput ratio preserved."
+        f"{_pct(ref.ratio)} for {ref.name}: {_pct(value)} of the goodput ratio preserved.{left_out}"
     )
     return _component(PRESERVATION, value, summary, evidence)
 

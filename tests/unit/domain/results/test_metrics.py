@@ -8,8 +8,9 @@ from dataclasses import replace
 import pytest
 
 from cliffwatch.domain.outcomes import NS_PER_S, OUTCOMES, Attempt, Outcome, RequestRecord, TokenSource
-from cliffwatch.domain.results.metrics import PhaseWindow, RunAggregator
+from cliffwatch.domain.results.metrics import ClassBook, PhaseWindow, RunAggregator
 from cliffwatch.domain.results.run_metrics import merge_phases, outcome_counts
+from cliffwatch.domain.results.spill_over import SpillOver
 from cliffwatch.domain.scenario.retry import FailureKind
 from cliffwatch.domain.scenario.scenario import PhaseRole
 
@@ -248,6 +249,44 @@ def test_derived_rates_divide_by_the_phase_duration() -> None:
     assert burst.goodput_rps == 2.0
     assert burst.tokens_per_s == 2.0
     assert burst.on_time_ratio == pytest.approx(2 / 3)
+
+
+def test_a_baseline_request_a_fault_reached_stays_in_its_phase_but_not_in_the_reference() -> None:
+    """Spill-over is counted in its phase and second as any request is; only the reference leaves it out."""
+    aggregator = RunAggregator(WINDOWS, e2e_ms=2000, fast_fail_ms=200, faulted={1})
+    aggregator.add(_record(0, 5.0, Outcome.ON_TIME, _attempt(5.0, 6.0, chunks_s=(5.5,))))
+    aggregator.add(_record(0, 9.5, Outcome.LATE, _attempt(9.5, 12.5, chunks_s=(12.0,))))  # the toxic came on at 10 s
+    aggregator.add(_record(1, 12.0, Outcome.LATE, _attempt(12.0, 15.0, chunks_s=(14.0,))))
+
+    metrics = aggregator.result()
+    warmup = metrics.phases[0]
+
+    assert (warmup.offered, warmup.on_time, warmup.outcomes[Outcome.LATE], warmup.latency["e2e"].count) == (2, 1, 1, 2)
+    assert metrics.seconds[9].outcomes[Outcome.LATE] == 1
+    assert metrics.reference is not None
+    assert (metrics.reference.offered, metrics.reference.on_time, metrics.reference.e2e.count) == (1, 1, 1)
+    assert dict(metrics.reference.spill_over) == {SpillOver.FAULT_CAME_ON: 1}
+
+
+def test_each_request_is_held_to_its_own_class_bound_for_the_reference() -> None:
+    """Sent 1.5 s before the next phase and over after it began: late by then under a 1 s bound (it stays in the
+    reference), still open under a 4 s one (spill-over); each class's own reference says the same."""
+    books = [
+        ClassBook(name="tight", e2e_ms=1000, fast_fail_ms=100),
+        ClassBook(name="loose", e2e_ms=4000, fast_fail_ms=400),
+    ]
+    aggregator = RunAggregator(WINDOWS, e2e_ms=4000, fast_fail_ms=400, classes=books)
+    tight = _record(0, 8.5, Outcome.LATE, _attempt(8.5, 10.5, chunks_s=(10.4,)))
+    aggregator.add(tight)
+    aggregator.add(replace(tight, id=tight.id + 1, klass=1, outcome=Outcome.ON_TIME))
+
+    metrics = aggregator.result()
+    by_class = {name: (m.reference.offered, m.reference.spill_over.total())
+                for name, m in metrics.classes if m.reference is not None}  # fmt: skip
+
+    assert metrics.reference is not None
+    assert (metrics.reference.offered, metrics.reference.spill_over.total()) == (1, 1)
+    assert by_class == {"tight": (1, 0), "loose": (0, 1)}
 
 
 # -- live checks -----------------------------------------------------------------------------------

@@ -630,30 +630,64 @@ def test_to_dict_is_json_ready_and_reads_back() -> None:
     for score in (score_run(metrics, slo=slo, spec=SPEC), score_run(partial, slo=slo, spec=SPEC)):
         text = json.dumps(score.to_dict(), allow_nan=False)
         assert Score.from_dict(json.loads(text)) == score
-        assert json.loads(text)["version"] == SCORE_VERSION == "3"
+        assert json.loads(text)["version"] == SCORE_VERSION == "4"
     empty = score_run(_metrics([]), slo=slo, spec=SPEC)
     assert Score.from_dict(json.loads(json.dumps(empty.to_dict(), allow_nan=False))) == empty
 
 
-def test_the_baseline_reference_leaves_out_requests_overtaken_by_the_next_phase() -> None:
-    """Requests sent in a baseline's last e2e_ms may still be running when the stress (or a toxic) starts;
-    they describe the change, not the normal, so the reference ratio and p99 come from the rest."""
+def test_the_baseline_reference_leaves_out_the_requests_the_next_phase_reached_and_says_so() -> None:
+    """Baseline requests still running when the stress began describe the change, not the normal: they stay in the
+    baseline's own figures, and the reference ratio and p99 come from the rest; the evidence counts them."""
+    windows = _windows((B, 10), (S, 5))
+    settled = _records(windows, 0, 45, e2e_ms=200)  # every 222 ms from 0 s, the last over at 9.98 s
+    overtaken = _records(windows, 0, 50, e2e_ms=1_500, first_id=100)[-1]  # sent at 9.8 s, late at 11.3 s
+    metrics = _aggregate(windows, settled, [overtaken], _records(windows, 1, 10, first_id=200))
+    score = score_run(metrics, slo=SLO, spec=SPEC)
+    preservation = _component(score, PRESERVATION)
+    assert metrics.phases[0].offered == 46
+    assert metrics.phases[0].on_time == 45
+    assert preservation.evidence["reference_ratio"] == 1.0  # (the whole baseline: 45 of 46)
+    assert preservation.evidence["baseline_offered"] == 45
+    assert preservation.evidence["baseline_spill_over"] == 1
+    reason = "1 baseline request still in flight when the next phase began was left out of the reference"
+    assert preservation.evidence["baseline_spill_over_reason"] == reason
+    assert preservation.summary.endswith(f"preserved. {reason}.")
+    assert score.flags[0].evidence["baseline_spill_over"] == 1
+
+
+def test_a_baseline_request_already_late_when_the_next_phase_began_stays_in_the_reference() -> None:
+    """One whose e2e bound was up before the change was late before it: leaving it out would flatter a baseline
+    that fails slowly, so it stays, late."""
+    windows = _windows((B, 10), (S, 5))
+    slow = _records(windows, 0, 10, e2e_ms=3_000)  # sent every second, each over 3 s later: the last three run on
+    metrics = _aggregate(windows, _records(windows, 0, 10, first_id=100), slow, _records(windows, 1, 10, first_id=200))
+    evidence = _component(score_run(metrics, slo=SLO, spec=SPEC), PRESERVATION).evidence
+    assert (evidence["baseline_offered"], evidence["baseline_on_time"], evidence["baseline_spill_over"]) == (20, 10, 0)
+
+
+def test_when_every_baseline_request_spilled_over_the_whole_baseline_is_the_reference() -> None:
+    """A baseline under a fault of its own leaves no request clear of it: the whole baseline stands in, and the
+    evidence says why."""
+    windows = _windows((B, 2), (S, 5))
+    aggregator = RunAggregator(windows, e2e_ms=SLO.e2e_ms, fast_fail_ms=100, faulted={0})
+    for record in [*_records(windows, 0, 4), *_records(windows, 0, 1, e2e_ms=1_500, first_id=10)]:
+        aggregator.add(record)
+    for record in _records(windows, 1, 10, first_id=100):
+        aggregator.add(record)
+    evidence = _component(score_run(aggregator.result(), slo=SLO, spec=SPEC), PRESERVATION).evidence
+    assert evidence["reference_ratio"] == pytest.approx(0.8)
+    assert evidence["baseline_spill_over"] == 5
+    assert evidence["baseline_spill_over_reason"] == (
+        "Every one of the 5 baseline requests was spill-over (5 sent while a fault was on), so the whole baseline "
+        "stands in as the reference"
+    )
+
+
+def test_metrics_counted_without_an_aggregator_use_the_whole_baseline() -> None:
+    """Hand-built metrics carry no reference of their own: the whole baseline is the reference, nothing left out."""
     baseline_w, stress_w = _windows((B, 10), (S, 5))
-    seconds = [_second(t, on_time=5) for t in range(9)] + [_second(9, late=5)]
-    seconds += [_second(10 + t, on_time=2) for t in range(5)]
     baseline = _phase(baseline_w, on_time=45, late=5)
     stress = _phase(stress_w, on_time=9, late=1)
-    score = score_run(_metrics([baseline, stress], seconds), slo=SLO, spec=SPEC)
-    preservation = _component(score, PRESERVATION)
-    assert preservation.evidence["reference_ratio"] == 1.0  # the late second 9 is left out (whole: 0.9)
-    assert preservation.value == pytest.approx(0.9)
-
-
-def test_a_baseline_shorter_than_the_slo_is_used_whole_for_the_reference() -> None:
-    """With no whole second of a baseline settled before its end, the whole baseline is the reference."""
-    baseline_w, stress_w = _windows((B, 0.8), (S, 5))
-    seconds = [_second(0, on_time=3, late=1)] + [_second(1 + t, on_time=2) for t in range(5)]
-    baseline = _phase(baseline_w, on_time=3, late=1)
-    stress = _phase(stress_w, on_time=9, late=1)
-    score = score_run(_metrics([baseline, stress], seconds), slo=SLO, spec=SPEC)
-    assert _component(score, PRESERVATION).evidence["reference_ratio"] == pytest.approx(0.75)
+    evidence = _component(score_run(_metrics([baseline, stress]), slo=SLO, spec=SPEC), PRESERVATION).evidence
+    assert evidence["reference_ratio"] == pytest.approx(0.9)
+    assert (evidence["baseline_spill_over"], evidence["baseline_spill_over_reason"]) == (0, None)
