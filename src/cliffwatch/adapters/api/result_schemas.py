@@ -44,6 +44,10 @@ RESULT = obj(
         "faults": nullable({"type": "array", "items": ANY_OBJECT}),
         "capped": {"type": "boolean", "description": "the attempt cap held back attempts: what was sent is not "
                    "the load as written (verdict capped; the run cannot pass)"},
+        "workload_mismatch": {"type": "boolean", "description": "the prompts sent were not the sizes the scenario "
+                              "asks for by the server's own count (over 10 % off, mean absolute), or could not be "
+                              "sized at all (a failed calibration): the run cannot pass (verdict workload_mismatch)"},
+        "workload_mismatch_reason": nullable({"type": "string", "description": "why workload_mismatch"}),
         "notes": {"type": "array", "items": {"type": "string"},
                   "description": "where the run as prepared differed from its scenario, e.g. a connection pool "
                                  "capped to the file descriptor budget"},

@@ -117,22 +117,56 @@ def _share_of(total: Any) -> Callable[[Any], str]:
     return share
 
 
+SIZE_HEADERS = ("prompt off the asked size (server count)", "output short of max_tokens")
+
+
 def phase_results(doc: Mapping[str, Any]) -> str:
+    phases = [_map(p) for p in _list(doc.get("phases"))]
+    counted = any(p.get("prompt_tokens_error") or p.get("output_shortfall") for p in phases)
     rows = []
-    for phase in map(_map, _list(doc.get("phases"))):
+    for phase in phases:
         outcomes, latency = _map(phase.get("outcomes")), _map(phase.get("latency_ms"))
         offered = phase.get("offered")
         share = _share_of(offered)
+        sizes: tuple[str, ...] = ()
+        if counted:
+            prompt, output = _map(phase.get("prompt_tokens_error")), _map(phase.get("output_shortfall"))
+            sizes = (_percent(prompt.get("mean_abs_pct")), _percent(output.get("mean_pct")))
         rows.append((
             f"{_e(phase.get('name'))} <span class='muted'>({_e(phase.get('role'))})</span>",
             _num(phase.get("offered_rps"), 1), _pct(phase.get("on_time_ratio")), _num(phase.get("goodput_rps"), 2),
             _num(phase.get("output_tokens_per_s"), 0), _ms(_map(latency.get("ttft")).get("p99")),
             _ms(_map(latency.get("e2e")).get("p99")), *(share(outcomes.get(o.value)) for o in NOT_ON_TIME),
-            _num(phase.get("amplification"), 2),
+            _num(phase.get("amplification"), 2), *sizes,
         ))  # fmt: skip
     head = ("phase", "offered/s", "on time", "goodput/s", "tokens/s", "p99 TTFT", "p99 e2e",
-            *(OUTCOME_TEXT[o].label for o in NOT_ON_TIME), "attempts per request")  # fmt: skip
-    return f'<section id="phases"><h2>Phases</h2>{_table(head, rows, cls="numbers")}</section>'
+            *(OUTCOME_TEXT[o].label for o in NOT_ON_TIME), "attempts per request",
+            *(SIZE_HEADERS if counted else ()))  # fmt: skip
+    table = _table(head, rows, cls="numbers")
+    return f'<section id="phases"><h2>Phases</h2>{table}{_prompt_sizing(doc)}</section>'
+
+
+def _percent(value: Any) -> str:
+    return f"{value:.1f} %" if isinstance(value, int | float) else DASH
+
+
+def _prompt_sizing(doc: Mapping[str, Any]) -> str:
+    """How the prompts were sized and how far the server counted them from the sizes asked, in one line; in
+    the warning style when the run cannot vouch for its workload (``workload_mismatch``)."""
+    sizing = _map(doc.get("prompt_tokens"))
+    if not sizing:
+        return ""
+    error = _map(sizing.get("error"))
+    text = f"Prompts sized by {sizing.get('source')}"
+    if sizing.get("detail"):
+        text += f" ({sizing.get('detail')})"
+    if error:
+        text += (f"; the server counted them {_percent(error.get('mean_abs_pct'))} off the sizes asked on average "
+                 f"(p99 {_percent(error.get('p99_abs_pct'))}, {error.get('answers')} answers)")  # fmt: skip
+    mismatch = doc.get("workload_mismatch") is True
+    if mismatch:
+        text += f". Workload mismatch: {doc.get('workload_mismatch_reason')}"
+    return f'<p class="{"warn" if mismatch else "muted"}" id="prompt-sizing">{_e(text)}.</p>'
 
 
 def generator(doc: Mapping[str, Any]) -> str:

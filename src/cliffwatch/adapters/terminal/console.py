@@ -81,12 +81,22 @@ _SHARES = (Outcome.LATE, *FAILED)
 
 
 def phase_table(result: RunResult) -> Table:
+    """Each phase's figures; when the server counted the prompts or the outputs, beside them how far the
+    prompts were from the sizes asked (mean absolute) and how far the answers fell short of max_tokens."""
+    phases = result.metrics.phases
+    sizing = any(p.prompt_error.count or p.output_shortfall.count for p in phases)
     table = Table(title=f"{result.scenario.name}: phases", title_justify="left", show_edge=False)
     for header in ("phase", "offered/s", "on time", "goodput/s", "tokens/s", "p99 TTFT", "p99 e2e",
-                   *(OUTCOME_TEXT[o].label for o in _SHARES), "att/req"):  # fmt: skip
+                   *(OUTCOME_TEXT[o].label for o in _SHARES), "att/req",
+                   *(("prompt off", "output short") if sizing else ())):  # fmt: skip
         table.add_column(header, justify="left" if header == "phase" else "right")
-    for stats in result.metrics.phases:
-        table.add_row(*_phase_row(stats))
+    for stats in phases:
+        row = _phase_row(stats)
+        if sizing:
+            prompt, output = stats.prompt_error, stats.output_shortfall
+            row.append(f"{prompt.total / prompt.count:.1f}%" if prompt.count else "–")
+            row.append(f"{output.total / output.count:.1f}%" if output.count else "–")
+        table.add_row(*row)
     return table
 
 

@@ -45,6 +45,10 @@ class ClassBook:
     fast_fail_ms: float
 
 
+# Answers whose output was counted (the server's usage, or one chunk a token), not guessed from words.
+COUNTED_OUTPUT = frozenset((TokenSource.USAGE, TokenSource.CHUNKS))
+
+
 class RunAggregator:
     """Counts records into phases and seconds as they finish; answers the live abort checks.
 
@@ -115,6 +119,8 @@ class RunAggregator:
             error = 100.0 * (final.server_prompt_tokens - record.prompt_tokens) / record.prompt_tokens
             phase.prompt_error.add(abs(error))
             phase.prompt_error_signed += error
+        if final.failure is None and record.max_tokens > 0 and final.token_source in COUNTED_OUTPUT:
+            phase.output_shortfall.add(max(0.0, 100.0 * (record.max_tokens - final.output_tokens) / record.max_tokens))
         latency = phase.latency
         latency["schedule_lag"].add(max(0.0, (attempts[0].sent_ns - scheduled_ns) / NS_PER_MS))
         end_ns = final.end_ns

@@ -13,6 +13,7 @@ from cliffwatch.domain.histogram import Histogram
 from cliffwatch.domain.outcomes import NS_PER_S, Outcome
 from cliffwatch.domain.results.run_metrics import PhaseStats, RunMetrics, SecondStats, merge_phases, outcome_counts
 from cliffwatch.domain.results.scoring import Score
+from cliffwatch.domain.results.workload_match import output_shortfall_summary, workload_mismatch
 from cliffwatch.domain.scenario.conversations import pooled
 from cliffwatch.domain.scenario.faults import FaultEvent
 from cliffwatch.domain.scenario.scenario import Scenario
@@ -76,7 +77,12 @@ class RunResult:
         """A pass needs a complete run, a generator that kept its schedule, the load as written (nothing held
         back by the attempt cap), and a passing score."""
         return (self.status is RunStatus.SUCCEEDED and not self.generator.limited and not self.capped
-                and self.score.passed)  # fmt: skip
+                and self.workload_mismatch is None and self.score.passed)  # fmt: skip
+
+    @property
+    def workload_mismatch(self) -> str | None:
+        """Why the prompts sent are not the sizes the scenario asks for (domain.results.workload_match)."""
+        return workload_mismatch(self.prompt_sizing, self.metrics.phases)
 
     @property
     def capped(self) -> bool:
@@ -93,6 +99,10 @@ class RunResult:
                     "client, not the target: " + "; ".join(self.generator.reasons),
                 )
             )
+        mismatch = self.workload_mismatch
+        if mismatch is not None:
+            found.append(Verdict(name="workload_mismatch", summary="the prompts sent are not the sizes the scenario "
+                                 f"asks for, so these figures describe another workload: {mismatch}"))  # fmt: skip
         if self.generator.cap is not None and self.generator.cap.capped:
             found.append(Verdict(name="capped", summary=self.generator.cap.summary()))
         left = [e for e in self.fault_events if e.action == "off" and not e.ok]
@@ -120,6 +130,8 @@ class RunResult:
             "status": self.status.value,
             "passed": self.passed,
             "capped": self.capped,
+            "workload_mismatch": self.workload_mismatch is not None,
+            "workload_mismatch_reason": self.workload_mismatch,
             "abort_reason": self.abort_reason,
             "started_at": self.started_at.isoformat(),
             "finished_at": self.finished_at.isoformat(),
@@ -268,6 +280,7 @@ def _phase_dict(stats: PhaseStats, timing: PhaseTiming | None, server: ServerVie
         "token_count_source": dict(stats.token_sources),
         **_token_split(stats),
         **_prompt_errors(stats),
+        "output_shortfall": output_shortfall_summary(stats.output_shortfall),
         "latency_ms": {name: hist.summary() for name, hist in stats.latency.items()},
         **state_headers_summary(stats),
         **extra,
@@ -318,6 +331,7 @@ def prompt_error_summary(errors: Histogram, signed: float) -> dict[str, Any]:
         "mean_pct": round(signed / errors.count, 3),
         "mean_abs_pct": round(errors.total / errors.count, 3),
         "p99_abs_pct": None if p99 is None else round(p99, 3),
+        "max_abs_pct": round(errors.max, 3),
     }
 
 

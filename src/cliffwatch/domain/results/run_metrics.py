@@ -52,6 +52,9 @@ class PhaseStats:
     # percent of the intended count, and the signed errors' sum (over prompt_error.count answers).
     prompt_error: Histogram = field(default_factory=Histogram)
     prompt_error_signed: float = 0.0
+    # Of each successful answer, how far its output fell short of the max_tokens asked, in percent of them (0 for
+    # an answer as long as asked): a server that stops early serves a lighter workload than the scenario's.
+    output_shortfall: Histogram = field(default_factory=Histogram)
     latency: dict[str, Histogram] = field(default_factory=lambda: {m: Histogram() for m in LATENCY_METRICS})
     # What the answers' server-state headers said (domain.server.state_headers): each reading's values, by name.
     state_headers: dict[str, Histogram] = field(default_factory=dict)
@@ -161,6 +164,7 @@ def merge_phases(phases: Sequence[PhaseStats]) -> PhaseStats | None:
         pooled.split_answers += p.split_answers
         pooled.prompt_error.merge(p.prompt_error)
         pooled.prompt_error_signed += p.prompt_error_signed
+        pooled.output_shortfall.merge(p.output_shortfall)
         for name, hist in p.latency.items():
             pooled.latency[name].merge(hist)
         for name, hist in p.state_headers.items():

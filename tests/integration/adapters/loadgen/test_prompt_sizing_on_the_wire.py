@@ -18,8 +18,11 @@ import pytest
 from aiohttp import web
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from loadgen_testkit import Serve, chat_chunk, scenario_for, send_events, sse
+from rich.console import Console
 from tokenizers import Tokenizer
 
+from cliffwatch.adapters.report.render import render_report
+from cliffwatch.adapters.terminal.console import scorecard
 from cliffwatch.bootstrap.run import prepare_run
 from cliffwatch.config import Settings
 from cliffwatch.domain.errors import ScenarioInvalid
@@ -146,13 +149,18 @@ async def test_a_tokenizer_outside_the_data_directories_is_refused_before_any_lo
 
 
 def tokenizing_server(tokenizer: Tokenizer, *, dialect: str) -> Any:
-    """The chat endpoint of ``counting_server`` plus a ``/tokenize``: vLLM's (``{"model", "messages",
-    "add_generation_prompt"}`` → ``{"count", "max_model_len", "tokens"}``, vllm/entrypoints/openai/protocol.py)
-    or llama.cpp's (``{"content"}`` → ``{"tokens"}``, no chat template)."""
-    chat = counting_server(tokenizer, template=dialect == "vllm")
+    """The chat endpoint of ``counting_server`` (which counts the chat template) plus a ``/tokenize``: vLLM's
+    (``{"model", "messages", "add_generation_prompt"}`` → ``{"count", "max_model_len", "tokens"}``,
+    vllm/entrypoints/openai/protocol.py) or llama.cpp's (``{"content"}`` → ``{"tokens"}``, no chat template)
+    from a build without ``/apply-template`` (older llama-server builds): its fit misses the template's tokens,
+    which the answers' own counts correct during the run. tests/engines/llama_cpp_mimic.py has the whole
+    llama.cpp surface."""
+    chat = counting_server(tokenizer)
     compiled = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(CHAT_TEMPLATE)
 
     async def handler(request: web.Request) -> web.StreamResponse:
+        if request.path == "/apply-template":
+            return web.json_response({"error": {"code": 404, "type": "not_found_error"}}, status=404)
         if request.path != "/tokenize":
             return await chat(request)
         body = json.loads(await request.read())
@@ -185,3 +193,45 @@ async def test_with_the_servers_tokenize_prompts_are_within_two_percent(
     assert sizing["error"]["answers"] == 40
     assert abs(sizing["error"]["mean_pct"]) <= 2.0, sizing
     assert sizing["error"]["mean_abs_pct"] <= 2.0, sizing
+
+
+async def test_a_failed_calibration_is_a_workload_mismatch_the_run_says_out_loud(serve: Serve) -> None:
+    """The probes are refused (HTTP 503) but the load is answered, with a server that counts three tokens a
+    word: the prompts go out unmeasured, so the run cannot pass and says why in its result, its scorecard and
+    its report, beside each phase's server-counted error."""
+
+    async def refuses_probes(request: web.Request) -> web.StreamResponse:
+        if request.method != "POST":
+            return web.Response(status=404)
+        body = json.loads(await request.read())
+        if not body.get("stream"):
+            return web.json_response({"error": "overloaded"}, status=503)
+        usage = {"prompt_tokens": 3 * len(body["messages"][0]["content"].split()), "completion_tokens": 1}
+        return await send_events(request, [chat_chunk("ok"), chat_chunk(finish="length"),
+                                           sse({"choices": [], "usage": usage}), DONE])  # fmt: skip
+
+    served = await serve(refuses_probes)
+    scenario = chat_scenario(served.url)
+    settings = Settings.from_env({})
+    async with prepare_run(settings, scenario, observer=CollectingObserver()) as prepared:
+        result = await prepared.service.execute(scenario, run_id="mismatch", target_url=prepared.target_url)
+    document = result.to_dict()
+
+    sizing = document["prompt_tokens"]
+    assert sizing["source"] == "words"
+    assert sizing["failure"].startswith("calibration failed: 0 of 4 probes answered")
+    assert document["workload_mismatch"] is True
+    assert document["workload_mismatch_reason"].startswith("calibration failed")
+    assert document["passed"] is False
+    assert "workload_mismatch" in [v["name"] for v in document["verdicts"]]
+    # the answers' counts corrected the one-word-a-token start: the later prompts are near the sizes asked
+    assert sizing["error"]["answers"] == 40
+
+    console = Console(record=True, width=250)
+    console.print(scorecard(result))
+    text = console.export_text()
+    assert "⚠ workload_mismatch: the prompts sent are not the sizes the scenario asks for" in text
+    assert "prompt off" in text
+    html = render_report(document)
+    assert 'class="warn" id="prompt-sizing"' in html
+    assert "Workload mismatch: calibration failed" in html
