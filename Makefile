@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 TOXIPROXY_VERSION := 2.12.0
 TOXIPROXY_BIN := .tools/bin/toxiproxy-server
 
-.PHONY: demo test lint typecheck check clean toxiproxy system-deps
+.PHONY: demo test lint typecheck check clean toxiproxy system-deps llama-server
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "cliffwatch needs Python >= 3.11")'
@@ -44,9 +44,15 @@ demo: $(STAMP) toxiproxy
 system-deps:
 	bash tests/install-system-deps.sh
 
+# llama.cpp's llama-server for the real-engine tests (pytest -m llama_server), built from the sources the
+# llama-cpp-python sdist on PyPI vendors, once per machine, into ~/.cache/cliffwatch/engines (about five
+# minutes on two cores the first time; nothing after). Needs CMake and a C++ compiler.
+llama-server: $(STAMP)
+	PYTHON=$(BIN)/python bash tests/engines/build-llama-server.sh
+
 # The suite in parallel (tests/run-suite.sh says how; docs/design.md why); TEST_WORKERS=1: in one process.
 TEST_WORKERS ?= 4
-test: $(STAMP) toxiproxy system-deps
+test: $(STAMP) toxiproxy system-deps llama-server
 	TEST_WORKERS=$(TEST_WORKERS) PYTHON=$(BIN)/python bash tests/run-suite.sh
 
 lint: $(STAMP)

@@ -2,7 +2,9 @@
 # Installs the system programs the test suite starts for real, when they are missing (and only then):
 # PostgreSQL's server binaries (the stores' contract tests run initdb + pg_ctl), HAProxy (the capacity truth
 # test) and Chromium (the report and dashboard browser tests, driven by Playwright, which never downloads a
-# browser here). Debian/Ubuntu apt-get, as root or through sudo; elsewhere it says what to install and fails.
+# browser here), and CMake with a C++ compiler (tests/engines/build-llama-server.sh builds llama.cpp's server
+# for the real-engine tests). Debian/Ubuntu apt-get, as root or through sudo; elsewhere it says what to install
+# and fails.
 set -euo pipefail
 
 have_initdb() {
@@ -12,6 +14,8 @@ missing=()
 if ! have_initdb; then missing+=(postgresql); fi
 if [ ! -x /usr/sbin/haproxy ] && ! command -v haproxy >/dev/null 2>&1; then missing+=(haproxy); fi
 if [ ! -x /usr/bin/chromium ]; then missing+=(chromium); fi
+if ! command -v cmake >/dev/null 2>&1; then missing+=(cmake); fi
+if ! command -v c++ >/dev/null 2>&1 || ! command -v make >/dev/null 2>&1; then missing+=(g++ make); fi
 if [ "${#missing[@]}" -eq 0 ]; then
     exit 0
 fi
