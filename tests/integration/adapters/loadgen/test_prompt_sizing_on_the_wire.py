@@ -159,6 +159,8 @@ def tokenizing_server(tokenizer: Tokenizer, *, dialect: str) -> Any:
     compiled = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(CHAT_TEMPLATE)
 
     async def handler(request: web.Request) -> web.StreamResponse:
+        if dialect == "vllm" and request.method == "GET" and request.path == "/v1/models":  # ModelCard
+            return web.json_response({"object": "list", "data": [{"id": "tiny-llama", "max_model_len": 4096}]})
         if request.path == "/apply-template":
             return web.json_response({"error": {"code": 404, "type": "not_found_error"}}, status=404)
         if request.path != "/tokenize":
@@ -190,6 +192,7 @@ async def test_with_the_servers_tokenize_prompts_are_within_two_percent(
     print(f"server ({dialect}): {sizing}")
     assert sizing["source"] == "server", sizing
     assert sizing["detail"].startswith(f"{dialect} /tokenize: ")
+    assert sizing["context_tokens"] == (4096 if dialect == "vllm" else None)
     assert sizing["error"]["answers"] == 40
     assert abs(sizing["error"]["mean_pct"]) <= 2.0, sizing
     assert sizing["error"]["mean_abs_pct"] <= 2.0, sizing
