@@ -87,6 +87,10 @@ class ServerWatcher(Protocol):
     async def stop(self) -> ServerView | None:
         """Stops watching; what was seen since ``start`` (None: nothing is watched)."""
 
+    async def backlog(self) -> float | None:
+        """One look now: the requests the server holds, waiting and running (its own gauges), or None when it
+        does not say (nothing watched, a failed scrape, an engine without those signals)."""
+
 
 class RecordSink(Protocol):
     def add(self, record: RequestRecord) -> None:

@@ -55,6 +55,9 @@ class NoServerWatcher:
     async def stop(self) -> ServerView | None:
         return None
 
+    async def backlog(self) -> float | None:
+        return None
+
 
 class NoFaultInjector:
     """The injector when no fault backend is configured: a scenario that needs faults fails before load."""

@@ -24,8 +24,10 @@ from cliffwatch.adapters.network.target_access import Destinations
 from cliffwatch.domain.outcomes import NS_PER_S
 from cliffwatch.domain.ports import Clock
 from cliffwatch.domain.scenario.metric_expr import Samples
-from cliffwatch.domain.scenario.metrics_spec import MetricsSpec
+from cliffwatch.domain.scenario.metrics_spec import MetricsSpec, Signal
 from cliffwatch.domain.server.server_view import ServerRecorder, ServerView
+
+BACKLOG_SIGNALS = frozenset((Signal.WAITING, Signal.RUNNING))
 
 log = structlog.get_logger(__name__)
 
@@ -129,6 +131,19 @@ class PrometheusWatcher:
         await self._cancel()
         recorder, self._recorder = self._recorder, None
         return None if recorder is None else recorder.view()
+
+    async def backlog(self) -> float | None:
+        """The server's waiting plus running requests by one scrape now (read as a run reads them: the
+        engine's profile, detected from the page when ``engine: auto``); None when the page has neither."""
+        try:
+            text = await self._fetch()
+        except ScrapeFailed:
+            return None
+        recorder = ServerRecorder(self.spec, url=self.shown_url)
+        recorder.scraped(0.0, parse_page(text, None))
+        values = [s.values[-1] for s in recorder.view().series if s.signal in BACKLOG_SIGNALS and s.values]
+        held = [v for v in values if v is not None]
+        return sum(held) if held else None
 
     async def _cancel(self) -> None:
         task, self._task = self._task, None

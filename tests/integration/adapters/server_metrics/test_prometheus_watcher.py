@@ -131,3 +131,36 @@ async def test_a_metrics_url_outside_the_allowlist_is_refused_before_anything_is
     with pytest.raises(TargetNotAllowed, match=r"10\.255\.255\.1"):
         async with scraper:
             pass
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "tgi", "llamacpp", "triton", "builtin"])
+async def test_the_backlog_is_the_servers_waiting_plus_running_by_one_scrape_now(
+    page_server: Callable[[Page], Awaitable[str]], engine: str
+) -> None:
+    """What a sweep waits on between steps (domain.capacity.step_drain): each engine's own gauges, the engine
+    told by its page."""
+    state = {"waiting": 3, "running": 2}
+
+    async def metrics(request: web.Request) -> web.Response:
+        return web.Response(text=PAGES[engine](EngineState(**state)), content_type="text/plain")
+
+    url = await page_server(metrics)
+    async with watcher(url, MetricsSpec(interval_ms=100, timeout_ms=500)) as scraper:
+        assert await scraper.backlog() == 5
+        state.update(waiting=0, running=0)
+        assert await scraper.backlog() == 0
+
+
+async def test_a_page_without_the_gauges_or_no_page_has_no_backlog(
+    page_server: Callable[[Page], Awaitable[str]],
+) -> None:
+    async def unknown(request: web.Request) -> web.Response:
+        return web.Response(text="# TYPE something gauge\nsomething 1\n", content_type="text/plain")
+
+    async def failing(request: web.Request) -> web.Response:
+        return web.Response(status=500)
+
+    for handler in (unknown, failing):
+        url = await page_server(handler)
+        async with watcher(url, MetricsSpec(interval_ms=100, timeout_ms=500)) as scraper:
+            assert await scraper.backlog() is None
