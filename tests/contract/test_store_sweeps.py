@@ -4,11 +4,15 @@ in-memory twin, SQLite and PostgreSQL alike."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from store_kit import T0, Backend, make_run, scored_end, seconds
 
+from cliffwatch.domain.capacity.capacity import CapacityResult, summarize
 from cliffwatch.domain.capacity.sweep_spec import SweepArrival, SweepMode, SweepSpec
 from cliffwatch.domain.results.result import RunStatus
 from cliffwatch.domain.service.runs import CatchUp, RunEnd, RunKind, RunQuery, Schedule
+from cliffwatch.services.memory_sweep import ModelStepRunner
 
 SPEC = SweepSpec(start=2.0, stop=12.0, trials=2, step_s=5.0, warmup_s=1.0, cooldown_s=0.5,
                  arrival=SweepArrival.CONSTANT, variants=("as-written", "none"))  # fmt: skip
@@ -99,6 +103,31 @@ async def test_a_sweep_schedule_keeps_its_kind_and_parameters(backend: Backend) 
         ("nightly", RunKind.SWEEP, SPEC),
         ("p", RunKind.RUN, None),
     ]
+
+
+async def test_a_sweeps_recheck_and_the_target_drift_it_found_come_back(backend: Backend) -> None:
+    """A sweep asked not to recheck keeps that choice, and a finished document's ``target_drift`` (the trials that
+    disagreed, when they ran) reads back into the same capacity result."""
+    asked = replace(SPEC, recheck=False)
+    await backend.store.create_run(make_run("s1", kind=RunKind.SWEEP, sweep=asked))
+    await _claim(backend, "s1")
+    fast, slow = ModelStepRunner(capacity=20.0, step_s=400.0), ModelStepRunner(capacity=0.5, step_s=400.0)
+    steps = [replace(fast.step(1.0, 1), started_s=0.0), fast.step(6.0, 1),
+             replace(slow.step(1.0, 2), started_s=50.0, recheck=True)]  # fmt: skip
+    result = summarize(steps, target=0.99, e2e_slo_ms=4000.0, finished_because="no cliff found up to 6 req/s")
+    assert result.target_drift is not None
+    document = {**DOCUMENT, "variants": [{"variant": "as-written", "retry": "as written", "result": result.to_dict()}]}
+    end = RunEnd(status=RunStatus.SUCCEEDED, finished_at=T0 + seconds(90), result=document, usable_rps=None)
+    assert await backend.store.finish_run("s1", owner="w", end=end)
+
+    run = await backend.store.get_run("s1")
+
+    assert run is not None
+    assert run.sweep == asked
+    assert run.result is not None
+    stored = run.result["variants"][0]["result"]
+    assert CapacityResult.from_dict(stored).target_drift == result.target_drift
+    assert [t["started_s"] for t in stored["target_drift"]["disagreements"][0]["trials"]] == [0.0, 50.0]
 
 
 SO_FAR = {**RESULT, "finished_because": "provisional", "ratio": float("nan")}

@@ -162,9 +162,8 @@ async def prepare_sweep(
                 )
             )
 
-        service = SweepService(
-            scenario=scenario, spec=spec, runner_for=runner_for, observer=observer, sweep_observer=sweep_observer
-        )
+        service = SweepService(scenario=scenario, spec=spec, runner_for=runner_for, observer=observer,
+                               sweep_observer=sweep_observer, clock=clock)  # fmt: skip
         yield SweepHandle(sweep_id=sweep_id, scenario=scenario, spec=spec, service=service, clock=clock,
                           target_url=shown)  # fmt: skip
 

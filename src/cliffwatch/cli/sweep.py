@@ -67,6 +67,11 @@ def add_parser(commands: Any) -> None:
         help="judge Poisson steps on their counted attainment, not corrected for the luck of their draws",
     )  # fmt: skip
     sweep.add_argument(
+        "--recheck", action=argparse.BooleanOptionalAction, default=None,
+        help="end by measuring the first rate again, to see whether the target's speed drifted during the sweep "
+        "(one more step; on for --auto, off for a range)",
+    )  # fmt: skip
+    sweep.add_argument(
         "--concurrency", dest="mode", action="store_const", const="concurrency",
         help="steps are numbers of closed-loop clients instead of arrival rates",
     )  # fmt: skip
@@ -83,7 +88,7 @@ def add_parser(commands: Any) -> None:
 def sweep_spec_from(args: argparse.Namespace) -> SweepSpec:
     """The sweep's parameters from the options; raises ``SweepInvalid`` naming each bad option."""
     names = ("start", "stop", "auto", "target", "trials", "step_s", "warmup_s", "cooldown_s", "arrival", "extend_s",
-             "growth_check", "luck_correction")  # fmt: skip
+             "growth_check", "luck_correction", "recheck")  # fmt: skip
     options: dict[str, Any] = {name: getattr(args, name) for name in names}
     options["mode"] = args.mode
     options["max_rate"] = args.max_rate

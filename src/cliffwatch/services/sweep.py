@@ -27,13 +27,17 @@ from cliffwatch.domain.capacity.capacity import (
 )
 from cliffwatch.domain.capacity.sweep_plan import sweep_warnings
 from cliffwatch.domain.capacity.sweep_spec import SweepMode, SweepSpec, variant_policy
-from cliffwatch.domain.ports import ProgressObserver
+from cliffwatch.domain.ports import Clock, ProgressObserver
 from cliffwatch.domain.results.result import RunStatus, scenario_summary
 from cliffwatch.domain.scenario.retry import RetryPolicy
 from cliffwatch.domain.scenario.scenario import Scenario
 from cliffwatch.services.ports import StepRunner, SweepObserver
 
 log = structlog.get_logger(__name__)
+
+RECHECK_NOTE = (
+    "{variant}: the search is over; measuring its first rate, {rate}, again to see whether the target drifted"
+)
 
 
 class StepStopped(Exception):
@@ -77,12 +81,15 @@ class SweepService:
         runner_for: Callable[[str], AbstractAsyncContextManager[StepRunner]],
         observer: ProgressObserver,
         sweep_observer: SweepObserver | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.scenario = scenario
         self.spec = spec
         self.runner_for = runner_for
         self.observer = observer
         self.sweep_observer = sweep_observer or NullSweepObserver()
+        self.clock = clock  # when each step started (``StepStats.started_s``); None: not recorded
+        self._started_ns: int | None = None
         self.interrupted = False
         self.abort_reason: str | None = None
         self._runner: StepRunner | None = None
@@ -117,6 +124,7 @@ class SweepService:
     async def run(self) -> list[SweepReport]:
         """Every variant's report, in the order of ``spec.variants``; a stopped sweep returns the variants
         measured so far (the last one partial). Errors of a runner (a target that died) propagate."""
+        self._started_ns = None if self.clock is None else self.clock.now_ns()
         for variant in self.spec.variants:
             if self.stopped:
                 break
@@ -134,20 +142,23 @@ class SweepService:
         async with self.runner_for(variant) as runner:
             self._runner = runner
             try:
-                while not self.stopped and (next_step := search.next_rate()) is not None:
-                    rate, trial, extended = next_step
-                    self.sweep_observer.step_started(variant, rate, trial)
+                while not self.stopped and (asked := search.next_rate()) is not None:
+                    if asked.recheck:
+                        rate = f"{asked.rate:g} {unit_of(spec, self.scenario)}"
+                        self.observer.note(RECHECK_NOTE.format(variant=variant, rate=rate))
+                    self.sweep_observer.step_started(variant, asked.rate, asked.trial)
+                    started_s = self._seconds_in()
                     try:
-                        step = await runner.run_step(rate, trial=trial, extended=extended)
+                        step = await runner.run_step(asked.rate, trial=asked.trial, extended=asked.extended)
                     except StepStopped:
                         break
                     if self._halted():
                         break  # the step was cut short: its window is incomplete, so it is not counted
-                    if not spec.growth_check and step.growth is not None:
-                        step = replace(step, growth=None)  # judged by its attainment alone, as asked
+                    step = self._as_recorded(step, started_s=started_s, recheck=asked.recheck)
                     search.record(step)
-                    self.sweep_observer.step_finished(variant, step, _verdict_of(search, rate))
-                    log.info("sweep step", variant=variant, rate=rate, trial=trial, attainment=step.attainment)
+                    self.sweep_observer.step_finished(variant, step, _verdict_of(search, asked.rate))
+                    log.info("sweep step", variant=variant, rate=asked.rate, trial=asked.trial,
+                             attainment=step.attainment, recheck=asked.recheck)  # fmt: skip
             finally:
                 self._runner = None
         if not search.steps:
@@ -168,6 +179,18 @@ class SweepService:
             unit=unit_of(spec, self.scenario),
         )
         return SweepReport(variant=variant, policy_description=described, result=result)
+
+    def _seconds_in(self) -> float | None:
+        """Seconds since the sweep started, when it has a clock."""
+        if self.clock is None or self._started_ns is None:
+            return None
+        return (self.clock.now_ns() - self._started_ns) / 1e9
+
+    def _as_recorded(self, step: StepStats, *, started_s: float | None, recheck: bool) -> StepStats:
+        """The step as the search records it: when it started, whether it is the recheck, and without its growth
+        reading when the sweep was asked to judge by attainment alone."""
+        growth = step.growth if self.spec.growth_check else None
+        return replace(step, started_s=started_s, recheck=recheck, growth=growth)
 
 
 def unit_of(spec: SweepSpec, scenario: Scenario | None = None) -> str:

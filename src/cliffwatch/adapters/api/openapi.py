@@ -77,7 +77,8 @@ def _runs_paths() -> dict[str, Any]:
                 "rate (or, in concurrency mode, its maximum concurrency), a retry variant's attempts at that rate "
                 "over the attempt cap, or its longest length (variants × (max_steps × (warmup_s + step_s + "
                 "cooldown_s) + max_steps / 2 × (extend_s − step_s)) with the growth check, since at most every "
-                "other step is an extended one) over its maximum duration; 429 as for runs. The sweep is then read at "
+                "other step is an extended one, and one step more with the recheck) over its maximum duration; 429 "
+                "as for runs. The sweep is then read at "
                 "/api/v1/runs/{run_id}. warnings: what the sweep "
                 "as asked should be warned about (steps too short for the SLO, say), as the CLI warns; the "
                 "sweep document carries them too.",

@@ -61,6 +61,9 @@ SWEEP_SPEC = obj(
         "luck_correction": {"type": "boolean", "default": True,
                             "description": "false: judge Poisson steps on their counted attainment, not corrected "
                                            "for the luck of their draws by a reference queue (docs/sweep.md)"},
+        "recheck": nullable({"type": "boolean",
+                             "description": "end by measuring the first rate again (one more step), to see whether "
+                                            "the target's speed drifted; null: on for auto, off for a range"}),
     },
     required=(),
 )  # fmt: skip

@@ -154,8 +154,27 @@ def variant_facts(result: Mapping[str, Any]) -> str:
     if luck.get("steps"):
         applied = "corrected" if luck.get("applied") else "not corrected"
         facts.append(("arrival luck", esc(f"{applied}: {luck.get('reason', DASH)}")))
+    for pair in map(as_map, as_list(as_map(result.get("target_drift")).get("disagreements"))):
+        facts.append(("target drift", f'<span class="flag">{esc(drift_text(pair, unit))}</span>'))
     listed = "".join(f"<div><dt>{esc(k)}</dt><dd>{v}</dd></div>" for k, v in facts)
     return f'<dl class="facts sweep-facts">{listed}</dl>'
+
+
+def drift_text(pair: Mapping[str, Any], unit: str) -> str:
+    """Two disagreeing trials (``target_drift.disagreements[]``), when they ran and how far apart, unescaped."""
+    readings = []
+    for trial in map(as_map, as_list(pair.get("trials"))):
+        what = "the recheck" if trial.get("recheck") else f"trial {num(trial.get('trial'))}"
+        started = trial.get("started_s")
+        when = f", at {num(started)} s" if isinstance(started, int | float) else ""
+        step = trial.get("step_index")
+        where = f"step {step + 1}" if isinstance(step, int) else DASH
+        readings.append(f"{what} ({where}{when}) {pct1(trial.get('on_time_share'))} on time")
+    change, median = pair.get("share_change"), pair.get("median_e2e_change_ms")
+    apart = f"{change * 100:+.1f} points" if isinstance(change, int | float) else DASH
+    if isinstance(median, int | float):
+        apart += f", median e2e {median:+,.0f} ms"
+    return f"{num(pair.get('rate'))} {unit}: {', '.join(readings)}: {apart}"
 
 
 def _verdict_cell(rate: Mapping[str, Any]) -> str:
@@ -164,6 +183,9 @@ def _verdict_cell(rate: Mapping[str, Any]) -> str:
     flag = ' <span class="flag">on point estimate</span>' if rate.get("on_point_estimate") else ""
     if rate.get("on_growth"):
         flag += ' <span class="flag">queue kept growing</span>'
+    slowest = as_map(rate.get("slowest"))
+    if slowest:
+        flag += f' <span class="flag">target drifted: judged on trial {num(slowest.get("trial"))}</span>'
     return f'<span class="v-{esc(verdict)}">{esc(text)}</span>{flag}'
 
 
@@ -231,8 +253,9 @@ def steps_table(result: Mapping[str, Any]) -> str:
         limited = step.get("generator_limited") is True
         reasons = esc("; ".join(map(str, as_list(step.get("generator_reasons")))))
         generator = f'<span class="flag">invalid (generator)</span> {reasons}' if limited else "ok"
+        trial = num(step.get("trial")) + (' <span class="flag">recheck</span>' if step.get("recheck") else "")
         rows.append((
-            num(step.get("rate")), num(step.get("trial")), num(step.get("offered")), num(step.get("sent_rate"), 2),
+            num(step.get("rate")), trial, num(step.get("offered")), num(step.get("sent_rate"), 2),
             num(step.get("goodput_rps"), 2), pct1(step.get("attainment")), interval(step.get("interval")),
             num(step.get("tokens_per_s"), 1), num(step.get("completions_per_s"), 2), ms(ttft.get("p50")),
             ms(ttft.get("p99")), ms(e2e.get("p50")), ms(e2e.get("p99")),
@@ -252,7 +275,9 @@ def steps_table(result: Mapping[str, Any]) -> str:
         "its schedule, so the step says nothing about the target; <em>queue in the step</em>: whether the queue "
         "grew within the step (docs/sweep.md), and by what overload; a step whose queue grew is measured again "
         "over the <em>extended</em> window, and a rate whose queue still grows there is bad, <em>queue kept "
-        "growing</em>, whatever its attainment."
+        "growing</em>, whatever its attainment; <em>recheck</em>: the first rate measured again at the end, to "
+        "see whether the target's speed drifted; <em>target drifted</em>: trials at the rate disagreed beyond "
+        "their intervals, so it is judged on its slower trial alone."
         + (
             " <em>On time by class</em>: each traffic class's own attainment against its own SLO; the step is "
             "judged on all of them together, at the scenario's traffic mix."

@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 
 from cliffwatch.domain.capacity.capacity import CapacityResult, SettledRate, StepStats, StepVerdict
+from cliffwatch.domain.capacity.drift import Disagreement, DriftReading
 from cliffwatch.domain.capacity.sweep_plan import short_step_warning
 from cliffwatch.domain.capacity.sweep_spec import SweepMode
 from cliffwatch.domain.outcomes import FAILED, OUTCOME_TEXT
@@ -73,8 +74,9 @@ class SweepConsoleObserver:
         limited = f"  generator limited: {'; '.join(step.generator_reasons)}" if step.generator_limited else ""
         grew = growth_text(step)
         again = ": measuring it again over a longer window" if grew and not step.extended else ""
+        recheck = " (the recheck)" if step.recheck else ""
         self.progress.note(
-            f"{variant}: {_num(step.rate)} {self.unit} → on time {attainment_text(step)}, "
+            f"{variant}: {_num(step.rate)} {self.unit}{recheck} → on time {attainment_text(step)}, "
             f"goodput {_num(step.goodput_rps)}/s, tokens {_num(step.tokens_per_s)}/s, "
             f"p99 e2e {_ms(step.e2e_ms.get('p99'))}: {verdict_text(verdict)}{limited}"
             + (f"  queue growing ({grew}){again}" if grew else "")
@@ -109,23 +111,29 @@ def step_table(report: SweepReport) -> Table:
     for header in headers:
         table.add_column(header, justify="left" if header == "verdict" else "right", no_wrap=True)
     settled = {s.rate: s for s in result.rates}
-    last_trial = {step.rate: step.trial for step in result.steps}
+    # the search's last trial at each rate carries the rate's verdict; the recheck has a line of its own
+    last_trial = {step.rate: step.trial for step in result.steps if not step.recheck}
+    drift = result.target_drift
     estimated = False
     for step in result.steps:
         rate = settled.get(step.rate)
         luck = "–"
-        if step.trial < last_trial[step.rate] or rate is None:
+        if step.recheck:
+            disagreed = drift is not None and (pair := drift.at(step.rate)) is not None and pair.later.recheck
+            verdict = "[red]recheck: drifted[/]" if disagreed else "[dim]recheck: agrees[/]"
+        elif step.trial < last_trial[step.rate] or rate is None:
             verdict = "[dim]unsure: again[/]" if step.trial < last_trial[step.rate] else "–"
         else:
             luck = _pct(rate.pooled.judged_attainment, 1) if rate.pooled.corrected_on_time is not None else "–"
             style = _VERDICT_STYLE.get(rate.verdict, "")
             grew = " (queue grew)" if rate.on_growth else ""
-            verdict = f"[{style}]{verdict_text(rate.verdict)}{grew}{'*' if rate.on_point_estimate else ''}[/]"
+            slower = f" (on trial {rate.slowest_trial}: drifted)" if rate.slowest_trial is not None else ""
+            verdict = f"[{style}]{verdict_text(rate.verdict)}{grew}{slower}{'*' if rate.on_point_estimate else ''}[/]"
             estimated = estimated or rate.on_point_estimate
         interval = step.interval()
         table.add_row(
             _num(step.rate),
-            str(step.trial),
+            f"{step.trial} recheck" if step.recheck else str(step.trial),
             str(step.offered),
             _num(step.sent_rate),
             _num(step.goodput_rps),
@@ -151,6 +159,11 @@ def step_table(report: SweepReport) -> Table:
                      "draws; its verdict is judged on it (docs/sweep.md, \"Arrival luck\")")  # fmt: skip
     if estimated:
         notes.append("* settled on the point estimate: no further trial could clear the 95% interval (docs/sweep.md)")
+    if any(step.recheck for step in result.steps):
+        notes.append("recheck: the first rate measured again at the end, to see whether the target's speed drifted")
+    if drift is not None:
+        notes.append("drifted: trials at the rate disagreed beyond their intervals; it is judged on its slower trial "
+                     '(docs/sweep.md, "A target whose speed drifts")')  # fmt: skip
     table.caption = "\n".join(notes)
     return table
 
@@ -194,7 +207,25 @@ def capacity_lines(result: CapacityResult) -> list[RenderableType]:
     if result.luck is not None and result.luck.steps:
         applied = "corrected" if result.luck.applied else "not corrected"
         lines.append(Text(f"arrival luck: {applied}: {result.luck.reason}", style="dim"))
+    if result.target_drift is not None:
+        lines.extend(Text(f"target drift: {drift_text(pair, unit)}", style="yellow")
+                     for pair in result.target_drift.disagreements)  # fmt: skip
     return lines
+
+
+def drift_text(pair: Disagreement, unit: str) -> str:
+    """Two disagreeing trials, when they ran and how far apart: "8 req/s: trial 1 (step 5, at 62 s) 100.0 % on
+    time, trial 2 (step 9, at 240 s) 29.0 %: −71.0 points, median e2e +66 ms"."""
+
+    def reading(r: DriftReading) -> str:
+        when = "" if r.started_s is None else f", at {r.started_s:.0f} s"
+        what = "the recheck" if r.recheck else f"trial {r.trial}"
+        return f"{what} (step {r.step_index + 1}{when}) {r.on_time_share:.1%}"
+
+    apart = f"{pair.share_change * 100:+.1f} points"
+    if pair.median_e2e_change_ms is not None:
+        apart += f", median e2e {pair.median_e2e_change_ms:+,.0f} ms"
+    return f"{_num(pair.rate)} {unit}: {reading(pair.earlier)} on time, {reading(pair.later)}: {apart}"
 
 
 def comparison(reports: Sequence[SweepReport]) -> Table:

@@ -29,6 +29,7 @@ from cliffwatch.domain.capacity.capacity_steps import (
     pool_rates,
     settle,
 )
+from cliffwatch.domain.capacity.drift import TargetDrift, find_drift, slowest_periods
 from cliffwatch.domain.capacity.found_capacity import CapacityResult
 from cliffwatch.domain.outcomes import NOT_ON_TIME, OUTCOME_TEXT
 
@@ -63,6 +64,14 @@ NOTHING_VALID = "no valid step: the generator could not keep its schedule at any
 GROWTH_SIGNAL = "the queue kept growing through a {window} s step ({trend})"
 SERVER_QUEUE = " (the server's waiting queue went from {first} to {peak})"  # target.metrics, at the crossing
 SERVER_QUEUE_HELD = " (the server's waiting queue held at {peak} at most)"
+# Trials at one rate disagreed beyond their intervals (domain.capacity.drift): said first, the rest of the verdict
+# follows with each of those rates judged on its slower trial.
+DRIFT = (
+    "the target's speed drifted during the sweep ({readings}): its usable capacity is its slowest period's, each "
+    "of these rates judged on its slower trial; "
+)
+DRIFT_READINGS = "{rate}: {first} % on time {first_when}, {second} % {second_when}"
+DRIFT_RECHECK = " in the end-of-sweep recheck"
 
 
 def num(value: float) -> str:
@@ -122,7 +131,9 @@ def summarize(
     leave out INVALID rates, whose numbers describe the client rather than the target.
     """
     luck = fit_luck(steps)
-    rates = settle_all(steps, target=target, confidence=confidence, max_trials=max_trials, luck=luck)
+    drift = find_drift(steps, e2e_slo_ms=e2e_slo_ms, ttft_slo_ms=ttft_slo_ms, luck=luck)
+    rates = slowest_periods(settle_all(steps, target=target, confidence=confidence, max_trials=max_trials, luck=luck),
+                            drift, target=target, confidence=confidence, luck=luck)  # fmt: skip
     failing = [r.rate for r in rates if r.verdict is not StepVerdict.GOOD]
     ceiling = min(failing, default=math.inf)
     usable = max((r for r in rates if r.verdict is StepVerdict.GOOD and r.rate < ceiling), default=None, key=_rate)
@@ -149,7 +160,7 @@ def summarize(
         confidence=confidence,
         unit=unit,
         usable_rps=usable_rps,
-        usable_interval=None if usable is None else usable.pooled.interval,
+        usable_interval=None if usable is None else usable.judged.interval,
         usable_on_point_estimate=usable is not None and usable.on_point_estimate,
         first_bad_rps=first_bad,
         peak_tokens_per_s=0.0 if peak_tokens is None else peak_tokens.tokens_per_s,
@@ -157,11 +168,25 @@ def summarize(
         peak_completions_per_s=peak_completions,
         cliff_ratio=None if usable_rps is None or peak_tokens_rate is None else usable_rps / peak_tokens_rate,
         constrained=constrained,
-        verdict=verdict,
+        verdict=verdict if drift is None else drift_sentence(drift, unit) + verdict,
         evidence=evidence,
         finished_because=finished_because,
         luck=luck,
+        target_drift=drift,
     )
+
+
+def drift_sentence(drift: TargetDrift, unit: str) -> str:
+    """The verdict's opening when the target drifted: each disagreeing rate's two readings, when they were taken."""
+    readings = []
+    for pair in drift.disagreements:
+        when = [f"at {r.started_s:.0f} s" if r.started_s is not None else f"in step {r.step_index + 1}"
+                for r in (pair.earlier, pair.later)]  # fmt: skip
+        readings.append(DRIFT_READINGS.format(
+            rate=f"{num(pair.rate)} {unit}", first=pct(pair.earlier.on_time_share), first_when=when[0],
+            second=pct(pair.later.on_time_share), second_when=when[1] + (DRIFT_RECHECK if pair.later.recheck else ""),
+        ))  # fmt: skip
+    return DRIFT.format(readings="; ".join(readings))
 
 
 def _corrected(pooled: PooledRate) -> str:
@@ -263,11 +288,11 @@ def _decide(
     if usable is None:
         sizing = NO_SIZING.format(target=num(target * 100))
     else:
-        interval = usable.pooled.interval
+        interval = usable.judged.interval
         sizing = SIZING.format(
             usable=f"{num(usable.rate)} {unit}",
-            attainment=pct(usable.pooled.judged_attainment or 0.0),
-            corrected=_corrected(usable.pooled),
+            attainment=pct(usable.judged.judged_attainment or 0.0),
+            corrected=_corrected(usable.judged),
             confidence=num(confidence * 100),
             low=pct(interval.low),
             high=pct(interval.high),
@@ -275,7 +300,7 @@ def _decide(
         )
     crossing = next((p for p in valid if _crossed(p, slo=slo, budget=budget) is not None), None)
     detail = ""
-    first_bad = None if first_bad_settled is None else first_bad_settled.pooled
+    first_bad = None if first_bad_settled is None else first_bad_settled.judged
     growth = None if first_bad_settled is None or not first_bad_settled.on_growth else first_bad_settled.growth
     if first_bad is not None and (crossing is None or crossing.rate > first_bad.rate) and growth is not None:
         # Bad below every latency and timeout signal because its queue kept growing: the SLO held only because

@@ -26,11 +26,13 @@ CONFIRMING_TRIALS = 3  # when the first rate already fails, bisection goes down 
 
 
 class NextStep(NamedTuple):
-    """What the search asks to measure next: a rate, its trial number, and whether over the extended window."""
+    """What the search asks to measure next: a rate, its trial number, whether over the extended window, and
+    whether it is the end-of-sweep recheck (the first rate again: ``drift``)."""
 
     rate: float
     trial: int
     extended: bool = False
+    recheck: bool = False
 
 
 def round_sig(value: float, digits: int = 3) -> float:
@@ -58,6 +60,9 @@ class SearchConfig:
     confidence: float = 0.95
     integer: bool = False  # concurrency levels: whole numbers only
     unit: str = "req/s"
+    # Once the search has ended, measure its first rate once more (same window as its first reading), so a
+    # target whose speed drifted over the sweep shows it (``drift``; docs/sweep.md). Counts beyond max_steps.
+    recheck: bool = False
 
     def __post_init__(self) -> None:
         if not 0 < self.target < 1:
@@ -92,6 +97,7 @@ class SearchConfig:
             confidence=spec.confidence,
             integer=integer,
             unit="clients" if integer else "req/s",
+            recheck=spec.rechecks,
         )
 
     @property
@@ -134,9 +140,10 @@ class SearchConfig:
 class CapacitySearch:
     """Asks for rates to measure until the usable capacity is bracketed, a limit is hit, or nothing is left.
 
-    ``next_rate`` returns a ``NextStep`` (rate, trial, extended) or None when finished; asking again before
-    ``record`` returns the same one. ``record`` takes the step measured for it and raises ``ValueError`` for any
-    other step. A trial whose queue grew inside its window is followed by an extended trial at the same rate.
+    ``next_rate`` returns a ``NextStep`` (rate, trial, extended, recheck) or None when finished; asking again
+    before ``record`` returns the same one. ``record`` takes the step measured for it and raises ``ValueError`` for
+    any other step. A trial whose queue grew inside its window is followed by an extended trial at the same rate.
+    With ``config.recheck``, the search's end (``finished``) is followed by one more step: the first rate again.
     """
 
     def __init__(self, config: SearchConfig) -> None:
@@ -148,6 +155,7 @@ class CapacitySearch:
         self._good: float | None = None  # the highest GOOD rate below the ceiling
         self._ceiling: SettledRate | None = None  # the lowest BAD or INVALID rate
         self._finished: str | None = None
+        self._rechecked = False
         self._luck = fit_luck(())
 
     @property
@@ -176,10 +184,14 @@ class CapacitySearch:
         return self._finished
 
     def next_rate(self) -> NextStep | None:
-        if self._pending is not None:
-            return self._pending
-        if self._finished is not None:
-            return None
+        if self._pending is None and self._finished is None:
+            self._pending = self._searching()
+        if self._pending is None and self._finished is not None:
+            self._pending = self._recheck()
+        return self._pending
+
+    def _searching(self) -> NextStep | None:
+        """The search's next step, or None once it has ended (``_finished`` then says why)."""
         if self._steps:
             step = self._steps[-1]
             last = step.rate
@@ -187,23 +199,28 @@ class CapacitySearch:
             if due is None:
                 # a growing queue asks for the extended window; a rate measured over it stays there (confirming)
                 extend = (step.growing and not step.extended) or (step.extended and not step.growing)
-                self._pending = self._ask(last, self._trials_at(last) + 1, extended=extend)
-                return self._pending
+                return self._ask(last, self._trials_at(last) + 1, extended=extend)
         confirm = self._unconfirmed_usable()
         if confirm is not None:  # over the longer window: more requests a step, and further from the drained start
-            self._pending = self._ask(confirm, self._trials_at(confirm) + 1, extended=True)
-            return self._pending
+            return self._ask(confirm, self._trials_at(confirm) + 1, extended=True)
         rate = self._next_new_rate()
-        if rate is not None:
-            self._pending = self._ask(rate, 1)
-        return self._pending
+        return None if rate is None else self._ask(rate, 1)
+
+    def _recheck(self) -> NextStep | None:
+        """The end-of-sweep recheck, once: the first rate measured, over the same window as its first reading.
+        After the search, so that it is as far from that reading as the sweep allows."""
+        if not self._config.recheck or self._rechecked or not self._steps:
+            return None
+        first = self._steps[0].rate
+        return NextStep(first, self._trials_at(first) + 1, extended=False, recheck=True)
 
     def record(self, step: StepStats) -> None:
         if self._pending is None:
             raise ValueError(f"no step was asked for; got one at {step.rate:g}, trial {step.trial}")
-        rate, trial, _ = self._pending
+        rate, trial = self._pending.rate, self._pending.trial
         if not math.isclose(step.rate, rate, rel_tol=1e-9) or step.trial != trial:
             raise ValueError(f"expected the step at {rate:g}, trial {trial}; got {step.rate:g}, trial {step.trial}")
+        self._rechecked = self._rechecked or self._pending.recheck
         self._pending = None
         self._steps.append(step)
         self._luck = fit_luck(self._steps)

@@ -159,6 +159,9 @@ class StepStats:
     # The window's requests beside a reference queue fed the same arrivals (``arrival_luck``): what corrects a
     # Poisson step's verdict for the luck of its draw. None for constant arrivals, classes, no e2e SLO.
     reference: ReferenceReading | None = None
+    # When the step began (its warm-up), in seconds from the sweep's start; None when not known (an older document).
+    started_s: float | None = None
+    recheck: bool = False  # the end-of-sweep recheck: the first rate measured again, to see drift (``drift``)
 
     def __post_init__(self) -> None:
         where = f"step at {self.rate} req/s, trial {self.trial}"
@@ -169,6 +172,8 @@ class StepStats:
         floats = {name: getattr(self, name) for name in ("duration_s", *_RATES)}
         if self.amplification is not None:
             floats["amplification"] = self.amplification
+        if self.started_s is not None:
+            floats["started_s"] = self.started_s
         for name in _LATENCIES:
             # Copied into a read-only mapping: a frozen step must not change behind a stored result.
             object.__setattr__(self, name, _percentiles(getattr(self, name)))
@@ -254,6 +259,8 @@ class StepStats:
             server={name: dict(stats) for name, stats in self.server.items()},
             classes={name: c.to_dict() for name, c in self.classes.items()},
             reference=None if self.reference is None else self.reference.to_dict(),
+            started_s=self.started_s,
+            recheck=self.recheck,
             attainment=self.attainment,
             interval=self.interval().to_dict(),  # at 95 %: the table's column; other levels via ``interval()``
             shed_share=self.shed_share,
@@ -290,4 +297,6 @@ class StepStats:
             server={str(k): dict(v) for k, v in (data.get("server") or {}).items()},
             classes={str(k): ClassStep.from_dict(v) for k, v in (data.get("classes") or {}).items()},
             reference=None if data.get("reference") is None else ReferenceReading.from_dict(data["reference"]),
+            started_s=None if data.get("started_s") is None else float(data["started_s"]),
+            recheck=bool(data.get("recheck", False)),
         )

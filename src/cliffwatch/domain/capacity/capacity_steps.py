@@ -229,15 +229,26 @@ class SettledRate:
     # BAD because its queue grew inside the step, whatever its attainment: over the extended window, or in the
     # last step measured when the search ended before an extended one could run.
     on_growth: bool = False
+    # With the target's speed drifting (``drift``): the slower of the rate's two disagreeing trials alone, pooled;
+    # the verdict rests on it (the target's slowest period), not on every trial pooled.
+    slowest: PooledRate | None = None
 
     def __post_init__(self) -> None:
         if self.verdict is StepVerdict.UNSURE:
             raise ValueError(f"the rate {self.rate:g} is not settled: a settled verdict is good, bad or invalid")
+        if self.slowest is not None and len(self.slowest.trials) != 1:
+            raise ValueError(f"the rate {self.rate:g}'s slowest period is one trial, got {len(self.slowest.trials)}")
+
+    @property
+    def judged(self) -> PooledRate:
+        """What the verdict rests on: the slowest trial when the target drifted at this rate, else every trial."""
+        return self.pooled if self.slowest is None else self.slowest
 
     @property
     def growth(self) -> Growth | None:
-        """The growth reading of the rate's last (longest) trial, when it was checked."""
-        last = max(self.pooled.trials, key=lambda s: s.trial, default=None)
+        """The growth reading of the rate's last (longest) trial, when it was checked; the end-of-sweep recheck
+        is not the search's."""
+        last = max((s for s in self.pooled.trials if not s.recheck), key=lambda s: s.trial, default=None)
         return None if last is None else last.growth
 
     def to_dict(self) -> dict[str, Any]:
@@ -247,17 +258,26 @@ class SettledRate:
             "on_point_estimate": self.on_point_estimate,
             "on_growth": self.on_growth,
             "pooled": self.pooled.to_dict(),
+            "slowest": None if self.slowest is None else {**self.slowest.to_dict(), "trial": self.slowest_trial},
         }
+
+    @property
+    def slowest_trial(self) -> int | None:
+        """The trial number of ``slowest``: the one the verdict rests on when the target drifted at this rate."""
+        return None if self.slowest is None else self.slowest.trials[0].trial
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, steps: Sequence[StepStats]) -> SettledRate:
+        slowest = data.get("slowest")  # absent from documents older than the drift rule
         return cls(
             rate=float(data["rate"]),
             verdict=StepVerdict(data["verdict"]),
             on_point_estimate=bool(data["on_point_estimate"]),
             pooled=PooledRate.from_dict(data["pooled"], steps=steps),
             on_growth=bool(data.get("on_growth", False)),
-        )
+            slowest=None if slowest is None else PooledRate.from_dict(
+                slowest, steps=[s for s in steps if s.trial == int(slowest["trial"])]),
+        )  # fmt: skip
 
 
 def settle(
@@ -282,7 +302,8 @@ def settle(
         if len(pooled.trials) < max_trials and not final:
             return None
         verdict = StepVerdict.INVALID
-    last = max(pooled.trials, key=lambda s: s.trial)
+    # The end-of-sweep recheck is the drift rule's to read (``drift``), not a reason to measure again.
+    last = max((s for s in pooled.trials if not s.recheck), key=lambda s: s.trial, default=pooled.trials[-1])
     if verdict is not StepVerdict.INVALID and verdict is not StepVerdict.BAD and last.growing:
         # The queue grew inside the step: a longer one shows whether it keeps growing. If it still does, the rate
         # is not sustainable, however many of its requests a window this short let through on time.

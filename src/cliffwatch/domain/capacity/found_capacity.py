@@ -12,6 +12,7 @@ from typing import Any
 
 from cliffwatch.domain.capacity.arrival_luck import LuckCorrection
 from cliffwatch.domain.capacity.capacity_steps import Interval, SettledRate, StepStats
+from cliffwatch.domain.capacity.drift import TargetDrift
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,6 +37,8 @@ class CapacityResult:
     finished_because: str
     confidence: float = 0.95
     luck: LuckCorrection | None = None  # the arrival-luck correction fitted on the steps (None: an older document)
+    # Trials at one rate that disagreed beyond their intervals (``drift``); None when none did, or an older document.
+    target_drift: TargetDrift | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "steps", tuple(self.steps))
@@ -65,6 +68,7 @@ class CapacityResult:
             "evidence": dict(self.evidence),
             "finished_because": self.finished_because,
             "luck_correction": None if self.luck is None else self.luck.to_dict(),
+            "target_drift": None if self.target_drift is None else self.target_drift.to_dict(),
             "rates": [r.to_dict() for r in self.rates],
             "steps": [s.to_dict() for s in self.steps],
         }
@@ -92,6 +96,7 @@ class CapacityResult:
             evidence=dict(data["evidence"]),
             finished_because=str(data["finished_because"]),
             luck=None if data.get("luck_correction") is None else LuckCorrection.from_dict(data["luck_correction"]),
+            target_drift=None if data.get("target_drift") is None else TargetDrift.from_dict(data["target_drift"]),
         )
 
 

@@ -62,6 +62,15 @@ class SweepSpec:
     # Poisson rate steps judged on their attainment corrected for the luck of their draws, where a reference
     # queue fits the target (domain.capacity.arrival_luck); False: on the counted attainment alone.
     luck_correction: bool = True
+    # One more step once the search has ended: the first rate again, to see whether the target's speed drifted
+    # during the sweep (domain.capacity.drift). None: the default, on for auto sweeps (the issue's: a doubling sweep
+    # runs long and reads every rate once), off for ranges; True or False as asked.
+    recheck: bool | None = None
+
+    @property
+    def rechecks(self) -> bool:
+        """Whether the sweep ends with the recheck: as asked, else only for auto sweeps."""
+        return self.auto if self.recheck is None else self.recheck
 
     @property
     def extended_s(self) -> float:
@@ -80,9 +89,9 @@ class SweepSpec:
         return self.stop if self.stop is not None else self.max_rate
 
     def max_duration_s(self) -> float:
-        """An upper bound on the sweep's length: every step of every variant at its full length, each over the
-        extended window (a growing queue, or the usable rate confirmed, asks for it)."""
-        return len(self.variants) * self.max_steps * self.longest_step_s
+        """An upper bound on the sweep's length: every step of every variant at its full length (the recheck
+        included), each over the extended window (a growing queue, or the usable rate confirmed, asks for it)."""
+        return len(self.variants) * (self.max_steps + self.rechecks) * self.longest_step_s
 
     @property
     def longest_step_s(self) -> float:
@@ -111,6 +120,7 @@ class SweepSpec:
             "extend_s": self.extend_s,
             "growth_check": self.growth_check,
             "luck_correction": self.luck_correction,
+            "recheck": self.recheck,
         }
 
 
@@ -147,6 +157,9 @@ def parse_sweep_spec(data: object, path: str = "sweep") -> SweepSpec:
     reader.raw("extend_s", None)
     growth_check = reader.boolean("growth_check", True)
     luck_correction = reader.boolean("luck_correction", True)
+    # absent or null: the default (on for auto sweeps)
+    recheck = None if reader.data.get("recheck") is None else reader.boolean("recheck")
+    reader.raw("recheck", None)
     reader.done()
     if extend_s is not None and step_s is not None and not extend_s > step_s:
         reader.error("extend_s", f"must be > step_s ({step_s:g}): an extended step measures longer")
@@ -183,6 +196,7 @@ def parse_sweep_spec(data: object, path: str = "sweep") -> SweepSpec:
         extend_s=extend_s,
         growth_check=growth_check,
         luck_correction=luck_correction,
+        recheck=recheck,
     )
 
 
@@ -242,6 +256,7 @@ def parse_sweep_options(options: Mapping[str, Any]) -> SweepSpec:
             "extend_s": "--extend-seconds",
             "growth_check": "--no-growth-check",
             "luck_correction": "--no-luck-correction",
+            "recheck": "--recheck",
         }
 
         def flag(path: str) -> str:

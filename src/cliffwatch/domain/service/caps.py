@@ -255,8 +255,11 @@ def sweep_cap_violations(scenario: Scenario, spec: SweepSpec, caps: Caps) -> lis
         problems += _variant_violations(scenario, spec, caps)
     longest = spec.max_duration_s()
     if longest > caps.max_duration_s:
+        steps = (
+            f"{spec.max_steps + 1} steps (max_steps and the recheck)" if spec.rechecks else f"{spec.max_steps} steps"
+        )
         message = (
-            f"the sweep may last up to {longest:g}s ({len(spec.variants)} variant(s) × {spec.max_steps} steps × up "
+            f"the sweep may last up to {longest:g}s ({len(spec.variants)} variant(s) × {steps} × up "
             f"to {spec.longest_step_s:g}s of warm-up, step (extended: {spec.extended_s:g}s) and cool-down); this "
             f"service runs at most {caps.max_duration_s:g}s: lower max_steps, step_s, extend_s, warmup_s or the "
             "variants"

@@ -127,6 +127,22 @@ async def test_a_sweep_over_the_caps_is_refused_naming_the_fields_and_why(api: A
     assert auto.body["problems"][0]["message"].startswith("the sweep may offer up to 2000")
 
 
+async def test_an_auto_sweeps_length_counts_its_recheck_and_a_sweep_without_it_does_not(api: Api) -> None:
+    long_steps = {"auto": True, "max_rate": 40, "step_s": 600, "extend_s": 1200}
+    reply = await api.call("POST", "/api/v1/sweeps", json={"scenario": "burst-storm", "sweep": long_steps})
+    assert reply.status == 422
+    [problem] = reply.body["problems"]
+    assert problem["path"] == "sweep.max_steps"
+    assert problem["message"].startswith(
+        "the sweep may last up to 37355s (1 variant(s) × 31 steps (max_steps and the recheck) × up to 1205s of "
+    )
+    without = await api.call("POST", "/api/v1/sweeps",
+                             json={"scenario": "burst-storm", "sweep": {**long_steps, "recheck": False}})  # fmt: skip
+    assert without.body["problems"][0]["message"].startswith(
+        "the sweep may last up to 36150s (1 variant(s) × 30 steps ×"
+    )
+
+
 async def test_a_sweep_aimed_outside_the_allowlist_is_refused(api: Api) -> None:
     body = {"scenario": "burst-storm", "sweep": SWEEP, "overrides": {"target_url": "http://10.0.0.1:8000"}}
     reply = await api.call("POST", "/api/v1/sweeps", json=body)

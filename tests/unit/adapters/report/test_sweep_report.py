@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from cliffwatch.adapters.report.markup import num
 from cliffwatch.adapters.report.render import (
     ReportInvalid,
     check_report_document,
@@ -19,6 +20,8 @@ from cliffwatch.adapters.report.render import (
     render_sweep_report,
 )
 from cliffwatch.adapters.report.sweep_charts import rate_points
+from cliffwatch.domain.capacity.capacity import Interval
+from cliffwatch.domain.capacity.drift import Disagreement, DriftReading, TargetDrift
 from report_kit import report_data
 
 FIXTURE = Path(__file__).parents[3] / "fixtures" / "reports" / "sweep-retries.json"
@@ -282,3 +285,33 @@ def test_a_luck_corrected_rate_shows_its_corrected_attainment_and_the_correction
     assert "98.7 %" in rates
     assert "<em>luck-corrected</em>: the attainment corrected for the luck" in section
     assert "<dt>arrival luck</dt><dd>corrected: a 320-ms single-slot reference fits the steps" in section
+
+
+def test_a_drifting_target_is_named_in_the_facts_and_its_recheck_and_slower_trial_are_flagged(
+    document: dict[str, Any],
+) -> None:
+    assert "<dt>target drift</dt>" not in render_sweep_report(document)  # nothing drifted: no fact
+    document = copy.deepcopy(document)
+    result = document["variants"][0]["result"]
+    first = result["steps"][0]
+    recheck = {**first, "trial": first["trial"] + 1, "recheck": True, "started_s": 301.0}
+    result["steps"].append(recheck)
+
+    def reading(step: dict[str, Any], index: int, on_time: int) -> DriftReading:
+        return DriftReading(rate=step["rate"], trial=step["trial"], step_index=index, started_s=step.get("started_s"),
+                            offered=step["offered"], on_time=on_time, interval=Interval(low=0.0, high=1.0),
+                            median_e2e_ms=100.0, recheck=bool(step.get("recheck")))  # fmt: skip
+
+    pair = Disagreement(earlier=reading({**first, "started_s": 2.0}, 0, first["offered"]),
+                        later=reading(recheck, len(result["steps"]) - 1, first["offered"] // 2))  # fmt: skip
+    result["target_drift"] = TargetDrift(confidence=0.999, disagreements=(pair,)).to_dict()
+    rate = next(r for r in result["rates"] if r["rate"] == first["rate"])
+    rate["slowest"] = {**rate["pooled"], "trials": 1, "trial": recheck["trial"]}
+    page = render_sweep_report(document)
+    section = page[page.index('id="variant-0"') : page.index('id="variant-1"')]
+
+    assert (f"<dt>target drift</dt><dd><span class=\"flag\">{num(first['rate'])} req/s: trial 1 (step 1, at 2 s) "
+            f"100.0 % on time, the recheck (step {len(result['steps'])}, at 301 s) 50.0 % on time: -50.0 points, "
+            "median e2e +0 ms</span>") in section  # fmt: skip
+    assert f'{recheck["trial"]} <span class="flag">recheck</span>' in section
+    assert f"target drifted: judged on trial {recheck['trial']}</span>" in section

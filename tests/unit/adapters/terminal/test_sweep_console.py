@@ -419,3 +419,43 @@ def test_a_sweep_with_traffic_classes_shows_each_classs_share_on_time() -> None:
     found = rows(table)
     assert "chat 25% batch 100%" in found["14#1"]
     assert "by class" not in text(step_table(report("as-written", "no retries", as_written_steps())))
+
+
+def test_the_recheck_has_its_own_line_and_a_drifting_target_is_shown_with_how_far_its_trials_were_apart() -> None:
+    steps = [
+        replace(step(10.0), started_s=0.0),
+        step(12.0),
+        step(14.0, on_time=1700, p99_e2e_ms=4500.0),
+        replace(step(10.0, 2, on_time=1500, p99_e2e_ms=9000.0), started_s=61.0, recheck=True,
+                e2e_ms={"p50": 1100.0, "p90": 4000.0, "p99": 9000.0}),
+    ]  # fmt: skip
+    result = report("as-written", "no retries", steps).result
+    table = text(step_table(report("as-written", "no retries", steps)))
+    found = rows(table)
+
+    assert found["10#1"][-1] == "bad (on trial 2: drifted)"  # its first reading was good: the slower trial rules
+    assert "recheck: drifted" in table
+    assert "recheck: the first rate measured again at the end" in " ".join(table.split())
+    lines = "".join(text(line) for line in capacity_lines(result))
+    assert ("target drift: 10 req/s: trial 1 (step 1, at 0 s) 100.0% on time, the recheck (step 4, at 61 s) 75.0%: "
+            "-25.0 points, median e2e +300 ms") in " ".join(lines.split())  # fmt: skip
+    assert result.verdict.startswith("the target's speed drifted during the sweep (10 req/s: 100.0 % on time at 0 s")
+
+
+def test_a_recheck_that_agrees_says_so_and_leaves_the_rates_verdict_on_its_search_trial() -> None:
+    steps = [step(10.0), step(12.0), step(14.0, on_time=1700, p99_e2e_ms=4500.0), replace(step(10.0, 2), recheck=True)]
+    found = rows(text(step_table(report("as-written", "no retries", steps))))
+
+    assert found["10#1"][-1] == "good"
+    assert found["12#1"][-1] == "good"
+    notes: list[str] = []
+
+    class Notes:
+        def note(self, message: str) -> None:
+            notes.append(message)
+
+        def progress(self, progress: object) -> None:
+            pass
+
+    SweepConsoleObserver(Notes()).step_finished("as-written", steps[-1], StepVerdict.GOOD)  # type: ignore[arg-type]
+    assert notes[0].startswith("as-written: 10 req/s (the recheck) → on time 100.0%")

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from capacity_kit import FakeTarget, drive, step
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cliffwatch.domain.capacity.capacity import CapacitySearch, SearchConfig, StepVerdict, round_sig, summarize
+from cliffwatch.domain.capacity.capacity import (
+    CapacitySearch,
+    NextStep,
+    SearchConfig,
+    StepVerdict,
+    round_sig,
+    summarize,
+)
 from cliffwatch.domain.capacity.capacity_search import confirming_requests
 from cliffwatch.domain.capacity.sweep_spec import SweepMode, SweepSpec
 
@@ -160,12 +169,12 @@ def test_a_rate_leaning_bad_is_repeated_while_failures_could_clear_it() -> None:
 
 def test_a_rate_awaiting_another_trial_is_not_yet_settled() -> None:
     s = search(start=9.2, stop=10.0)
-    assert s.next_rate() == (9.2, 1, False)
+    assert s.next_rate() == NextStep(9.2, 1)
 
     s.record(step(9.2, offered=400, on_time=398))
 
     assert s.settled() == ()
-    assert s.next_rate() == (9.2, 2, False)
+    assert s.next_rate() == NextStep(9.2, 2)
     assert s.finished_because == "unfinished after 1 steps"
 
 
@@ -270,7 +279,7 @@ def test_integer_mode_never_offers_the_same_level_twice_in_a_narrow_range() -> N
 def test_asking_twice_before_recording_returns_the_same_step() -> None:
     s = search()
 
-    assert s.next_rate() == s.next_rate() == (2.0, 1, False)
+    assert s.next_rate() == s.next_rate() == NextStep(2.0, 1)
 
 
 @pytest.mark.parametrize(
@@ -369,3 +378,48 @@ def test_a_finished_search_summarizes_to_its_bracket() -> None:
     assert (result.usable_rps, result.first_bad_rps) == bracket(s)
     assert result.rates == s.settled()
     assert result.finished_because == "bracketed within 5 %"
+
+
+def test_a_search_with_the_recheck_ends_by_measuring_its_first_rate_once_more_over_the_same_window() -> None:
+    s = search(recheck=True)
+
+    asked = []
+    while (nxt := s.next_rate()) is not None:
+        asked.append(nxt)
+        s.record(replace(FakeTarget(capacity=30).measure(nxt.rate, nxt.trial), recheck=nxt.recheck))
+
+    assert [(a.rate, a.trial) for a in asked] == [
+        (2.0, 1),
+        (5.6, 1),
+        (9.2, 1),
+        (12.8, 1),
+        (16.4, 1),
+        (20.0, 1),
+        (2.0, 2),
+    ]
+    assert asked[-1] == NextStep(2.0, 2, extended=False, recheck=True)
+    assert not any(a.recheck for a in asked[:-1])
+    assert s.finished_because == "no cliff found up to 20 req/s"  # the search's reason: the recheck is not a step of it
+
+
+def test_the_recheck_comes_after_a_search_stopped_by_max_steps_too() -> None:
+    s = search(start=1.0, stop=None, auto=True, max_steps=3, recheck=True)
+
+    asked = drive(s, FakeTarget(capacity=30))
+
+    assert asked == [(1.0, 1), (2.0, 1), (4.0, 1), (1.0, 2)]
+    assert s.finished_because == "stopped after 3 steps (max_steps)"
+
+
+@pytest.mark.parametrize(
+    ("spec", "recheck"),
+    [
+        (SweepSpec(auto=True), True),
+        (SweepSpec(start=1.0, stop=30.0), False),
+        (SweepSpec(auto=True, recheck=False), False),
+        (SweepSpec(start=1.0, stop=30.0, recheck=True), True),
+        (SweepSpec(mode=SweepMode.CONCURRENCY, auto=True), True),
+    ],
+)
+def test_auto_sweeps_recheck_unless_told_not_to_and_ranges_only_when_asked(spec: SweepSpec, recheck: bool) -> None:
+    assert SearchConfig.from_spec(spec).recheck is recheck

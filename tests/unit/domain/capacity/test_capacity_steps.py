@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 from capacity_kit import step
@@ -315,3 +316,41 @@ def test_a_step_keeps_its_growth_reading_and_server_signals_through_json() -> No
     for key in ("growth", "extended", "server"):
         del older[key]
     assert StepStats.from_dict(older).growth is None  # a step stored before the check: not checked
+
+
+def test_a_step_keeps_when_it_started_and_whether_it_was_the_recheck_and_an_older_step_reads_as_neither() -> None:
+    original = replace(step(10.0, trial=2), started_s=312.5, recheck=True)
+
+    data = json.loads(json.dumps(original.to_dict()))
+
+    assert (data["started_s"], data["recheck"]) == (312.5, True)
+    assert StepStats.from_dict(data) == original
+    del data["started_s"], data["recheck"]
+    assert (StepStats.from_dict(data).started_s, StepStats.from_dict(data).recheck) == (None, False)
+
+
+def test_the_end_of_sweep_recheck_asks_for_no_extended_trial_even_when_its_queue_grew() -> None:
+    """The recheck is the drift rule's to read; a queue that grew in it does not reopen the search's rate."""
+    first, recheck = step(10.0, trial=1, growing=False), replace(step(10.0, trial=2, growing=True), recheck=True)
+    (pooled,) = pool_rates([first, recheck], target=0.99)
+
+    settled = settle(pooled, target=0.99, max_trials=3)
+
+    assert settled is not None
+    assert (settled.verdict, settled.on_growth) == (StepVerdict.GOOD, False)
+    assert settled.growth == first.growth
+
+
+def test_a_settled_rate_keeps_the_slower_trial_it_was_judged_on_through_json() -> None:
+    trials = [step(4.0, 1, offered=3000), step(4.0, 2, offered=3000, on_time=2950)]
+    (pooled,) = pool_rates(trials, target=0.99)
+    (slower,) = pool_rates(trials[1:], target=0.99)
+    settled = SettledRate(rate=4.0, verdict=StepVerdict.BAD, on_point_estimate=False, pooled=pooled, slowest=slower)
+
+    data = json.loads(json.dumps(settled.to_dict()))
+
+    assert data["slowest"]["trial"] == 2
+    assert SettledRate.from_dict(data, steps=trials) == settled
+    assert (settled.judged, settled.slowest_trial) == (slower, 2)
+    del data["slowest"]  # a document written before the drift rule
+    assert SettledRate.from_dict(data, steps=trials).judged == pooled

@@ -68,6 +68,20 @@ def test_to_dict_reads_back_as_the_same_spec() -> None:
         assert parse_sweep_spec(spec.to_dict()) == spec
 
 
+def test_the_recheck_is_on_for_auto_sweeps_off_for_ranges_unless_asked_and_counts_one_step_more() -> None:
+    auto, ranged = parse_sweep_spec({"auto": True}), parse_sweep_spec(RANGE)
+    asked = parse_sweep_spec({**RANGE, "recheck": True})
+    refused = parse_sweep_spec({"auto": True, "recheck": False})
+
+    assert [s.recheck for s in (auto, ranged, asked, refused)] == [None, None, True, False]
+    assert [s.rechecks for s in (auto, ranged, asked, refused)] == [True, False, True, False]
+    assert parse_sweep_spec({"auto": True, "recheck": None}) == auto  # an explicit null is the default
+    assert all(parse_sweep_spec(s.to_dict()) == s for s in (auto, asked, refused))
+    assert auto.max_duration_s() == (auto.max_steps + 1) * auto.longest_step_s
+    assert refused.max_duration_s() == refused.max_steps * refused.longest_step_s
+    assert parse_sweep_options({"auto": True, "recheck": False}) == refused
+
+
 def test_auto_starts_at_the_modes_default_and_goes_up_to_max_rate() -> None:
     rate = parse_sweep_spec({"auto": True})
     clients = parse_sweep_spec({"auto": True, "mode": "concurrency", "max_rate": 64})
@@ -81,6 +95,7 @@ BAD_FIELDS: list[tuple[dict[str, Any], str, str]] = [
     ({"extend_s": 0}, "sweep.extend_s", "must be > 0"),
     ({"growth_check": "yes"}, "sweep.growth_check", "must be true or false, got a string"),
     ({"luck_correction": 1}, "sweep.luck_correction", "must be true or false, got a number"),
+    ({"recheck": "no"}, "sweep.recheck", "must be true or false, got a string"),
     ({"mode": "closed"}, "sweep.mode", "must be one of rate, concurrency; got 'closed'"),
     ({"mode": 3}, "sweep.mode", "must be a string, got a number"),
     ({"start": 0}, "sweep.start", "must be > 0"),
@@ -183,6 +198,7 @@ OPTION_PROBLEMS: list[tuple[dict[str, Any], str, str]] = [
     ({"start": 1.0, "stop": 2.0, "arrival": "burst"}, "--arrival", "must be one of poisson, constant; got 'burst'"),
     ({"auto": True, "stop": 2.0}, "--to", "give either a range (start and stop) or auto, not both"),
     ({"start": 1.0}, "", "give a range (start and stop) or set auto: true"),
+    ({"auto": True, "recheck": "no"}, "--recheck", "must be true or false, got a string"),
 ]  # fmt: skip
 
 
