@@ -245,11 +245,13 @@ def simulated_step(rate: float, trial: int, *, server: Server, slo_s: float, win
     trend = latency_trend(waits, start_s=warmup_s, end_s=warmup_s + window_s, floor_s=floor)
     reading = reference.read(requests, rate=rate, e2e_slo_s=slo_s) if reference is not None and poisson else None
     none = {"p50": None, "p90": None, "p99": None}
+    e2e = sorted((end - a) * 1000 for a, (_, end) in zip(arrivals, spans, strict=True) if a >= warmup_s)
+    percentiles = {f"p{q}": e2e[min(len(e2e) - 1, int(q / 100 * len(e2e)))] if e2e else None for q in (50, 90, 99)}
     return StepStats(rate=rate, trial=trial, duration_s=window_s, offered=offered, on_time=on_time,
                      late=offered - on_time, shed=0, fast_shed=0, timeout=0, error=0, not_sent=0,
                      sent_rate=offered / window_s, goodput_rps=on_time / window_s, completions_per_s=offered / window_s,
                      tokens_per_s=TOKENS * offered / window_s, amplification=1.0, ttft_ms=none, itl_ms=none,
-                     e2e_ms=none, generator_limited=False, growth=Growth(latency=trend, queue=None),
+                     e2e_ms=percentiles, generator_limited=False, growth=Growth(latency=trend, queue=None),
                      reference=reading)  # fmt: skip
 
 
