@@ -108,6 +108,9 @@ def _result_view(result: Mapping[str, Any]) -> dict[str, Any]:
             "generator", "faults")  # fmt: skip
     view = {key: result.get(key) for key in keys}
     view["capped"] = bool(result.get("capped", False))  # documents from before the attempt cap were not
+    # Results stored before prompt sizes were judged made no such claim: they read as no mismatch found.
+    view["workload_mismatch"] = bool(result.get("workload_mismatch", False))
+    view["workload_mismatch_reason"] = result.get("workload_mismatch_reason")
     view["notes"] = list(result.get("notes") or ())
     view["prompt_tokens"] = result.get("prompt_tokens")  # results stored before it have none
     view["server_metrics"] = server_summary(result)
