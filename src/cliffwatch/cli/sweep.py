@@ -53,6 +53,11 @@ def add_parser(commands: Any) -> None:
     sweep.add_argument("--step-seconds", dest="step_s", type=float, help="measured window of each step")
     sweep.add_argument("--warmup-seconds", dest="warmup_s", type=float, help="unmeasured lead-in of each step")
     sweep.add_argument("--cooldown-seconds", dest="cooldown_s", type=float, help="idle time after each step")
+    sweep.add_argument(
+        "--drain-timeout", dest="drain_timeout_s", type=float,
+        help="after each step, the most seconds to wait for the target itself to be idle (its waiting and running "
+        "requests at 0 by target.metrics, else a probe as fast as on the idle target): 60",
+    )  # fmt: skip
     sweep.add_argument("--arrival", choices=("poisson", "constant"), help="arrival process of rate steps")
     sweep.add_argument(
         "--extend-seconds", dest="extend_s", type=float,
@@ -88,7 +93,7 @@ def add_parser(commands: Any) -> None:
 def sweep_spec_from(args: argparse.Namespace) -> SweepSpec:
     """The sweep's parameters from the options; raises ``SweepInvalid`` naming each bad option."""
     names = ("start", "stop", "auto", "target", "trials", "step_s", "warmup_s", "cooldown_s", "arrival", "extend_s",
-             "growth_check", "luck_correction", "recheck")  # fmt: skip
+             "growth_check", "luck_correction", "recheck", "drain_timeout_s")  # fmt: skip
     options: dict[str, Any] = {name: getattr(args, name) for name in names}
     options["mode"] = args.mode
     options["max_rate"] = args.max_rate

@@ -64,6 +64,10 @@ SWEEP_SPEC = obj(
         "recheck": nullable({"type": "boolean",
                              "description": "end by measuring the first rate again (one more step), to see whether "
                                             "the target's speed drifted; null: on for auto, off for a range"}),
+        "drain_timeout_s": {"type": "number", "minimum": 1, "maximum": 600, "default": SweepSpec().drain_timeout_s,
+                            "description": "after each step, the most seconds to wait for the target itself to be "
+                                           "idle (its waiting and running requests at 0 by target.metrics, else a "
+                                           "probe as fast as on the idle target; docs/sweep.md)"},
     },
     required=(),
 )  # fmt: skip

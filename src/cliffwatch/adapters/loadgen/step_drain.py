@@ -84,6 +84,8 @@ class TargetDrain:
                     held = await self.watcher.backlog()
                 detail = f"the server held {held:g} request(s) (waiting and running)" if held is not None else None
                 return self._report(DrainSignal.SERVER_METRICS, started, drained=held == 0, detail=detail)
+        if self.stopped.is_set():  # a stopped sweep sends nothing more, probes included
+            return self._report(DrainSignal.CLIENT, started, drained=False, detail="the sweep was stopped")
         await self.reference()
         if self.idle_ms is None:
             return self._report(DrainSignal.CLIENT, started, drained=True, detail=self._why_no_probe)
@@ -95,9 +97,9 @@ class TargetDrain:
             detail = f"a probe's first token in {probe:.1f} ms (idle {self.idle_ms:.1f} ms, bound {bound:.1f} ms)"
             if probe <= bound:
                 return self._report(DrainSignal.PROBE, started, drained=True, detail=detail)
+            await self._pause()
             if self.clock.now_ns() >= deadline or self.stopped.is_set():
                 return self._report(DrainSignal.PROBE, started, drained=False, detail=detail)
-            await self._pause()
 
     def _report(self, by: DrainSignal, started_ns: int, *, drained: bool, detail: str | None) -> StepDrain:
         return StepDrain(by=by, seconds=(self.clock.now_ns() - started_ns) / NS_PER_S, drained=drained, detail=detail)

@@ -19,6 +19,7 @@ from cliffwatch.adapters.distributed.pool import WorkerPool
 from cliffwatch.adapters.loadgen.closed_loop import ClosedLoopGenerator
 from cliffwatch.adapters.loadgen.engine import OpenLoopGenerator
 from cliffwatch.adapters.loadgen.request_attempts import AttemptExecutor
+from cliffwatch.adapters.loadgen.step_drain import TargetDrain
 from cliffwatch.domain.capacity.arrival_luck import ReferenceSlot
 from cliffwatch.domain.capacity.capacity_stats import StepStats
 from cliffwatch.domain.capacity.sweep_plan import WindowRecords, measured_index, step_scenario, step_stats
@@ -34,8 +35,6 @@ from cliffwatch.services.sweep import StepStopped
 log = structlog.get_logger(__name__)
 
 NO_FAULTS = "a sweep measures the target as it is: it applies no faults"
-DRAIN_POLL_S = 0.05
-DRAIN_LIMIT_S = 60.0  # in-flight requests end by their timeout long before this; a bound against a bug
 
 
 class _StepProgress:
@@ -84,6 +83,9 @@ class HttpStepRunner:
         self.pool = pool  # the sweep's worker processes (client.workers, rate steps): they send each step
         self._service: RunService | None = None
         self._stopped = asyncio.Event()
+        # After each step: the target itself idle again, by its gauges or a probe (domain.capacity.step_drain)
+        self._drain = TargetDrain(executor, clock, watcher=watcher, stopped=self._stopped,
+                                  timeout_s=spec.drain_timeout_s, cap=cap)  # fmt: skip
         self._steps = 0
         # Poisson rate steps are read beside one reference slot for the whole variant (domain.capacity.arrival_luck)
         poisson = spec.mode is SweepMode.RATE and spec.arrival is SweepArrival.POISSON
@@ -103,6 +105,8 @@ class HttpStepRunner:
             raise StepStopped(f"step at {rate:g} not run: the sweep was stopped")
         step = step_scenario(self.scenario, rate, self.spec, self.retry, variant=self.variant, trial=trial,
                              extended=extended)  # fmt: skip
+        if self._steps == 0:
+            await self._drain.reference()  # the probes' idle first-token time, before any step's load
         self.executor.next_prompts()  # the step's plan numbers its requests from 0 again: fresh prompt text
         generator: LoadGenerator
         if self.spec.mode is SweepMode.CONCURRENCY:
@@ -129,7 +133,10 @@ class HttpStepRunner:
             )
         finally:
             self._service = None
-        await self._cool_down()
+        drain = await self._drain.drain()
+        if self.spec.cooldown_s > 0 and not self._stopped.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopped.wait(), self.spec.cooldown_s)
         measured = result.metrics.phases[measured_index(step)]
         # Closed-loop clients cannot build a queue ahead of the target: only rate steps are checked for one.
         checked = self.spec.growth_check and self.spec.mode is SweepMode.RATE
@@ -138,6 +145,7 @@ class HttpStepRunner:
         classes = [(name, metrics.phases[index]) for name, metrics in result.metrics.classes]
         stats = step_stats(measured, result.generator, rate=rate, trial=trial, late_by=window.counts, growth=growth,
                            extended=extended, server=result.server, classes=classes)  # fmt: skip
+        stats = replace(stats, drain=drain)
         reading = None if self._reference is None else window.reference(self._reference, rate=rate)
         # Only a reading of exactly the step's requests may correct its verdict: one that counts otherwise (a
         # record the sink never saw) is left out rather than trusted, and said.
@@ -148,14 +156,3 @@ class HttpStepRunner:
                         rate=rate, trial=trial, offered=stats.offered, read=reading.requests)  # fmt: skip
             return stats
         return replace(stats, reference=reading)
-
-    async def _cool_down(self) -> None:
-        """Waits until nothing is in flight, then ``cooldown_s`` more, so the target's queues drain before
-        the next step (which would otherwise inherit this one's backlog); a stop ends the wait."""
-        waited = 0.0
-        while self.executor.in_flight > 0 and waited < DRAIN_LIMIT_S and not self._stopped.is_set():
-            await asyncio.sleep(DRAIN_POLL_S)
-            waited += DRAIN_POLL_S
-        if self.spec.cooldown_s > 0 and not self._stopped.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopped.wait(), self.spec.cooldown_s)

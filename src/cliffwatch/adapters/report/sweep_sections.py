@@ -241,6 +241,17 @@ def rates_table(result: Mapping[str, Any]) -> str:
     return f"<h3>Rates, trials pooled</h3>{table(head, rows, cls='numbers rates')}{note}"
 
 
+def _drain_cell(step: Mapping[str, Any]) -> str:
+    """How long the target took to be idle after the step, and how that was judged (a flag when it was not)."""
+    drain = as_map(step.get("drain"))
+    if not drain:
+        return "–"
+    seconds = f"{num(drain.get('seconds'), 1)} s ({esc(drain.get('by'))})"
+    if drain.get("drained") is False:
+        return f'<span class="flag">not drained</span> {seconds}: {esc(drain.get("detail"))}'
+    return seconds
+
+
 def steps_table(result: Mapping[str, Any]) -> str:
     """Every trial in the order measured, with its own figures and the flags that qualify it."""
     unit = _unit(result)
@@ -260,14 +271,14 @@ def steps_table(result: Mapping[str, Any]) -> str:
             num(step.get("tokens_per_s"), 1), num(step.get("completions_per_s"), 2), ms(ttft.get("p50")),
             ms(ttft.get("p99")), ms(e2e.get("p50")), ms(e2e.get("p99")),
             *(pct1(_share(step, o.value)) for o in FAILED), num(step.get("amplification"), 2),
-            generator, _queue_cell(step), _server_queue_cell(step),
+            generator, _queue_cell(step), _server_queue_cell(step), _drain_cell(step),
             *((_classes_cell(step),) if by_class else ()),
             _verdict_cell(as_map(settled.get(step.get("rate")))),
         ))  # fmt: skip
     head = (f"rate ({esc(unit)})", "trial", "offered", "sent/s", "goodput/s", "attainment", "CI", "tokens/s",
             "completions/s", "TTFT p50", "TTFT p99", "e2e p50", "e2e p99", *(OUTCOME_TEXT[o].label for o in FAILED),
             "attempts per request", "generator", "queue in the step", "server queue (first → max)",
-            *(("on time by class",) if by_class else ()), "rate verdict")  # fmt: skip
+            "drained after", *(("on time by class",) if by_class else ()), "rate verdict")  # fmt: skip
     return (
         "<h3>Steps: every trial</h3><p class='muted'>A rate's verdict is settled on its pooled trials; "
         "<em>on point estimate</em>: no further trial could clear the interval, so the pooled attainment was "

@@ -80,7 +80,20 @@ class SweepConsoleObserver:
             f"goodput {_num(step.goodput_rps)}/s, tokens {_num(step.tokens_per_s)}/s, "
             f"p99 e2e {_ms(step.e2e_ms.get('p99'))}: {verdict_text(verdict)}{limited}"
             + (f"  queue growing ({grew}){again}" if grew else "")
+            + drain_text(step)
         )
+
+
+def drain_text(step: StepStats) -> str:
+    """After the step, how long the target took to be idle again: "  drained in 3.2 s (server metrics)"."""
+    drain = step.drain
+    if drain is None:
+        return ""
+    if not drain.drained:
+        return (
+            f"  NOT drained after {drain.seconds:.1f} s ({drain.by.value}: {drain.detail}): the next step inherits it"
+        )
+    return f"  drained in {drain.seconds:.1f} s ({drain.by.value})"
 
 
 def growth_text(step: StepStats) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 
 from cliffwatch.domain.capacity.arrival_luck import ReferenceReading
 from cliffwatch.domain.capacity.growth import Growth
+from cliffwatch.domain.capacity.step_drain import StepDrain
 from cliffwatch.domain.outcomes import OUTCOMES
 
 PERCENTILES = ("p50", "p90", "p99")
@@ -162,6 +163,9 @@ class StepStats:
     # When the step began (its warm-up), in seconds from the sweep's start; None when not known (an older document).
     started_s: float | None = None
     recheck: bool = False  # the end-of-sweep recheck: the first rate measured again, to see drift (``drift``)
+    # After the step, how long the target took to be idle again and how that was judged (``step_drain``); None when
+    # not known (an older document, or a step the sweep was stopped in).
+    drain: StepDrain | None = None
 
     def __post_init__(self) -> None:
         where = f"step at {self.rate} req/s, trial {self.trial}"
@@ -261,6 +265,7 @@ class StepStats:
             reference=None if self.reference is None else self.reference.to_dict(),
             started_s=self.started_s,
             recheck=self.recheck,
+            drain=None if self.drain is None else self.drain.to_dict(),
             attainment=self.attainment,
             interval=self.interval().to_dict(),  # at 95 %: the table's column; other levels via ``interval()``
             shed_share=self.shed_share,
@@ -299,4 +304,5 @@ class StepStats:
             reference=None if data.get("reference") is None else ReferenceReading.from_dict(data["reference"]),
             started_s=None if data.get("started_s") is None else float(data["started_s"]),
             recheck=bool(data.get("recheck", False)),
+            drain=StepDrain.from_dict(data.get("drain")),
         )

@@ -66,6 +66,10 @@ class SweepSpec:
     # during the sweep (domain.capacity.drift). None: the default, on for auto sweeps (the issue's: a doubling sweep
     # runs long and reads every rate once), off for ranges; True or False as asked.
     recheck: bool | None = None
+    # After each step (once nothing is in flight at the client), the most the sweep waits for the target itself to
+    # be idle: its own waiting and running requests at 0, or a probe answered as fast as on the idle target
+    # (domain.capacity.step_drain). A server keeps working on requests whose clients gave up.
+    drain_timeout_s: float = 60.0
 
     @property
     def rechecks(self) -> bool:
@@ -95,7 +99,9 @@ class SweepSpec:
 
     @property
     def longest_step_s(self) -> float:
-        """Warm-up, the longer of the two windows, and cool-down: the most one step takes before its tail."""
+        """Warm-up, the longer of the two windows, and cool-down: the most one step takes before its tail (its
+        requests still in flight, and the target's drain, which ``drain_timeout_s`` bounds and a drained target
+        does not reach: counting it would make a default two-variant sweep look an hour and a half long)."""
         return self.warmup_s + max(self.step_s, self.extended_s) + self.cooldown_s
 
     def to_dict(self) -> dict[str, Any]:
@@ -121,6 +127,7 @@ class SweepSpec:
             "growth_check": self.growth_check,
             "luck_correction": self.luck_correction,
             "recheck": self.recheck,
+            "drain_timeout_s": self.drain_timeout_s,
         }
 
 
@@ -160,6 +167,7 @@ def parse_sweep_spec(data: object, path: str = "sweep") -> SweepSpec:
     # absent or null: the default (on for auto sweeps)
     recheck = None if reader.data.get("recheck") is None else reader.boolean("recheck")
     reader.raw("recheck", None)
+    drain_timeout_s = reader.number("drain_timeout_s", defaults.drain_timeout_s, ge=1, le=600)
     reader.done()
     if extend_s is not None and step_s is not None and not extend_s > step_s:
         reader.error("extend_s", f"must be > step_s ({step_s:g}): an extended step measures longer")
@@ -197,6 +205,7 @@ def parse_sweep_spec(data: object, path: str = "sweep") -> SweepSpec:
         growth_check=growth_check,
         luck_correction=luck_correction,
         recheck=recheck,
+        drain_timeout_s=drain_timeout_s,
     )
 
 
@@ -257,6 +266,7 @@ def parse_sweep_options(options: Mapping[str, Any]) -> SweepSpec:
             "growth_check": "--no-growth-check",
             "luck_correction": "--no-luck-correction",
             "recheck": "--recheck",
+            "drain_timeout_s": "--drain-timeout",
         }
 
         def flag(path: str) -> str:

@@ -7,6 +7,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from cliffwatch.adapters.loadgen.step_drain import IDLE_PROBES
 from cliffwatch.adapters.loadgen.sweep_steps import HttpStepRunner
 from cliffwatch.adapters.runtime.clock import MonotonicClock
 from cliffwatch.domain.capacity.sweep_spec import SweepArrival, SweepSpec
@@ -140,4 +141,5 @@ async def test_a_stop_during_a_steps_preflight_cuts_the_step_at_once_and_it_is_n
 
     assert time.monotonic() - started < 1.0  # not the step's 12 s, nor its cool-down
     assert reports == []  # the cut step was discarded: no step, so no result
-    assert executor.attempts == 0
+    # only the drain's idle reference went out, before the step: nothing of the step, and no probe after the stop
+    assert executor.attempts == IDLE_PROBES

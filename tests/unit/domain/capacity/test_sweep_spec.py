@@ -44,16 +44,17 @@ def test_every_field_is_read() -> None:
     data = {"mode": "rate", "start": 1.5, "stop": 30, "target": 0.95, "trials": 2, "step_s": 10, "warmup_s": 2,
             "cooldown_s": 1, "arrival": "constant", "coarse_steps": 4, "resolution": 0.1, "max_steps": 12,
             "max_rate": 40, "variants": ["none", "budget:3"], "confidence": 0.9, "extend_s": 25,
-            "growth_check": True, "luck_correction": False}  # fmt: skip
+            "growth_check": True, "luck_correction": False, "drain_timeout_s": 45}  # fmt: skip
     spec = parse_sweep_spec(data)
     assert spec == SweepSpec(start=1.5, stop=30.0, target=0.95, trials=2, step_s=10.0, warmup_s=2.0, cooldown_s=1.0,
                              arrival=SweepArrival.CONSTANT, coarse_steps=4, resolution=0.1, max_steps=12,
                              max_rate=40.0, variants=("none", "budget:3"), confidence=0.9,
-                             extend_s=25.0, luck_correction=False)  # fmt: skip
+                             extend_s=25.0, luck_correction=False, drain_timeout_s=45.0)  # fmt: skip
     assert spec.to_dict()["luck_correction"] is False
     assert isinstance(spec.trials, int)
     # every step at its full length, each over the extended window (a growing queue, or the usable rate confirmed)
     assert spec.max_duration_s() == 2 * 12 * (2 + 25 + 1)
+    assert spec.to_dict()["drain_timeout_s"] == 45.0
 
 
 def test_an_extended_step_measures_three_windows_unless_told_otherwise() -> None:
