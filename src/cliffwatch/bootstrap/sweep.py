@@ -35,6 +35,7 @@ from cliffwatch.domain.results.result import RunStatus
 from cliffwatch.domain.scenario.scenario import Scenario
 from cliffwatch.domain.security.masking import mask_url
 from cliffwatch.domain.traffic.rate_limit import TokenBucket
+from cliffwatch.domain.workload.prompt_sizing import WORDS_SIZING, PromptSizing
 from cliffwatch.services.ports import StepRunner, SweepObserver
 from cliffwatch.services.secrets import secret_values
 from cliffwatch.services.sweep import SweepOutcome, SweepReport, SweepService
@@ -54,8 +55,10 @@ class SweepHandle:
         service: SweepService,
         clock: Clock,
         target_url: str,
+        prompt_sizing: PromptSizing = WORDS_SIZING,
     ) -> None:
         self.sweep_id = sweep_id
+        self.prompt_sizing = prompt_sizing  # the preflight's: how every step's prompts are sized
         self.scenario = scenario
         self.spec = spec
         self.service = service
@@ -91,6 +94,7 @@ class SweepHandle:
             started_at=started_at,
             finished_at=self.clock.wall(),
             target_url=self.target_url,
+            prompt_sizing=self.prompt_sizing,
         )
 
 
@@ -139,7 +143,9 @@ async def prepare_sweep(
         executor = await stack.enter_async_context(
             HttpExecutor(client, url, destinations=destinations, cap=cap, **prepared.executor_options())
         )
-        await executor.preflight()
+        sizing = await executor.preflight()
+        if sizing.failure is not None:
+            observer.note(f"prompt sizes cannot be vouched for: {sizing.failure}")
         watcher = await server_watcher(stack, scenario, url, destinations, clock)
         pool = await sweep_workers(stack, settings, scenario, spec, client, executor, observer,
                                    url=url, destinations=destinations, cap=cap)  # fmt: skip
@@ -165,7 +171,7 @@ async def prepare_sweep(
         service = SweepService(scenario=scenario, spec=spec, runner_for=runner_for, observer=observer,
                                sweep_observer=sweep_observer, clock=clock)  # fmt: skip
         yield SweepHandle(sweep_id=sweep_id, scenario=scenario, spec=spec, service=service, clock=clock,
-                          target_url=shown)  # fmt: skip
+                          target_url=shown, prompt_sizing=sizing)  # fmt: skip
 
 
 async def sweep_workers(

@@ -29,8 +29,10 @@ from cliffwatch.domain.capacity.sweep_plan import sweep_warnings
 from cliffwatch.domain.capacity.sweep_spec import SweepMode, SweepSpec, variant_policy
 from cliffwatch.domain.ports import Clock, ProgressObserver
 from cliffwatch.domain.results.result import RunStatus, scenario_summary
+from cliffwatch.domain.results.workload_match import prompt_mismatch
 from cliffwatch.domain.scenario.retry import RetryPolicy
 from cliffwatch.domain.scenario.scenario import Scenario
+from cliffwatch.domain.workload.prompt_sizing import WORDS_SIZING, PromptSizing
 from cliffwatch.services.ports import StepRunner, SweepObserver
 
 log = structlog.get_logger(__name__)
@@ -224,6 +226,27 @@ class SweepOutcome:
     started_at: datetime
     finished_at: datetime
     target_url: str
+    prompt_sizing: PromptSizing = WORDS_SIZING  # how the steps' prompt_tokens became prompts (the preflight's)
+
+    @property
+    def workload_mismatch(self) -> str | None:
+        """Why the steps' prompts were not the sizes the scenario asks for (``workload_match``), every step of
+        every variant pooled; None when nothing says so."""
+        error = self._prompt_error() or {"answers": 0, "mean_abs_pct": 0.0, "mean_pct": 0.0}
+        return prompt_mismatch(self.prompt_sizing, answers=int(error["answers"]), mean_abs_pct=error["mean_abs_pct"],
+                               mean_pct=error["mean_pct"])  # fmt: skip
+
+    def _prompt_error(self) -> dict[str, float] | None:
+        """Every step's server-counted prompt error pooled (weighted by its answers); None without any."""
+        readings = [s.prompt_error for r in self.reports for s in r.result.steps if s.prompt_error]
+        answers = sum(r["answers"] for r in readings)
+        if not answers:
+            return None
+
+        def mean(key: str) -> float:
+            return round(sum(r[key] * r["answers"] for r in readings) / answers, 3)
+
+        return {"answers": answers, "mean_pct": mean("mean_pct"), "mean_abs_pct": mean("mean_abs_pct")}
 
     @property
     def usable_rps(self) -> float | None:
@@ -252,5 +275,8 @@ class SweepOutcome:
             "target": {"url": self.target_url, "api": self.scenario.target.api.value},
             "spec": self.spec.to_dict(),
             "warnings": list(sweep_warnings(self.scenario, self.spec)),  # e.g. steps too short for the SLO
+            "prompt_tokens": {**self.prompt_sizing.to_dict(), "error": self._prompt_error()},
+            "workload_mismatch": self.workload_mismatch is not None,
+            "workload_mismatch_reason": self.workload_mismatch,
             "variants": [report.to_dict() for report in self.reports],
         }

@@ -103,7 +103,12 @@ def headline(doc: Mapping[str, Any]) -> str:
 def warnings(doc: Mapping[str, Any]) -> str:
     """What the sweep as asked was warned about (``sweep_plan.sweep_warnings``: steps too short for its SLO,
     say), as ``cliffwatch sweep`` warns under its headline; nothing for a document without any."""
-    return "".join(f'<p class="warn sweep-warning">Warning: {esc(w)}</p>' for w in as_list(doc.get("warnings")))
+    found = "".join(f'<p class="warn sweep-warning">Warning: {esc(w)}</p>' for w in as_list(doc.get("warnings")))
+    if doc.get("workload_mismatch") is True:
+        found += ('<p class="warn" id="workload-mismatch">Workload mismatch: the prompts sent are not the sizes the '
+                  "scenario asks for, so this capacity is another workload's: "
+                  f"{esc(doc.get('workload_mismatch_reason'))}.</p>")  # fmt: skip
+    return found
 
 
 def provisional_note(doc: Mapping[str, Any]) -> str:

@@ -167,7 +167,7 @@ def scorecard(result: RunResult) -> RenderableType:
     if result.fault_events:
         lines.append(fault_timeline(result))
     for item in result.verdicts():
-        lines.append(Text.from_markup(f"[bold yellow]⚠ {item.name}[/]: {item.summary}"))
+        lines.append(Text.assemble((f"⚠ {item.name}", "bold yellow"), f": {item.summary}"))  # a reason is not markup
     lines.extend(Text(f"note: {note}", style="yellow") for note in result.notes)
     lag = result.generator.lag
     collector = result.generator.collector

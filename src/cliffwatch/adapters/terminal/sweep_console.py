@@ -297,6 +297,10 @@ def sweep_report(outcome: SweepOutcome) -> RenderableType:
     warning = short_step_warning(outcome.scenario, outcome.spec)
     if warning is not None:
         lines.append(Text(f"warning: {warning}", style="yellow"))
+    mismatch = outcome.workload_mismatch
+    if mismatch is not None:
+        said = f": the prompts sent are not the sizes the scenario asks for, so this capacity is another's: {mismatch}"
+        lines.append(Text.assemble(("⚠ workload_mismatch", "bold yellow"), said))  # the reason is not markup
     for report in outcome.reports:
         lines.append(step_table(report))
         lines.extend(capacity_lines(report.result))

@@ -166,6 +166,9 @@ class StepStats:
     # After the step, how long the target took to be idle again and how that was judged (``step_drain``); None when
     # not known (an older document, or a step the sweep was stopped in).
     drain: StepDrain | None = None
+    # The server's count of the window's prompts against the intended sizes (usage.prompt_tokens): answers, mean_pct
+    # (signed) and mean_abs_pct, in percent of the intended; empty when no answer carried a count.
+    prompt_error: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         where = f"step at {self.rate} req/s, trial {self.trial}"
@@ -206,6 +209,7 @@ class StepStats:
         server = {str(k): MappingProxyType(dict(v)) for k, v in self.server.items()}
         object.__setattr__(self, "server", MappingProxyType(server))
         object.__setattr__(self, "classes", MappingProxyType(dict(self.classes)))
+        object.__setattr__(self, "prompt_error", MappingProxyType(dict(self.prompt_error)))
         if sum(c.offered for c in self.classes.values()) not in (0, self.offered):
             raise ValueError(f"{where}: the classes' requests do not add up to offered={self.offered}")
         ref, missed = self.reference, self.offered - self.on_time
@@ -266,6 +270,7 @@ class StepStats:
             started_s=self.started_s,
             recheck=self.recheck,
             drain=None if self.drain is None else self.drain.to_dict(),
+            prompt_error=dict(self.prompt_error),
             attainment=self.attainment,
             interval=self.interval().to_dict(),  # at 95 %: the table's column; other levels via ``interval()``
             shed_share=self.shed_share,
@@ -305,4 +310,5 @@ class StepStats:
             started_s=None if data.get("started_s") is None else float(data["started_s"]),
             recheck=bool(data.get("recheck", False)),
             drain=StepDrain.from_dict(data.get("drain")),
+            prompt_error={str(k): float(v) for k, v in (data.get("prompt_error") or {}).items()},
         )

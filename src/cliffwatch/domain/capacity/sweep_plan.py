@@ -328,7 +328,16 @@ def step_stats(
         workers=len(generator.workers),
         server=readings,
         classes={name: _class_step(stats) for name, stats in classes},
+        prompt_error=_prompt_error(measured),
     )
+
+
+def _prompt_error(stats: PhaseStats) -> dict[str, float]:
+    errors = stats.prompt_error
+    if not errors.count:
+        return {}
+    return {"answers": float(errors.count), "mean_pct": round(stats.prompt_error_signed / errors.count, 3),
+            "mean_abs_pct": round(errors.total / errors.count, 3)}  # fmt: skip
 
 
 def _class_step(stats: PhaseStats) -> ClassStep:

@@ -26,17 +26,23 @@ MAX_PROMPT_ERROR_PCT = 10.0  # mean absolute, of the intended size, over every a
 
 def workload_mismatch(sizing: PromptSizing, phases: Sequence[PhaseStats]) -> str | None:
     """Why the run's prompts are not the workload its scenario asks for, or None when nothing says so."""
+    pooled = merge_phases(phases)
+    if pooled is None or not pooled.prompt_error.count:
+        return prompt_mismatch(sizing, answers=0, mean_abs_pct=0.0, mean_pct=0.0)
+    errors = pooled.prompt_error
+    return prompt_mismatch(sizing, answers=errors.count, mean_abs_pct=errors.total / errors.count,
+                           mean_pct=pooled.prompt_error_signed / errors.count)  # fmt: skip
+
+
+def prompt_mismatch(sizing: PromptSizing, *, answers: int, mean_abs_pct: float, mean_pct: float) -> str | None:
+    """The rule, on the server's counts of ``answers`` prompts (mean absolute and signed error, in percent of the
+    intended sizes): a run's phases pooled, or a sweep's steps."""
     if sizing.failure is not None:
         return f"{sizing.failure}; the prompts went out one word a token and nobody measured them"
-    pooled = merge_phases(phases)
-    errors = None if pooled is None else pooled.prompt_error
-    if errors is None or not errors.count:
+    if not answers or mean_abs_pct <= MAX_PROMPT_ERROR_PCT:
         return None
-    mean_abs = errors.total / errors.count
-    if mean_abs <= MAX_PROMPT_ERROR_PCT:
-        return None
-    direction = "longer" if pooled is not None and pooled.prompt_error_signed > 0 else "shorter"
-    return (f"the server counted the prompts {mean_abs:.1f} % off the sizes asked (mean absolute, {errors.count:,} "
+    direction = "longer" if mean_pct > 0 else "shorter"
+    return (f"the server counted the prompts {mean_abs_pct:.1f} % off the sizes asked (mean absolute, {answers:,} "
             f"answers; mostly {direction}), more than the {MAX_PROMPT_ERROR_PCT:g} % a run can vouch for")  # fmt: skip
 
 
