@@ -1,9 +1,11 @@
 """A real sweep through ``prepare_sweep`` against a loopback server whose speed drifts: the recheck at the end sees
 it, the result carries ``target_drift`` and the verdict says so; against the same server held steady it does not.
 
-The server serves one request at a time, 20 ms each (50 req/s), and is slowed to 200 ms a request (5 req/s) by
-the test when the recheck starts: the sweep measures 8 and 12 req/s (no cliff), then 8 req/s again. Steps of
-0.5 + 2 s with constant arrivals keep each test to about 10 s.
+The server serves one request at a time, 20 ms each (50 req/s), and is slowed by the test when the recheck starts:
+to 200 ms a request (5 req/s: the recheck fails), or to 32 ms (the issue's × 1.6: it still holds, and only its
+median latency shows the drift). The sweep measures 8 and 12 req/s (no cliff), then 8 req/s again. Steps of
+0.5 + 2 s with constant arrivals, and a drain bounded at 1 s (a slowed server is never as fast as it was idle),
+keep each test to about 10 s.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.heavy]  # sweeps: each step must kee
 
 FAST_S, SLOW_S = 0.02, 0.2
 SPEC = SweepSpec(start=8.0, stop=12.0, coarse_steps=2, trials=1, step_s=2.0, warmup_s=0.5, cooldown_s=0.2,
-                 arrival=SweepArrival.CONSTANT, recheck=True)  # fmt: skip
+                 arrival=SweepArrival.CONSTANT, recheck=True, drain_timeout_s=1.0)  # fmt: skip
 
 
 class OneSlot:
@@ -49,20 +51,22 @@ class OneSlot:
 
 
 class SlowsAtTheRecheck:
-    """A ``SweepObserver`` that slows the server when the recheck (the first rate's second trial) starts."""
+    """A ``SweepObserver`` that slows the server to ``slow_s`` a request when the recheck (the first rate's second
+    trial) starts; None: it keeps its speed."""
 
-    def __init__(self, server: OneSlot | None) -> None:
+    def __init__(self, server: OneSlot, slow_s: float | None) -> None:
         self.server = server
+        self.slow_s = slow_s
 
     def step_started(self, variant: str, rate: float, trial: int) -> None:
-        if self.server is not None and rate == SPEC.first_rate and trial == 2:
-            self.server.service_s = SLOW_S
+        if self.slow_s is not None and rate == SPEC.first_rate and trial == 2:
+            self.server.service_s = self.slow_s
 
     def step_finished(self, variant: str, step: StepStats, verdict: StepVerdict) -> None:
         pass
 
 
-async def sweep(tmp_path: Path, *, drifting: bool) -> CapacityResult:
+async def sweep(tmp_path: Path, *, slow_s: float | None) -> CapacityResult:
     """One sweep against a fresh server; run once more when a step was generator-limited (a busy machine's
     step says nothing about the target, and the drift rule leaves it out)."""
     allowlist, _ = parse_allowlist(DEFAULT_ALLOWLIST)
@@ -88,7 +92,7 @@ async def sweep(tmp_path: Path, *, drifting: bool) -> CapacityResult:
                 },
                 source="test_sweep_drift",
             )  # fmt: skip
-            hook = SlowsAtTheRecheck(slot if drifting else None)
+            hook = SlowsAtTheRecheck(slot, slow_s)
             async with prepare_sweep(settings, scenario, SPEC, observer=CollectingObserver(),
                                      sweep_observer=hook) as handle:  # fmt: skip
                 outcome = await handle.run()
@@ -107,7 +111,7 @@ def describe(result: CapacityResult) -> str:
 
 
 async def test_a_target_that_slows_down_during_the_sweep_is_reported_as_drifting(tmp_path: Path) -> None:
-    result = await sweep(tmp_path, drifting=True)
+    result = await sweep(tmp_path, slow_s=SLOW_S)
 
     assert [(s.rate, s.trial, s.recheck) for s in result.steps] == [(8, 1, False), (12, 1, False), (8, 2, True)], (
         describe(result)
@@ -134,7 +138,7 @@ async def test_a_target_that_slows_down_during_the_sweep_is_reported_as_drifting
 
 
 async def test_a_steady_target_passes_its_recheck_without_a_word_of_drift(tmp_path: Path) -> None:
-    result = await sweep(tmp_path, drifting=False)
+    result = await sweep(tmp_path, slow_s=None)
 
     assert [(s.rate, s.trial, s.recheck) for s in result.steps] == [(8, 1, False), (12, 1, False), (8, 2, True)], (
         describe(result)
@@ -143,3 +147,22 @@ async def test_a_steady_target_passes_its_recheck_without_a_word_of_drift(tmp_pa
     assert "drifted" not in result.verdict
     assert result.usable_rps == 12.0, describe(result)
     assert result.to_dict()["target_drift"] is None
+
+
+async def test_a_target_slowed_by_the_issues_factor_still_holding_its_rate_drifted_by_its_median(
+    tmp_path: Path,
+) -> None:
+    result = await sweep(tmp_path, slow_s=FAST_S * 1.6)
+
+    assert [(s.rate, s.trial, s.recheck) for s in result.steps] == [(8, 1, False), (12, 1, False), (8, 2, True)], (
+        describe(result)
+    )
+    assert result.target_drift is not None, describe(result)
+    assert result.target_drift.disagreements == (), describe(result)  # 32 ms a request still holds 8 req/s
+    shift = result.target_drift.latency[0]
+    assert (shift.signal, shift.rate, shift.earlier.step_index, shift.later.recheck) == ("e2e", 8.0, 0, True)
+    assert 0.3 < shift.change < 1.0, describe(result)  # 20 → 32 ms of service, and the client's own time on both
+    assert result.verdict.startswith("the target's speed drifted during the sweep (8 req/s: median e2e "), (
+        result.verdict
+    )
+    assert result.usable_rps == 12.0, describe(result)  # a shift judges no rate

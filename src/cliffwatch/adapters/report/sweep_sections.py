@@ -161,6 +161,8 @@ def variant_facts(result: Mapping[str, Any]) -> str:
         facts.append(("arrival luck", esc(f"{applied}: {luck.get('reason', DASH)}")))
     for pair in map(as_map, as_list(as_map(result.get("target_drift")).get("disagreements"))):
         facts.append(("target drift", f'<span class="flag">{esc(drift_text(pair, unit))}</span>'))
+    for shift in map(as_map, as_list(as_map(result.get("target_drift")).get("latency"))):
+        facts.append(("target drift", f'<span class="flag">{esc(shift_text(shift, unit))}</span>'))
     listed = "".join(f"<div><dt>{esc(k)}</dt><dd>{v}</dd></div>" for k, v in facts)
     return f'<dl class="facts sweep-facts">{listed}</dl>'
 
@@ -180,6 +182,23 @@ def drift_text(pair: Mapping[str, Any], unit: str) -> str:
     if isinstance(median, int | float):
         apart += f", median e2e {median:+,.0f} ms"
     return f"{num(pair.get('rate'))} {unit}: {', '.join(readings)}: {apart}"
+
+
+def shift_text(shift: Mapping[str, Any], unit: str) -> str:
+    """A recheck whose median latency moved (``target_drift.latency[]``): both medians, when, how far apart,
+    unescaped."""
+    readings = []
+    for trial in map(as_map, as_list(shift.get("trials"))):
+        what = "the recheck" if trial.get("recheck") else f"trial {num(trial.get('trial'))}"
+        started = trial.get("started_s")
+        when = f", at {num(started)} s" if isinstance(started, int | float) else ""
+        step = trial.get("step_index")
+        where = f"step {step + 1}" if isinstance(step, int) else DASH
+        readings.append(f"{num(trial.get('median_ms'))} ms in {what} ({where}{when})")
+    change = shift.get("change")
+    apart = f"{change * 100:+.0f} %" if isinstance(change, int | float) else DASH
+    name = "TTFT" if shift.get("signal") == "ttft" else str(shift.get("signal") or DASH)
+    return f"{num(shift.get('rate'))} {unit}: median {name} {', '.join(readings)}: {apart}"
 
 
 def _verdict_cell(rate: Mapping[str, Any]) -> str:
@@ -292,8 +311,9 @@ def steps_table(result: Mapping[str, Any]) -> str:
         "grew within the step (docs/sweep.md), and by what overload; a step whose queue grew is measured again "
         "over the <em>extended</em> window, and a rate whose queue still grows there is bad, <em>queue kept "
         "growing</em>, whatever its attainment; <em>recheck</em>: the first rate measured again at the end, to "
-        "see whether the target's speed drifted; <em>target drifted</em>: trials at the rate disagreed beyond "
-        "their intervals, so it is judged on its slower trial alone."
+        "see whether the target's speed drifted (its on-time share and its median latency against the first "
+        "reading's); <em>target drifted</em>: trials at the rate disagreed beyond their intervals, so it is judged "
+        "on its slower trial alone."
         + (
             " <em>On time by class</em>: each traffic class's own attainment against its own SLO; the step is "
             "judged on all of them together, at the scenario's traffic mix."

@@ -11,6 +11,7 @@ from rich.text import Text
 
 from cliffwatch.domain.capacity.capacity import CapacityResult, SettledRate, StepStats, StepVerdict
 from cliffwatch.domain.capacity.drift import Disagreement, DriftReading
+from cliffwatch.domain.capacity.speed_drift import LatencyReading, SpeedShift
 from cliffwatch.domain.capacity.sweep_plan import short_step_warning
 from cliffwatch.domain.capacity.sweep_spec import SweepMode
 from cliffwatch.domain.outcomes import FAILED, OUTCOME_TEXT
@@ -132,8 +133,7 @@ def step_table(report: SweepReport) -> Table:
         rate = settled.get(step.rate)
         luck = "–"
         if step.recheck:
-            disagreed = drift is not None and (pair := drift.at(step.rate)) is not None and pair.later.recheck
-            verdict = "[red]recheck: drifted[/]" if disagreed else "[dim]recheck: agrees[/]"
+            verdict = "[red]recheck: drifted[/]" if drift is not None and drift.rechecked else "[dim]recheck: agrees[/]"
         elif step.trial < last_trial[step.rate] or rate is None:
             verdict = "[dim]unsure: again[/]" if step.trial < last_trial[step.rate] else "–"
         else:
@@ -174,9 +174,12 @@ def step_table(report: SweepReport) -> Table:
         notes.append("* settled on the point estimate: no further trial could clear the 95% interval (docs/sweep.md)")
     if any(step.recheck for step in result.steps):
         notes.append("recheck: the first rate measured again at the end, to see whether the target's speed drifted")
-    if drift is not None:
+    if drift is not None and drift.disagreements:
         notes.append("drifted: trials at the rate disagreed beyond their intervals; it is judged on its slower trial "
                      '(docs/sweep.md, "A target whose speed drifts")')  # fmt: skip
+    if drift is not None and drift.latency:
+        notes.append("recheck: drifted: its median latency moved from the first reading's beyond their spread (the "
+                     'target\'s own speed, docs/sweep.md, "A target whose speed drifts")')  # fmt: skip
     table.caption = "\n".join(notes)
     return table
 
@@ -223,7 +226,23 @@ def capacity_lines(result: CapacityResult) -> list[RenderableType]:
     if result.target_drift is not None:
         lines.extend(Text(f"target drift: {drift_text(pair, unit)}", style="yellow")
                      for pair in result.target_drift.disagreements)  # fmt: skip
+        lines.extend(Text(f"target drift: {shift_text(shift, unit)}", style="yellow")
+                     for shift in result.target_drift.latency)  # fmt: skip
     return lines
+
+
+def shift_text(shift: SpeedShift, unit: str) -> str:
+    """A recheck whose median latency moved: "0.5 req/s: median e2e 107 ms in trial 1 (step 1, at 0 s), 173 ms in
+    the recheck (step 14, at 240 s): +62 %"."""
+
+    def reading(r: LatencyReading) -> str:
+        when = "" if r.started_s is None else f", at {r.started_s:.0f} s"
+        what = "the recheck" if r.recheck else f"trial {r.trial}"
+        return f"{_num(r.median_ms)} ms in {what} (step {r.step_index + 1}{when})"
+
+    name = "TTFT" if shift.signal == "ttft" else shift.signal
+    return (f"{_num(shift.rate)} {unit}: median {name} {reading(shift.earlier)}, {reading(shift.later)}: "
+            f"{shift.change * 100:+.0f} %")  # fmt: skip
 
 
 def drift_text(pair: Disagreement, unit: str) -> str:

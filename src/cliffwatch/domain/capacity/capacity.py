@@ -3,8 +3,9 @@
 One import for callers; the parts live in ``capacity_stats`` (a step and Wilson intervals),
 ``capacity_steps`` (judging, pooling and settling a rate), ``capacity_search`` (which rate to measure next),
 ``capacity_result`` (usable capacity, peaks and the decision rule's verdict), ``drift`` (trials at one rate
-that disagree: a target whose speed drifted) and ``found_capacity`` (the result a sweep ends with, and its JSON
-form). docs/sweep.md explains the statistics and the search.
+that disagree: a target whose speed drifted), ``speed_drift`` (the recheck's median latency against the first
+reading's) and ``found_capacity`` (the result a sweep ends with, and its JSON form). docs/sweep.md explains the
+statistics and the search.
 """
 
 from __future__ import annotations

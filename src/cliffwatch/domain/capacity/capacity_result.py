@@ -29,8 +29,9 @@ from cliffwatch.domain.capacity.capacity_steps import (
     pool_rates,
     settle,
 )
-from cliffwatch.domain.capacity.drift import TargetDrift, find_drift, slowest_periods
+from cliffwatch.domain.capacity.drift import DriftReading, TargetDrift, find_drift, slowest_periods
 from cliffwatch.domain.capacity.found_capacity import CapacityResult
+from cliffwatch.domain.capacity.speed_drift import LatencyReading
 from cliffwatch.domain.outcomes import NOT_ON_TIME, OUTCOME_TEXT
 
 CONSTRAINED_SHARE = 0.9  # throughput still at this share of its peak where latency crossed: capacity-constrained
@@ -64,13 +65,14 @@ NOTHING_VALID = "no valid step: the generator could not keep its schedule at any
 GROWTH_SIGNAL = "the queue kept growing through a {window} s step ({trend})"
 SERVER_QUEUE = " (the server's waiting queue went from {first} to {peak})"  # target.metrics, at the crossing
 SERVER_QUEUE_HELD = " (the server's waiting queue held at {peak} at most)"
-# Trials at one rate disagreed beyond their intervals (domain.capacity.drift): said first, the rest of the verdict
-# follows with each of those rates judged on its slower trial.
-DRIFT = (
-    "the target's speed drifted during the sweep ({readings}): its usable capacity is its slowest period's, each "
-    "of these rates judged on its slower trial; "
-)
+# Trials at one rate disagreed beyond their intervals, or the recheck's median latency shifted (domain.capacity.drift):
+# said first, the rest of the verdict follows with each disagreeing rate judged on its slower trial. A shift alone
+# judges no rate: which steps ran while the target was faster, the sweep cannot tell.
+DRIFT = "the target's speed drifted during the sweep ({readings}): its usable capacity is its slowest period's{how}; "
+DRIFT_JUDGED = ", each of these rates judged on its slower trial"
+DRIFT_FASTER = "; the rates measured while it was faster may overstate it"
 DRIFT_READINGS = "{rate}: {first} % on time {first_when}, {second} % {second_when}"
+DRIFT_MEDIANS = "{rate}: median {signal} {first} ms {first_when}, {second} ms {second_when} ({change} %)"
 DRIFT_RECHECK = " in the end-of-sweep recheck"
 
 
@@ -131,7 +133,8 @@ def summarize(
     leave out INVALID rates, whose numbers describe the client rather than the target.
     """
     luck = fit_luck(steps)
-    drift = find_drift(steps, e2e_slo_ms=e2e_slo_ms, ttft_slo_ms=ttft_slo_ms, luck=luck)
+    # a closed loop's rates are clients (``unit_of``): only one is a light load for the latency test
+    drift = find_drift(steps, e2e_slo_ms=e2e_slo_ms, ttft_slo_ms=ttft_slo_ms, luck=luck, closed_loop=unit == "clients")
     rates = slowest_periods(settle_all(steps, target=target, confidence=confidence, max_trials=max_trials, luck=luck),
                             drift, target=target, confidence=confidence, luck=luck)  # fmt: skip
     failing = [r.rate for r in rates if r.verdict is not StepVerdict.GOOD]
@@ -177,16 +180,32 @@ def summarize(
 
 
 def drift_sentence(drift: TargetDrift, unit: str) -> str:
-    """The verdict's opening when the target drifted: each disagreeing rate's two readings, when they were taken."""
-    readings = []
+    """The verdict's opening when the target drifted: each disagreeing rate's two readings, then each shifted median
+    at a rate whose trials did not disagree already (its e2e before its TTFT, one a rate), when they were taken."""
+    readings, said = [], {pair.rate for pair in drift.disagreements}
     for pair in drift.disagreements:
-        when = [f"at {r.started_s:.0f} s" if r.started_s is not None else f"in step {r.step_index + 1}"
-                for r in (pair.earlier, pair.later)]  # fmt: skip
-        readings.append(DRIFT_READINGS.format(
-            rate=f"{num(pair.rate)} {unit}", first=pct(pair.earlier.on_time_share), first_when=when[0],
-            second=pct(pair.later.on_time_share), second_when=when[1] + (DRIFT_RECHECK if pair.later.recheck else ""),
+        first, second = _when(pair.earlier), _when(pair.later)
+        readings.append(DRIFT_READINGS.format(rate=f"{num(pair.rate)} {unit}", first=pct(pair.earlier.on_time_share),
+                                              first_when=first, second=pct(pair.later.on_time_share),
+                                              second_when=second))  # fmt: skip
+    shifted = False
+    for shift in drift.latency:
+        if shift.rate in said:
+            continue
+        said.add(shift.rate)
+        shifted = True
+        readings.append(DRIFT_MEDIANS.format(
+            rate=f"{num(shift.rate)} {unit}", signal=BOUND_NAMES[shift.signal], first=num(shift.earlier.median_ms),
+            first_when=_when(shift.earlier), second=num(shift.later.median_ms), second_when=_when(shift.later),
+            change=f"{shift.change * 100:+.0f}",
         ))  # fmt: skip
-    return DRIFT.format(readings="; ".join(readings))
+    how = (DRIFT_JUDGED if drift.disagreements else "") + (DRIFT_FASTER if shifted else "")
+    return DRIFT.format(readings="; ".join(readings), how=how)
+
+
+def _when(reading: DriftReading | LatencyReading) -> str:
+    when = f"at {reading.started_s:.0f} s" if reading.started_s is not None else f"in step {reading.step_index + 1}"
+    return when + (DRIFT_RECHECK if reading.recheck else "")
 
 
 def _corrected(pooled: PooledRate) -> str:

@@ -15,7 +15,9 @@ on-time shares' Wilson intervals at ``DRIFT_CONFIDENCE`` do not overlap, disagre
 
 Poisson steps are read on their on-time count corrected for the luck of their draws where the sweep's correction
 applies (``arrival_luck``), as their verdicts are. The recheck (``SweepSpec.recheck``: the first rate measured
-once more at the end) gives every sweep one pair across its whole length.
+once more at the end) gives every sweep one pair across its whole length, and its median latencies are compared
+with the first reading's too (``speed_drift``): at that light load they are the target's own speed, which moves
+before the rate fails.
 
 The level is far above the 95 % the verdicts use: a sweep makes many comparisons, and trials near the cliff vary
 more than a binomial count does (one long queue makes many late requests at once). docs/sweep.md has the
@@ -35,6 +37,7 @@ from typing import Any
 from cliffwatch.domain.capacity.arrival_luck import LuckCorrection
 from cliffwatch.domain.capacity.capacity_stats import Interval, StepStats, wilson
 from cliffwatch.domain.capacity.capacity_steps import SettledRate, StepVerdict, pool_rates, settle
+from cliffwatch.domain.capacity.speed_drift import SpeedShift, find_speed_shifts
 
 DRIFT_CONFIDENCE = 0.999
 ROOM = 0.5  # the faster trial's p99 latencies within this share of their SLO bounds: it was clear of the cliff
@@ -149,19 +152,28 @@ class Disagreement:
 
 @dataclass(frozen=True, kw_only=True)
 class TargetDrift:
-    """Every rate whose trials disagreed, one pair a rate (the farthest apart), lowest rate first."""
+    """Every rate whose trials disagreed, one pair a rate (the farthest apart), and every recheck whose median
+    latency shifted from the first reading's (``speed_drift``), lowest rate first."""
 
     confidence: float
-    disagreements: tuple[Disagreement, ...]
+    disagreements: tuple[Disagreement, ...] = ()
+    latency: tuple[SpeedShift, ...] = ()
 
     def __post_init__(self) -> None:
-        if not self.disagreements:
-            raise ValueError("a target drift needs at least one disagreement (no drift is None)")
+        if not self.disagreements and not self.latency:
+            raise ValueError("a target drift needs a disagreement or a latency shift (no drift is None)")
         object.__setattr__(self, "disagreements", tuple(sorted(self.disagreements, key=lambda d: d.rate)))
+        object.__setattr__(self, "latency", tuple(sorted(self.latency, key=lambda s: s.rate)))
 
     @property
     def rates(self) -> tuple[float, ...]:
-        return tuple(d.rate for d in self.disagreements)
+        """The rates where the target was seen to drift, by their on-time shares or their medians."""
+        return tuple(sorted({d.rate for d in self.disagreements} | {s.rate for s in self.latency}))
+
+    @property
+    def rechecked(self) -> bool:
+        """Whether the end-of-sweep recheck disagreed with the first reading, by either test."""
+        return any(d.recheck for d in self.disagreements) or any(s.recheck for s in self.latency)
 
     def at(self, rate: float) -> Disagreement | None:
         """The disagreement at ``rate``, if its trials disagreed."""
@@ -172,13 +184,16 @@ class TargetDrift:
             "rates": list(self.rates),
             "confidence": self.confidence,
             "disagreements": [d.to_dict() for d in self.disagreements],
+            "latency": [s.to_dict() for s in self.latency],
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TargetDrift:
+        """Reads ``to_dict``'s form back; a document older than the latency test has none."""
         return cls(
             confidence=float(data["confidence"]),
             disagreements=tuple(Disagreement.from_dict(d) for d in data["disagreements"]),
+            latency=tuple(SpeedShift.from_dict(s) for s in data.get("latency") or ()),
         )
 
 
@@ -189,9 +204,11 @@ def find_drift(
     ttft_slo_ms: float | None = None,
     luck: LuckCorrection | None = None,
     confidence: float = DRIFT_CONFIDENCE,
+    closed_loop: bool = False,
 ) -> TargetDrift | None:
-    """The sweep's disagreements (``steps`` in the order measured), or None when no pair of comparable trials
-    disagreed.
+    """The sweep's disagreements and latency shifts (``steps`` in the order measured), or None when no pair of
+    comparable trials disagreed and no recheck's median latency shifted (``speed_drift``; ``closed_loop``: the
+    rates are clients).
 
     Comparable: the same rate, windows of the same length (an extended window lets a slowly growing queue reach
     further, so it may fail where a short one held without anything drifting), neither generator-limited (its
@@ -219,9 +236,10 @@ def find_drift(
         kept = found.get(pair.rate)
         if kept is None or abs(pair.share_change) > abs(kept.share_change):
             found[pair.rate] = pair
-    if not found:
+    latency = find_speed_shifts(steps, confidence=confidence, closed_loop=closed_loop)
+    if not found and not latency:
         return None
-    return TargetDrift(confidence=confidence, disagreements=tuple(found.values()))
+    return TargetDrift(confidence=confidence, disagreements=tuple(found.values()), latency=latency)
 
 
 def held_with_room(step: StepStats, *, e2e_slo_ms: float, ttft_slo_ms: float | None = None) -> bool:

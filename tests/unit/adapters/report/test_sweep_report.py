@@ -22,6 +22,7 @@ from cliffwatch.adapters.report.render import (
 from cliffwatch.adapters.report.sweep_charts import rate_points
 from cliffwatch.domain.capacity.capacity import Interval
 from cliffwatch.domain.capacity.drift import Disagreement, DriftReading, TargetDrift
+from cliffwatch.domain.capacity.speed_drift import LatencyReading, SpeedShift
 from report_kit import report_data
 
 FIXTURE = Path(__file__).parents[3] / "fixtures" / "reports" / "sweep-retries.json"
@@ -315,3 +316,22 @@ def test_a_drifting_target_is_named_in_the_facts_and_its_recheck_and_slower_tria
             "median e2e +0 ms</span>") in section  # fmt: skip
     assert f'{recheck["trial"]} <span class="flag">recheck</span>' in section
     assert f"target drifted: judged on trial {recheck['trial']}</span>" in section
+
+
+def test_a_recheck_whose_median_latency_moved_is_named_in_the_facts(document: dict[str, Any]) -> None:
+    document = copy.deepcopy(document)
+    result = document["variants"][0]["result"]
+    first = result["steps"][0]
+    recheck = {**first, "trial": first["trial"] + 1, "recheck": True, "started_s": 301.0}
+    result["steps"].append(recheck)
+    earlier = LatencyReading(trial=1, step_index=0, started_s=2.0, requests=5, median_ms=107.0)
+    later = LatencyReading(trial=recheck["trial"], step_index=len(result["steps"]) - 1, started_s=301.0, requests=5,
+                           median_ms=173.0, recheck=True)  # fmt: skip
+    shift = SpeedShift(rate=first["rate"], signal="e2e", earlier=earlier, later=later, spread=0.05, df=8.0, t=9.0)
+    result["target_drift"] = TargetDrift(confidence=0.999, latency=(shift,)).to_dict()
+    page = render_sweep_report(document)
+    section = page[page.index('id="variant-0"') : page.index('id="variant-1"')]
+
+    assert (f"<dt>target drift</dt><dd><span class=\"flag\">{num(first['rate'])} req/s: median e2e 107 ms in "
+            f"trial 1 (step 1, at 2 s), 173 ms in the recheck (step {len(result['steps'])}, at 301 s): +62 %"
+            "</span>") in section  # fmt: skip

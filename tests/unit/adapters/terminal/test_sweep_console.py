@@ -442,6 +442,26 @@ def test_the_recheck_has_its_own_line_and_a_drifting_target_is_shown_with_how_fa
     assert result.verdict.startswith("the target's speed drifted during the sweep (10 req/s: 100.0 % on time at 0 s")
 
 
+def test_a_recheck_whose_median_latency_moved_is_drift_shown_with_both_medians() -> None:
+    # light steps (at most a third of a request in flight): the target's own time, 100 ms, then 160 ms
+    def light(rate: float, trial: int, median: float, offered: int) -> StepStats:
+        return replace(step(rate, trial, offered=offered), e2e_ms={"p50": median, "p90": median * 1.05,
+                                                                   "p99": median * 1.1})  # fmt: skip
+
+    steps = [replace(light(0.5, 1, 100.0, 10), started_s=0.0), light(1.0, 1, 100.0, 20), light(2.0, 1, 100.0, 40),
+             step(14.0, on_time=1700, p99_e2e_ms=4500.0),
+             replace(light(0.5, 2, 160.0, 10), started_s=61.0, recheck=True)]  # fmt: skip
+    result = report("as-written", "no retries", steps).result
+    table = text(step_table(report("as-written", "no retries", steps)))
+
+    assert result.target_drift is not None
+    assert "recheck: drifted" in table
+    assert "its median latency moved from the first reading's" in " ".join(table.split())
+    lines = " ".join("".join(text(line) for line in capacity_lines(result)).split())
+    assert ("target drift: 0.5 req/s: median e2e 100 ms in trial 1 (step 1, at 0 s), 160 ms in the recheck "
+            "(step 5, at 61 s): +60 %") in lines  # fmt: skip
+
+
 def test_a_recheck_that_agrees_says_so_and_leaves_the_rates_verdict_on_its_search_trial() -> None:
     steps = [step(10.0), step(12.0), step(14.0, on_time=1700, p99_e2e_ms=4500.0), replace(step(10.0, 2), recheck=True)]
     found = rows(text(step_table(report("as-written", "no retries", steps))))
