@@ -50,6 +50,7 @@ from cliffwatch.domain.capacity.capacity import CapacitySearch, SearchConfig, St
 from cliffwatch.domain.capacity.growth import Growth, latency_trend
 from cliffwatch.domain.capacity.queueing import dd1_usable_rate, md1_usable_rate
 from cliffwatch.domain.capacity.sweep_spec import SweepArrival, SweepSpec
+from cliffwatch.domain.histogram import Histogram
 from cliffwatch.domain.scenario.scenario import Scenario, parse_scenario
 from cliffwatch.services.memory import CollectingObserver
 from cliffwatch.services.overrides import with_overrides
@@ -245,8 +246,11 @@ def simulated_step(rate: float, trial: int, *, server: Server, slo_s: float, win
     trend = latency_trend(waits, start_s=warmup_s, end_s=warmup_s + window_s, floor_s=floor)
     reading = reference.read(requests, rate=rate, e2e_slo_s=slo_s) if reference is not None and poisson else None
     none = {"p50": None, "p90": None, "p99": None}
-    e2e = sorted((end - a) * 1000 for a, (_, end) in zip(arrivals, spans, strict=True) if a >= warmup_s)
-    percentiles = {f"p{q}": e2e[min(len(e2e) - 1, int(q / 100 * len(e2e)))] if e2e else None for q in (50, 90, 99)}
+    e2e = Histogram()  # the percentiles a real step reads: the answers at rank floor(q·(n − 1)), to 0.1 %
+    for a, (_, end) in zip(arrivals, spans, strict=True):
+        if a >= warmup_s:
+            e2e.add((end - a) * 1000)
+    percentiles = {f"p{q}": e2e.quantile(q / 100) for q in (50, 90, 99)}
     return StepStats(rate=rate, trial=trial, duration_s=window_s, offered=offered, on_time=on_time,
                      late=offered - on_time, shed=0, fast_shed=0, timeout=0, error=0, not_sent=0,
                      sent_rate=offered / window_s, goodput_rps=on_time / window_s, completions_per_s=offered / window_s,
