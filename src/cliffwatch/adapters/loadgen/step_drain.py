@@ -14,7 +14,7 @@ import contextlib
 import statistics
 
 from cliffwatch.adapters.loadgen.request_attempts import AttemptExecutor
-from cliffwatch.domain.capacity.step_drain import DrainSignal, StepDrain, probe_bound_ms
+from cliffwatch.domain.capacity.step_drain import DrainSignal, StepDrain, probe_bound_ms, probe_steady
 from cliffwatch.domain.outcomes import NS_PER_MS, NS_PER_S, Attempt
 from cliffwatch.domain.ports import Clock, ServerWatcher
 from cliffwatch.domain.traffic.plan import PlannedRequest
@@ -90,6 +90,7 @@ class TargetDrain:
         if self.idle_ms is None:
             return self._report(DrainSignal.CLIENT, started, drained=True, detail=self._why_no_probe)
         bound = probe_bound_ms(self.idle_ms)
+        previous: float | None = None
         while True:
             probe = await self._probe()
             if isinstance(probe, str):
@@ -97,6 +98,10 @@ class TargetDrain:
             detail = f"a probe's first token in {probe:.1f} ms (idle {self.idle_ms:.1f} ms, bound {bound:.1f} ms)"
             if probe <= bound:
                 return self._report(DrainSignal.PROBE, started, drained=True, detail=detail)
+            if previous is not None and probe_steady(previous, probe):
+                detail += f", as the probe before it ({previous:.1f} ms): no backlog left, the target is slower now"
+                return self._report(DrainSignal.PROBE, started, drained=True, detail=detail)
+            previous = probe
             await self._pause()
             if self.clock.now_ns() >= deadline or self.stopped.is_set():
                 return self._report(DrainSignal.PROBE, started, drained=False, detail=detail)

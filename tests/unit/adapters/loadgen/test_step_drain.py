@@ -101,6 +101,18 @@ async def test_without_gauges_a_probe_must_come_within_twice_the_idle_first_toke
     assert all(r.max_tokens == 1 for r in executor.sent)
 
 
+async def test_a_target_slower_than_it_was_idle_has_drained_once_two_probes_agree() -> None:
+    # idle 10 ms; after the step the backlog drains (900, 300 ms), then the target is steady at about 60 ms:
+    # slower than it was idle (it drifted), but nothing of the step is left ahead of the probes
+    executor = Probed(iter([10.0, 10.0, 10.0, 900.0, 300.0, 62.0, 60.0]))
+    report = await drain(executor, Gauges(None)).drain()
+    assert report.by is DrainSignal.PROBE
+    assert report.drained
+    assert report.detail is not None
+    assert report.detail.endswith("as the probe before it (62.0 ms): no backlog left, the target is slower now")
+    assert len(executor.sent) == 3 + 4
+
+
 async def test_probes_the_target_refuses_leave_the_wait_to_the_client_and_say_why() -> None:
     report = await drain(Probed(iter(()), fail=True)).drain()
     assert report.by is DrainSignal.CLIENT
