@@ -8,7 +8,6 @@ report carry ``workload_mismatch`` with the reason, as a run's do.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -25,28 +24,12 @@ from cliffwatch.domain.results.result import RunStatus
 from cliffwatch.domain.scenario.scenario import parse_scenario
 from cliffwatch.domain.security.allowlist import DEFAULT_ALLOWLIST, parse_allowlist
 from cliffwatch.services.memory import CollectingObserver
+from engines.unsized_server import refuses_probes
 
 pytestmark = [pytest.mark.slow, pytest.mark.heavy]  # a sweep: each step must keep its schedule
 
 SPEC = SweepSpec(start=4.0, stop=8.0, coarse_steps=2, trials=1, max_steps=2, step_s=1.5, warmup_s=0.5, cooldown_s=0,
                  arrival=SweepArrival.CONSTANT, recheck=False, drain_timeout_s=5)  # fmt: skip
-
-
-async def refuses_probes(request: web.Request) -> web.StreamResponse:
-    if request.method != "POST":
-        return web.Response(status=404)
-    body = json.loads(await request.read())
-    if not body.get("stream"):
-        return web.json_response({"error": "overloaded"}, status=503)
-    usage = {"prompt_tokens": 3 * len(body["messages"][0]["content"].split()), "completion_tokens": 1}
-    response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
-    await response.prepare(request)
-    chunk = {"choices": [{"index": 0, "delta": {"content": "ok"}, "finish_reason": "length"}]}
-    for event in (chunk, {"choices": [], "usage": usage}):
-        await response.write(b"data: " + json.dumps(event).encode() + b"\n\n")
-    await response.write(b"data: [DONE]\n\n")
-    await response.write_eof()
-    return response
 
 
 async def test_a_sweep_whose_calibration_failed_says_its_capacity_is_another_workloads(tmp_path: Path) -> None:

@@ -167,16 +167,20 @@ def variant_facts(result: Mapping[str, Any]) -> str:
     return f'<dl class="facts sweep-facts">{listed}</dl>'
 
 
+def _which(trial: Mapping[str, Any]) -> str:
+    """A drift reading's trial, its step and when it ran: "the recheck (step 3, at 12.5 s)"."""
+    what = "the recheck" if trial.get("recheck") else f"trial {num(trial.get('trial'))}"
+    started = trial.get("started_s")
+    when = f", at {num(started)} s" if isinstance(started, int | float) else ""
+    step = trial.get("step_index")
+    where = f"step {step + 1}" if isinstance(step, int) else DASH
+    return f"{what} ({where}{when})"
+
+
 def drift_text(pair: Mapping[str, Any], unit: str) -> str:
     """Two disagreeing trials (``target_drift.disagreements[]``), when they ran and how far apart, unescaped."""
-    readings = []
-    for trial in map(as_map, as_list(pair.get("trials"))):
-        what = "the recheck" if trial.get("recheck") else f"trial {num(trial.get('trial'))}"
-        started = trial.get("started_s")
-        when = f", at {num(started)} s" if isinstance(started, int | float) else ""
-        step = trial.get("step_index")
-        where = f"step {step + 1}" if isinstance(step, int) else DASH
-        readings.append(f"{what} ({where}{when}) {pct1(trial.get('on_time_share'))} on time")
+    readings = [f"{_which(trial)} {pct1(trial.get('on_time_share'))} on time"
+                for trial in map(as_map, as_list(pair.get("trials")))]  # fmt: skip
     change, median = pair.get("share_change"), pair.get("median_e2e_change_ms")
     apart = f"{change * 100:+.1f} points" if isinstance(change, int | float) else DASH
     if isinstance(median, int | float):
@@ -187,14 +191,8 @@ def drift_text(pair: Mapping[str, Any], unit: str) -> str:
 def shift_text(shift: Mapping[str, Any], unit: str) -> str:
     """A recheck whose median latency moved (``target_drift.latency[]``): both medians, when, how far apart,
     unescaped."""
-    readings = []
-    for trial in map(as_map, as_list(shift.get("trials"))):
-        what = "the recheck" if trial.get("recheck") else f"trial {num(trial.get('trial'))}"
-        started = trial.get("started_s")
-        when = f", at {num(started)} s" if isinstance(started, int | float) else ""
-        step = trial.get("step_index")
-        where = f"step {step + 1}" if isinstance(step, int) else DASH
-        readings.append(f"{num(trial.get('median_ms'))} ms in {what} ({where}{when})")
+    readings = [f"{num(trial.get('median_ms'))} ms in {_which(trial)}"
+                for trial in map(as_map, as_list(shift.get("trials")))]  # fmt: skip
     change = shift.get("change")
     apart = f"{change * 100:+.0f} %" if isinstance(change, int | float) else DASH
     name = "TTFT" if shift.get("signal") == "ttft" else str(shift.get("signal") or DASH)

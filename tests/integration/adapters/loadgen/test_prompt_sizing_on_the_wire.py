@@ -27,6 +27,7 @@ from cliffwatch.bootstrap.run import prepare_run
 from cliffwatch.config import Settings
 from cliffwatch.domain.errors import ScenarioInvalid
 from cliffwatch.services.memory import CollectingObserver
+from engines.unsized_server import refuses_probes
 from tokenizer_kit import CHAT_TEMPLATE, train_tokenizer
 
 DONE = b"data: [DONE]\n\n"
@@ -202,16 +203,6 @@ async def test_a_failed_calibration_is_a_workload_mismatch_the_run_says_out_loud
     """The probes are refused (HTTP 503) but the load is answered, with a server that counts three tokens a
     word: the prompts go out unmeasured, so the run cannot pass and says why in its result, its scorecard and
     its report, beside each phase's server-counted error."""
-
-    async def refuses_probes(request: web.Request) -> web.StreamResponse:
-        if request.method != "POST":
-            return web.Response(status=404)
-        body = json.loads(await request.read())
-        if not body.get("stream"):
-            return web.json_response({"error": "overloaded"}, status=503)
-        usage = {"prompt_tokens": 3 * len(body["messages"][0]["content"].split()), "completion_tokens": 1}
-        return await send_events(request, [chat_chunk("ok"), chat_chunk(finish="length"),
-                                           sse({"choices": [], "usage": usage}), DONE])  # fmt: skip
 
     served = await serve(refuses_probes)
     scenario = chat_scenario(served.url)
