@@ -28,6 +28,7 @@ from cliffwatch.domain.capacity.capacity import (
 from cliffwatch.domain.capacity.sweep_plan import sweep_warnings
 from cliffwatch.domain.capacity.sweep_spec import SweepMode, SweepSpec, variant_policy
 from cliffwatch.domain.ports import Clock, ProgressObserver
+from cliffwatch.domain.results.cost import usable_cost
 from cliffwatch.domain.results.result import RunStatus, scenario_summary
 from cliffwatch.domain.results.workload_match import prompt_mismatch
 from cliffwatch.domain.scenario.retry import RetryPolicy
@@ -248,6 +249,12 @@ class SweepOutcome:
 
         return {"answers": answers, "mean_pct": mean("mean_pct"), "mean_abs_pct": mean("mean_abs_pct")}
 
+    def _variant(self, report: SweepReport) -> dict[str, Any]:
+        """A variant's document, with what an hour at its usable rate buys on time (``target.cost``)."""
+        spec = self.scenario.target.cost
+        cost = None if spec is None else usable_cost(spec, report.result.usable_rps, report.result.steps)
+        return {**report.to_dict(), "cost": cost}
+
     @property
     def usable_rps(self) -> float | None:
         """The first variant's usable capacity (req/s, or clients in concurrency mode); None without one."""
@@ -278,5 +285,5 @@ class SweepOutcome:
             "prompt_tokens": {**self.prompt_sizing.to_dict(), "error": self._prompt_error()},
             "workload_mismatch": self.workload_mismatch is not None,
             "workload_mismatch_reason": self.workload_mismatch,
-            "variants": [report.to_dict() for report in self.reports],
+            "variants": [self._variant(report) for report in self.reports],
         }

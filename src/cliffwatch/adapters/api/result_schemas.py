@@ -48,6 +48,9 @@ RESULT = obj(
                               "asks for by the server's own count (over 10 % off, mean absolute), or could not be "
                               "sized at all (a failed calibration): the run cannot pass (verdict workload_mismatch)"},
         "workload_mismatch_reason": nullable({"type": "string", "description": "why workload_mismatch"}),
+        "cost": nullable({**ANY_OBJECT, "description": "with target.cost: per_hour, currency, and what the run's "
+                          "on-time work cost (run, and each of phases: cost, on_time, per_1000_on_time, "
+                          "per_million_on_time_output_tokens; sentence); null without"}),
         "notes": {"type": "array", "items": {"type": "string"},
                   "description": "where the run as prepared differed from its scenario, e.g. a connection pool "
                                  "capped to the file descriptor budget"},

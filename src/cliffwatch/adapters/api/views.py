@@ -111,6 +111,7 @@ def _result_view(result: Mapping[str, Any]) -> dict[str, Any]:
     # Results stored before prompt sizes were judged made no such claim: they read as no mismatch found.
     view["workload_mismatch"] = bool(result.get("workload_mismatch", False))
     view["workload_mismatch_reason"] = result.get("workload_mismatch_reason")
+    view["cost"] = result.get("cost")  # None without target.cost (and for results stored before it)
     view["notes"] = list(result.get("notes") or ())
     view["prompt_tokens"] = result.get("prompt_tokens")  # results stored before it have none
     view["server_metrics"] = server_summary(result)

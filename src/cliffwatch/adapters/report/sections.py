@@ -143,7 +143,15 @@ def phase_results(doc: Mapping[str, Any]) -> str:
             *(OUTCOME_TEXT[o].label for o in NOT_ON_TIME), "attempts per request",
             *(SIZE_HEADERS if counted else ()))  # fmt: skip
     table = _table(head, rows, cls="numbers")
-    return f'<section id="phases"><h2>Phases</h2>{table}{_prompt_sizing(doc)}</section>'
+    return f'<section id="phases"><h2>Phases</h2>{table}{_prompt_sizing(doc)}{_cost(doc)}</section>'
+
+
+def _cost(doc: Mapping[str, Any]) -> str:
+    """What the run's on-time work cost (``target.cost``), in one line; nothing without a cost."""
+    cost = _map(doc.get("cost"))
+    if not cost:
+        return ""
+    return f'<p id="cost">Cost: {_e(cost.get("sentence"))}, at {_e(cost.get("described"))}.</p>'
 
 
 def _percent(value: Any) -> str:

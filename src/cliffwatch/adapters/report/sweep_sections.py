@@ -89,6 +89,11 @@ def headline(doc: Mapping[str, Any]) -> str:
             f"{esc(variant.get('variant', DASH))}: attainment CI {interval(result.get('usable_interval'))}"
             f"{estimate}</span></h2><p>{esc(result.get('verdict', ''))}</p>"
         )
+        cost = as_map(variant.get("cost"))
+        if cost:
+            lines.append(
+                f'<p class="sweep-cost">Cost: {esc(cost.get("sentence"))}, at {esc(cost.get("described"))}.</p>'
+            )
     lines.append(warnings(doc))
     if doc.get("provisional") is True:
         lines.append(provisional_note(doc))

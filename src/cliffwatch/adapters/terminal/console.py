@@ -168,6 +168,9 @@ def scorecard(result: RunResult) -> RenderableType:
         lines.append(fault_timeline(result))
     for item in result.verdicts():
         lines.append(Text.assemble((f"⚠ {item.name}", "bold yellow"), f": {item.summary}"))  # a reason is not markup
+    price, spec = result.price(), result.scenario.target.cost
+    if price is not None and spec is not None:
+        lines.append(Text(f"cost: {price.sentence()}, at {spec.describe()}"))
     lines.extend(Text(f"note: {note}", style="yellow") for note in result.notes)
     lag = result.generator.lag
     collector = result.generator.collector

@@ -16,6 +16,7 @@ from cliffwatch.domain.capacity.sweep_plan import short_step_warning
 from cliffwatch.domain.capacity.sweep_spec import SweepMode
 from cliffwatch.domain.outcomes import FAILED, OUTCOME_TEXT
 from cliffwatch.domain.ports import ProgressObserver
+from cliffwatch.domain.results.cost import usable_cost
 from cliffwatch.services.sweep import SweepOutcome, SweepReport
 
 _VERDICT_STYLE = {
@@ -320,9 +321,13 @@ def sweep_report(outcome: SweepOutcome) -> RenderableType:
     if mismatch is not None:
         said = f": the prompts sent are not the sizes the scenario asks for, so this capacity is another's: {mismatch}"
         lines.append(Text.assemble(("⚠ workload_mismatch", "bold yellow"), said))  # the reason is not markup
+    spec = outcome.scenario.target.cost
     for report in outcome.reports:
         lines.append(step_table(report))
         lines.extend(capacity_lines(report.result))
+        cost = None if spec is None else usable_cost(spec, report.result.usable_rps, report.result.steps)
+        if cost is not None and spec is not None:
+            lines.append(Text(f"cost: {cost['sentence']}, at {spec.describe()}"))
     if len(outcome.reports) > 1:
         lines.append(comparison(outcome.reports))
     if not outcome.reports:

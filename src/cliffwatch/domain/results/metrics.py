@@ -119,6 +119,8 @@ class RunAggregator:
             error = 100.0 * (final.server_prompt_tokens - record.prompt_tokens) / record.prompt_tokens
             phase.prompt_error.add(abs(error))
             phase.prompt_error_signed += error
+        if outcome is Outcome.ON_TIME:
+            phase.on_time_output_tokens += final.output_tokens
         if final.failure is None and record.max_tokens > 0 and final.token_source in COUNTED_OUTPUT:
             phase.output_shortfall.add(max(0.0, 100.0 * (record.max_tokens - final.output_tokens) / record.max_tokens))
         latency = phase.latency

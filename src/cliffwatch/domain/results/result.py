@@ -11,6 +11,7 @@ from typing import Any
 from cliffwatch import __version__
 from cliffwatch.domain.histogram import Histogram
 from cliffwatch.domain.outcomes import NS_PER_S, Outcome
+from cliffwatch.domain.results.cost import Price, priced
 from cliffwatch.domain.results.run_metrics import PhaseStats, RunMetrics, SecondStats, merge_phases, outcome_counts
 from cliffwatch.domain.results.scoring import Score
 from cliffwatch.domain.results.workload_match import output_shortfall_summary, workload_mismatch
@@ -132,6 +133,7 @@ class RunResult:
             "capped": self.capped,
             "workload_mismatch": self.workload_mismatch is not None,
             "workload_mismatch_reason": self.workload_mismatch,
+            "cost": self._cost(),
             "abort_reason": self.abort_reason,
             "started_at": self.started_at.isoformat(),
             "finished_at": self.finished_at.isoformat(),
@@ -183,6 +185,32 @@ class RunResult:
             for index, row in enumerate(rows):
                 row["server"] = {name: _rounded(values[index]) for name, values in columns.items()}
         return rows
+
+    def price(self) -> Price | None:
+        """The whole run's cost against what it served on time (``target.cost``); None without a cost."""
+        spec = self.scenario.target.cost
+        phases = self.metrics.phases
+        if spec is None or not phases:
+            return None
+        return priced(spec, seconds=sum(p.window.duration_s for p in phases), on_time=sum(p.on_time for p in phases),
+                      on_time_output_tokens=sum(p.on_time_output_tokens for p in phases))  # fmt: skip
+
+    def _cost(self) -> dict[str, Any] | None:
+        """``cost``: the target's hourly cost, and its price per on-time work over the run and each phase."""
+        spec, whole = self.scenario.target.cost, self.price()
+        if spec is None or whole is None:
+            return None
+        phases = [{"name": p.window.name, **priced(spec, seconds=p.window.duration_s, on_time=p.on_time,
+                                                   on_time_output_tokens=p.on_time_output_tokens).to_dict()}
+                  for p in self.metrics.phases]  # fmt: skip
+        return {
+            "per_hour": spec.per_hour,
+            "currency": spec.currency,
+            "described": spec.describe(),
+            "run": whole.to_dict(),
+            "sentence": whole.sentence(),
+            "phases": phases,
+        }
 
     def _prompt_tokens(self) -> dict[str, Any]:
         """The sizing and, over every phase, the intended prompt counts against the server's own (None when

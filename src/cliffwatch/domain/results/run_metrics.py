@@ -55,6 +55,7 @@ class PhaseStats:
     # Of each successful answer, how far its output fell short of the max_tokens asked, in percent of them (0 for
     # an answer as long as asked): a server that stops early serves a lighter workload than the scenario's.
     output_shortfall: Histogram = field(default_factory=Histogram)
+    on_time_output_tokens: int = 0  # output tokens of the requests that finished on time (what a cost buys)
     latency: dict[str, Histogram] = field(default_factory=lambda: {m: Histogram() for m in LATENCY_METRICS})
     # What the answers' server-state headers said (domain.server.state_headers): each reading's values, by name.
     state_headers: dict[str, Histogram] = field(default_factory=dict)
@@ -165,6 +166,7 @@ def merge_phases(phases: Sequence[PhaseStats]) -> PhaseStats | None:
         pooled.prompt_error.merge(p.prompt_error)
         pooled.prompt_error_signed += p.prompt_error_signed
         pooled.output_shortfall.merge(p.output_shortfall)
+        pooled.on_time_output_tokens += p.on_time_output_tokens
         for name, hist in p.latency.items():
             pooled.latency[name].merge(hist)
         for name, hist in p.state_headers.items():

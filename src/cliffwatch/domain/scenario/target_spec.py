@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from cliffwatch.domain.scenario.completeness import DEFAULT_EXPECTATION, Expectation, parse_expectation
+from cliffwatch.domain.scenario.cost_spec import CostSpec, parse_cost
 from cliffwatch.domain.scenario.dataset import DatasetSpec, parse_dataset
 from cliffwatch.domain.scenario.distributions import Distribution, parse_distribution
 from cliffwatch.domain.scenario.metrics_spec import MetricsSpec, parse_metrics
@@ -83,6 +84,7 @@ class Target:
     via_proxy: str | None = None  # send through this Toxiproxy proxy
     expect: Expectation = DEFAULT_EXPECTATION  # what a whole answer shows (OpenAI APIs)
     metrics: MetricsSpec | None = None  # the server's Prometheus endpoint, scraped during the run
+    cost: CostSpec | None = None  # what the target costs an hour (runs and sweeps price their figures with it)
 
     @property
     def metrics_url(self) -> str | None:
@@ -115,6 +117,8 @@ def parse_target(reader: Reader | None) -> Target | None:
     metrics_reader = reader.mapping("metrics", None)
     metrics = None if metrics_reader is None else parse_metrics(metrics_reader, check_url=check_url,
                                                                  builtin=url == BUILTIN)  # fmt: skip
+    cost_reader = reader.mapping("cost", None)
+    cost = None if cost_reader is None else parse_cost(cost_reader)
     reader.done()
     if url == BUILTIN and api == Api.HTTP:
         reader.error("api", BUILTIN_SPEAKS_OPENAI)
@@ -125,13 +129,15 @@ def parse_target(reader: Reader | None) -> Target | None:
         return None
     if reader.has("via_proxy") and via_proxy is None:
         return None
+    if reader.has("cost") and cost is None:
+        return None
     if url == BUILTIN and builtin is None:
         builtin = TargetModel()
     if credentials_clash(url, request.headers):
         reader.error("url", URL_AND_AUTHORIZATION)
         return None
     return Target(url=url, api=Api(api), request=request, builtin=builtin, via_proxy=via_proxy, expect=expect,
-                  metrics=metrics)  # fmt: skip
+                  metrics=metrics, cost=cost)  # fmt: skip
 
 
 def metrics_url_of(base_url: str) -> str:
