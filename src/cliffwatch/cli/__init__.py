@@ -20,6 +20,7 @@ from pathlib import Path
 from rich.console import Console
 
 from cliffwatch import __version__
+from cliffwatch.adapters.ci.markdown import run_summary
 from cliffwatch.adapters.documents.result_files import write_result
 from cliffwatch.adapters.documents.scenario_files import bundled_names, load_scenario
 from cliffwatch.adapters.network.target_policies import DenyListPolicy
@@ -30,12 +31,15 @@ from cliffwatch.adapters.terminal.console import ConsoleProgress, comparison, sc
 from cliffwatch.adapters.workload.preparation import prepare
 from cliffwatch.bootstrap.run import clean_up_leftover_faults, prepare_run, toxiproxy_unavailable
 from cliffwatch.bootstrap.settings import load_settings
+from cliffwatch.cli.ci import add_junit_option, publish
 from cliffwatch.cli.report import add_parser as add_report_parser
 from cliffwatch.cli.signals import stopping_on_signals
 from cliffwatch.cli.sweep import add_parser as add_sweep_parser
 from cliffwatch.cli.target import add_parser as add_target_parser
 from cliffwatch.cli.workers import add_worker_options, sent_from
 from cliffwatch.config import Settings, SettingsInvalid, describe_settings
+from cliffwatch.domain.ci.checks import CiReport
+from cliffwatch.domain.ci.run_checks import run_suite
 from cliffwatch.domain.errors import (
     BuiltinTargetFailed,
     CliffwatchError,
@@ -101,6 +105,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--threshold", type=float, help="override the pass mark (0-100)")
     add_worker_options(run)
     run.add_argument("--json", type=Path, dest="json_path", help="write the full result as JSON to this file")
+    add_junit_option(run)
     run.set_defaults(handler=_run)
 
     add_sweep_parser(commands)
@@ -182,6 +187,8 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     if args.json_path is not None:
         write_result(result, args.json_path)
         console.print(f"result written to {args.json_path}")
+    report = CiReport(name=f"cliffwatch run {result.scenario.name}", suites=(run_suite(result),))
+    publish(args, report, lambda: run_summary(result, report), console)
     if result.status is RunStatus.INTERRUPTED:
         return EXIT_INTERRUPTED
     return EXIT_PASS if result.passed else EXIT_FAIL

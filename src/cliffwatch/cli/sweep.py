@@ -14,6 +14,7 @@ from typing import Any
 
 from rich.console import Console
 
+from cliffwatch.adapters.ci.markdown import sweep_summary
 from cliffwatch.adapters.documents.result_files import write_document
 from cliffwatch.adapters.documents.scenario_files import load_scenario
 from cliffwatch.adapters.report.files import write_run_report
@@ -22,11 +23,14 @@ from cliffwatch.adapters.terminal.console import ConsoleProgress
 from cliffwatch.adapters.terminal.sweep_console import SweepConsoleObserver, sweep_report
 from cliffwatch.bootstrap.run import clean_up_leftover_faults
 from cliffwatch.bootstrap.sweep import SweepOutcome, prepare_sweep
+from cliffwatch.cli.ci import add_junit_option, publish
 from cliffwatch.cli.signals import stopping_on_signals
 from cliffwatch.cli.workers import add_worker_options, sent_from
 from cliffwatch.config import Settings
 from cliffwatch.domain.capacity.sweep_plan import short_step_warning
 from cliffwatch.domain.capacity.sweep_spec import VARIANT_HELP, SweepSpec, parse_sweep_options
+from cliffwatch.domain.ci.checks import CiReport
+from cliffwatch.domain.ci.sweep_checks import sweep_suites
 from cliffwatch.domain.results.result import RunStatus
 from cliffwatch.domain.scenario.scenario import Scenario
 from cliffwatch.services.overrides import with_overrides
@@ -87,6 +91,7 @@ def add_parser(commands: Any) -> None:
     add_worker_options(sweep, workers_help="send each rate step from this many worker processes, or 'auto'")
     sweep.add_argument("--json", type=Path, dest="json_path", help="write the sweep result document here")
     sweep.add_argument("--report", type=Path, dest="report_path", help="write the sweep's HTML report here")
+    add_junit_option(sweep)
     sweep.set_defaults(handler=run_sweep)
 
 
@@ -117,11 +122,22 @@ def run_sweep(args: argparse.Namespace, settings: Settings) -> int:
     if args.report_path is not None:
         write_run_report(outcome.to_dict(), args.report_path)  # a sweep's report, by the document's kind
         console.print(f"sweep report written to {args.report_path}")
+    report = ci_report(outcome)
+    publish(args, report, lambda: sweep_summary(outcome, report), console)
     if outcome.status in (RunStatus.INTERRUPTED, RunStatus.ABORTED):
         return EXIT_INTERRUPTED
     if outcome.status is RunStatus.FAILED:
         return EXIT_ENVIRONMENT
     return EXIT_DONE
+
+
+def ci_report(outcome: SweepOutcome) -> CiReport:
+    """What a pipeline is told of the sweep: its own suite and one a variant (``domain.ci.sweep_checks``)."""
+    suites = sweep_suites(
+        scenario=outcome.scenario.name, status=outcome.status, reason=outcome.reason, duration_s=outcome.duration_s,
+        workload_mismatch=outcome.workload_mismatch, variants=[(r.variant, r.result) for r in outcome.reports],
+    )  # fmt: skip
+    return CiReport(name=f"cliffwatch sweep {outcome.scenario.name}", suites=suites)
 
 
 async def _execute(scenario: Scenario, spec: SweepSpec, settings: Settings) -> SweepOutcome:
