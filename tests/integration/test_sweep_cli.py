@@ -12,6 +12,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 import yaml
@@ -43,10 +44,12 @@ def env() -> dict[str, str]:
     return values
 
 
-def sweep(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def sweep(
+    *args: str, timeout: float = 120, extra_env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "cliffwatch", "sweep", *args],
-        capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env(), check=False,
+        capture_output=True, text=True, timeout=timeout, cwd=REPO, env={**env(), **(extra_env or {})}, check=False,
     )  # fmt: skip
 
 
@@ -61,9 +64,15 @@ def small(tmp_path: Path) -> Path:
 def test_a_sweep_prints_its_steps_usable_capacity_and_verdict_and_writes_the_document(
     small: Path, tmp_path: Path
 ) -> None:
-    out = tmp_path / "sweep.json"
-    done = sweep(str(small), "--from", "8", "--to", "40", *QUICK, "--json", str(out))
+    out, junit, summary = tmp_path / "sweep.json", tmp_path / "sweep.xml", tmp_path / "summary.md"
+    github = {"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary)}  # as in a GitHub Actions job
+    done = sweep(str(small), "--from", "8", "--to", "40", *QUICK, "--json", str(out), "--junit", str(junit),
+                 extra_env=github)  # fmt: skip
     assert done.returncode == 0, done.stderr
+    cases = {case.get("name"): case for case in ElementTree.parse(junit).getroot().iter("testcase")}
+    assert "usable capacity found" in cases, sorted(cases)
+    assert cases["usable capacity found"].find("failure") is None
+    assert "usable" in summary.read_text()
     assert "usable capacity at 99.0% on time" in done.stdout
     assert "verdict:" in done.stdout
     assert "req/s" in done.stdout
