@@ -46,9 +46,12 @@ from sybil.parsers.markdown.lexers import RawFencedCodeBlockLexer
 
 from api_examples_kit import ApiExamples
 from cliffwatch.adapters.documents.scenario_files import load_scenario
+from cliffwatch.adapters.documents.suite_files import experiment_scenarios
 from cliffwatch.bootstrap.settings import load_settings
 from cliffwatch.cli import _parser, main
 from cliffwatch.config import SPECS, Settings, SettingsInvalid
+from cliffwatch.domain.errors import ScenarioInvalid
+from cliffwatch.domain.gameday.suite_spec import parse_suite
 
 REPO = Path(__file__).resolve().parent.parent
 CHECKED = ("sh", "yaml", "http", "json")
@@ -191,6 +194,8 @@ def scenario_example(example: Example) -> str | None:
         return f"not a YAML mapping: {document!r}"
     if "services" in document:
         return _compose_fragment(document)
+    if "experiments" in document:
+        return _suite(document)
     if document and set(document) <= {spec.key for spec in SPECS}:
         return _config_file(str(example.parsed))
     whole = document if {"name", "phases"} <= document.keys() else {**BASE_SCENARIO, **document}
@@ -207,6 +212,17 @@ def scenario_example(example: Example) -> str | None:
     if problems and len(missing) == len(problems) and all(path in str(example.parsed) for path in missing):
         return None  # only the reader's own files (a tokenizer, a trace) are missing: the scenario itself is valid
     return f"cliffwatch validate: {out.getvalue().strip()}"
+
+
+def _suite(document: dict[str, Any]) -> str | None:
+    """A game-day suite: valid as a suite, and every experiment's scenario made as ``cliffwatch gameday`` makes it
+    (bundled names and the repository's files resolved from its root)."""
+    try:
+        with contextlib.chdir(REPO):
+            experiment_scenarios(parse_suite(document, source="example"))
+    except ScenarioInvalid as exc:
+        return f"not a valid suite: {exc}"
+    return None
 
 
 def _config_file(text: str) -> str | None:

@@ -32,6 +32,7 @@ from cliffwatch.adapters.workload.preparation import prepare
 from cliffwatch.bootstrap.run import clean_up_leftover_faults, prepare_run, toxiproxy_unavailable
 from cliffwatch.bootstrap.settings import load_settings
 from cliffwatch.cli.ci import add_junit_option, publish
+from cliffwatch.cli.gameday import add_gameday_parser
 from cliffwatch.cli.report import add_parser as add_report_parser
 from cliffwatch.cli.signals import stopping_on_signals
 from cliffwatch.cli.sweep import add_parser as add_sweep_parser
@@ -109,6 +110,7 @@ def _parser() -> argparse.ArgumentParser:
     run.set_defaults(handler=_run)
 
     add_sweep_parser(commands)
+    add_gameday_parser(commands, _execute)
 
     validate = commands.add_parser(
         "validate", help="check scenario files (and that none aims at a denied place); exit 1 listing every problem, "

@@ -1,0 +1,81 @@
+"""``cliffwatch gameday`` as a pipeline runs it: a two-experiment suite against the built-in target, one file
+and one inline scenario, the combined JSON, a JUnit testsuite per experiment, and the exit code that says
+whether every hypothesis held."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+from xml.etree import ElementTree
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+STATE_DIR = tempfile.mkdtemp(prefix="cliffwatch-gameday-state-")
+
+pytestmark = pytest.mark.slow
+
+# A short healthy scenario on a small, fast built-in target: two phases, four seconds.
+CALM: dict[str, Any] = {
+    "name": "calm",
+    "seed": 3,
+    "target": {"url": "builtin", "builtin": {"max_batch": 8, "decode_base_ms": 5, "decode_per_seq_ms": 0.5},
+               "request": {"model": "sim-llm", "prompt_tokens": 16, "max_tokens": 8}},
+    "slo": {"ttft_ms": 500, "e2e_ms": 1000, "timeout_ms": 3000},
+    "phases": [
+        {"name": "base", "role": "baseline", "duration_s": 2, "arrival": {"process": "constant", "rate": 5}},
+        {"name": "push", "role": "stress", "duration_s": 2, "arrival": {"process": "constant", "rate": 8}},
+    ],
+}  # fmt: skip
+
+
+def gameday(tmp_path: Path, experiments: list[dict[str, Any]], *args: str) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "calm.yaml").write_text(yaml.safe_dump(CALM))
+    suite = tmp_path / "suite.yaml"
+    suite.write_text(yaml.safe_dump({"name": "ci-gameday", "experiments": experiments}))
+    env = {**os.environ, "CLIFFWATCH_LOG_FORMAT": "json", "CLIFFWATCH_STATE_DIR": STATE_DIR}
+    env.pop("CLIFFWATCH_ALLOWED_TARGETS", None)
+    env.pop("GITHUB_ACTIONS", None)
+    return subprocess.run([sys.executable, "-m", "cliffwatch", "gameday", str(suite), *args], capture_output=True,
+                          text=True, timeout=180, cwd=REPO, env=env, check=False)  # fmt: skip
+
+
+def test_a_suite_whose_hypotheses_hold_exits_0_and_writes_its_json_and_junit(tmp_path: Path) -> None:
+    out, junit = tmp_path / "gameday.json", tmp_path / "gameday.xml"
+    inline = {**CALM, "name": "calm-inline"}
+    done = gameday(tmp_path, [
+        {"scenario": str(tmp_path / "calm.yaml"), "expect": {"score_at_least": 50, "no_generator_limited": True}},
+        {"scenario": inline, "expect": {"passes": True}},
+    ], "--json", str(out), "--junit", str(junit))  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ci-gameday: held (2 held)" in done.stdout
+    document = json.loads(out.read_text())
+    assert document["kind"] == "gameday"
+    assert [e["name"] for e in document["experiments"]] == ["calm", "calm-inline"]
+    assert all(e["state"] == "held" for e in document["experiments"])
+    assert document["experiments"][0]["result"]["scenario"]["name"] == "calm"
+    suites = ElementTree.parse(junit).getroot().findall("testsuite")
+    assert [s.get("name") for s in suites] == ["calm", "calm-inline"]
+    first_case = suites[0].find("testcase")
+    assert first_case is not None
+    assert first_case.get("name") == "hypothesis: score at least 50, no generator_limited"
+
+
+def test_a_broken_hypothesis_exits_1_and_a_bad_experiment_refuses_the_suite_before_any_load(tmp_path: Path) -> None:
+    broken = gameday(tmp_path, [{"scenario": str(tmp_path / "calm.yaml"), "expect": {"score_at_least": 100.0,
+                                                                                   "no_hidden_overload": True}},
+                                {"scenario": "no-such-scenario"}])  # fmt: skip
+    assert broken.returncode == 2, broken.stdout + broken.stderr  # the second cannot be made: nothing ran
+    assert "experiment no-such-scenario" in broken.stderr
+    assert "run " not in broken.stdout
+
+    inline = {**CALM, "slo": {"e2e_ms": 1, "timeout_ms": 3000}}  # an SLO nothing can meet
+    done = gameday(tmp_path, [{"scenario": inline, "expect": {"score_at_least": 60}}])
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "hypothesis broken: score" in done.stdout
