@@ -47,12 +47,12 @@ def gameday(tmp_path: Path, experiments: list[dict[str, Any]], *args: str) -> su
 
 
 def test_a_suite_whose_hypotheses_hold_exits_0_and_writes_its_json_and_junit(tmp_path: Path) -> None:
-    out, junit = tmp_path / "gameday.json", tmp_path / "gameday.xml"
+    out, junit, report = tmp_path / "gameday.json", tmp_path / "gameday.xml", tmp_path / "gameday.html"
     inline = {**CALM, "name": "calm-inline"}
     done = gameday(tmp_path, [
         {"scenario": str(tmp_path / "calm.yaml"), "expect": {"score_at_least": 50, "no_generator_limited": True}},
         {"scenario": inline, "expect": {"passes": True}},
-    ], "--json", str(out), "--junit", str(junit))  # fmt: skip
+    ], "--json", str(out), "--junit", str(junit), "--report", str(report))  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert "ci-gameday: held (2 held)" in done.stdout
     document = json.loads(out.read_text())
@@ -65,6 +65,9 @@ def test_a_suite_whose_hypotheses_hold_exits_0_and_writes_its_json_and_junit(tmp
     first_case = suites[0].find("testcase")
     assert first_case is not None
     assert first_case.get("name") == "hypothesis: score at least 50, no generator_limited"
+    page = report.read_text()
+    assert 'id="gameday-summary"' in page
+    assert page.count('class="experiment-report"') == 2  # each experiment's own report below the summary
 
 
 def test_a_broken_hypothesis_exits_1_and_a_bad_experiment_refuses_the_suite_before_any_load(tmp_path: Path) -> None:

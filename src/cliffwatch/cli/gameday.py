@@ -4,8 +4,9 @@ Every experiment's scenario is made before anything runs (a bad one refuses the 
 runs exactly as ``cliffwatch run`` would (faults, caps, the allowlist, a crash leaving nothing behind) and its
 scorecard is printed with its hypothesis held or broken. Exit 0 when every hypothesis held, 1 when one broke,
 2 for invalid input, 3 when an experiment could not run (nothing runs after it), 130 when stopped (Ctrl-C ends
-the whole suite). ``--json`` writes the combined document, ``--junit`` a testsuite per experiment (its run's
-checks, and its hypothesis); under GitHub Actions the job summary and annotations follow, as for ``run``.
+the whole suite). ``--json`` writes the combined document, ``--report`` one HTML page (the summary, then each
+experiment's report), ``--junit`` a testsuite per experiment (its run's checks, and its hypothesis); under
+GitHub Actions the job summary and annotations follow, as for ``run``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from rich.console import Console
 from rich.text import Text
 
 from cliffwatch.adapters.documents.suite_files import experiment_scenarios, load_suite
+from cliffwatch.adapters.report.gameday_report import render_gameday_report
 from cliffwatch.adapters.terminal.console import scorecard
 from cliffwatch.cli.ci import add_junit_option, publish
 from cliffwatch.config import Settings
@@ -41,6 +43,8 @@ def add_gameday_parser(commands: argparse._SubParsersAction[argparse.ArgumentPar
     )  # fmt: skip
     gameday.add_argument("suite", type=Path, help="the suite file (docs/gamedays.md)")
     gameday.add_argument("--json", type=Path, dest="json_path", help="write the combined result document here")
+    gameday.add_argument("--report", type=Path, dest="report_path",
+                         help="write one HTML page: the summary table, then each experiment's report")  # fmt: skip
     add_junit_option(gameday)
     gameday.set_defaults(handler=partial(run_gameday, execute=execute))
 
@@ -74,6 +78,9 @@ def run_gameday(args: argparse.Namespace, settings: Settings, *, execute: Execut
     if args.json_path is not None:
         args.json_path.write_text(json.dumps(outcome.to_dict(), indent=2), encoding="utf-8")
         console.print(f"result written to {args.json_path}", markup=False)
+    if args.report_path is not None:
+        args.report_path.write_text(render_gameday_report(outcome.to_dict()), encoding="utf-8")
+        console.print(f"report written to {args.report_path}", markup=False)
     report = CiReport(name=f"cliffwatch gameday {suite.name}", suites=tuple(_suite(e) for e in outcome.experiments))
     publish(args, report, lambda: _markdown(outcome), console)
     return outcome.exit_code
