@@ -4,6 +4,9 @@ whether every hypothesis held."""
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
+import hmac
 import json
 import os
 import subprocess
@@ -15,9 +18,14 @@ from xml.etree import ElementTree
 
 import pytest
 import yaml
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from cliffwatch.adapters.notify.webhooks import SIGNATURE, TIMESTAMP
 
 REPO = Path(__file__).resolve().parents[2]
 STATE_DIR = tempfile.mkdtemp(prefix="cliffwatch-gameday-state-")
+KEY = "gameday-hmac-key"
 
 pytestmark = pytest.mark.slow
 
@@ -35,26 +43,55 @@ CALM: dict[str, Any] = {
 }  # fmt: skip
 
 
-def gameday(tmp_path: Path, experiments: list[dict[str, Any]], *args: str) -> subprocess.CompletedProcess[str]:
+def gameday_files(tmp_path: Path, experiments: list[dict[str, Any]], **suite: Any) -> tuple[Path, dict[str, str]]:
     (tmp_path / "calm.yaml").write_text(yaml.safe_dump(CALM))
-    suite = tmp_path / "suite.yaml"
-    suite.write_text(yaml.safe_dump({"name": "ci-gameday", "experiments": experiments}))
-    env = {**os.environ, "CLIFFWATCH_LOG_FORMAT": "json", "CLIFFWATCH_STATE_DIR": STATE_DIR}
+    path = tmp_path / "suite.yaml"
+    path.write_text(yaml.safe_dump({"name": "ci-gameday", "experiments": experiments, **suite}))
+    env = {**os.environ, "CLIFFWATCH_LOG_FORMAT": "json", "CLIFFWATCH_STATE_DIR": STATE_DIR,
+           "TARGET_GAMEDAY_KEY": KEY}  # fmt: skip
     env.pop("CLIFFWATCH_ALLOWED_TARGETS", None)
     env.pop("GITHUB_ACTIONS", None)
+    return path, env
+
+
+def gameday(tmp_path: Path, experiments: list[dict[str, Any]], *args: str) -> subprocess.CompletedProcess[str]:
+    suite, env = gameday_files(tmp_path, experiments)
     return subprocess.run([sys.executable, "-m", "cliffwatch", "gameday", str(suite), *args], capture_output=True,
                           text=True, timeout=180, cwd=REPO, env=env, check=False)  # fmt: skip
 
 
-def test_a_suite_whose_hypotheses_hold_exits_0_and_writes_its_json_and_junit(tmp_path: Path) -> None:
+async def test_a_suite_whose_hypotheses_hold_exits_0_writes_its_outputs_and_posts_a_signed_webhook(
+    tmp_path: Path,
+) -> None:
+    received: list[tuple[dict[str, str], bytes]] = []
+
+    async def hook(request: web.Request) -> web.Response:
+        received.append((dict(request.headers), await request.read()))
+        return web.Response(status=204)
+
+    app = web.Application()
+    app.router.add_post("/hook", hook)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
     out, junit, report = tmp_path / "gameday.json", tmp_path / "gameday.xml", tmp_path / "gameday.html"
     inline = {**CALM, "name": "calm-inline"}
-    done = gameday(tmp_path, [
+    hook_url = str(server.make_url("/hook"))
+    suite, env = gameday_files(tmp_path, [
         {"scenario": str(tmp_path / "calm.yaml"), "expect": {"score_at_least": 50, "no_generator_limited": True}},
         {"scenario": inline, "expect": {"passes": True}},
-    ], "--json", str(out), "--junit", str(junit), "--report", str(report))  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "ci-gameday: held (2 held)" in done.stdout
+    ], notify=[{"webhook": hook_url, "secret": {"secret": "env:TARGET_GAMEDAY_KEY"}}])  # fmt: skip
+    try:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "cliffwatch", "gameday", str(suite), "--json", str(out), "--junit", str(junit),
+            "--report", str(report), cwd=REPO, env=env, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        stdout_bytes, stderr_bytes = await asyncio.wait_for(process.communicate(), timeout=180)
+    finally:
+        await server.close()
+    stdout = stdout_bytes.decode()
+    assert process.returncode == 0, stdout + stderr_bytes.decode()
+    assert "ci-gameday: held (2 held)" in stdout
     document = json.loads(out.read_text())
     assert document["kind"] == "gameday"
     assert [e["name"] for e in document["experiments"]] == ["calm", "calm-inline"]
@@ -68,6 +105,13 @@ def test_a_suite_whose_hypotheses_hold_exits_0_and_writes_its_json_and_junit(tmp
     page = report.read_text()
     assert 'id="gameday-summary"' in page
     assert page.count('class="experiment-report"') == 2  # each experiment's own report below the summary
+
+    ((headers, body),) = received  # one event: finished
+    expected = hmac.new(KEY.encode(), headers[TIMESTAMP].encode() + b"." + body, hashlib.sha256).hexdigest()
+    assert headers[SIGNATURE] == f"sha256={expected}"
+    assert json.loads(body)["event"] == "finished"
+    assert document["notifications"] == [{"url": hook_url, "event": "finished", "ok": True, "attempts": 1,
+                                          "status": 204, "error": None}]  # fmt: skip
 
 
 def test_a_broken_hypothesis_exits_1_and_a_bad_experiment_refuses_the_suite_before_any_load(tmp_path: Path) -> None:

@@ -22,16 +22,19 @@ from rich.console import Console
 from rich.text import Text
 
 from cliffwatch.adapters.documents.suite_files import experiment_scenarios, load_suite
+from cliffwatch.adapters.network.target_access import Destinations
+from cliffwatch.adapters.notify.webhooks import Delivery, notify
 from cliffwatch.adapters.report.gameday_report import render_gameday_report
 from cliffwatch.adapters.terminal.console import scorecard
+from cliffwatch.bootstrap.run import secret_resolver
 from cliffwatch.cli.ci import add_junit_option, publish
 from cliffwatch.config import Settings
 from cliffwatch.domain.ci.checks import Check, CheckStatus, CheckSuite, CiReport
 from cliffwatch.domain.ci.run_checks import run_suite
-from cliffwatch.domain.gameday.suite_spec import ExperimentSpec
+from cliffwatch.domain.gameday.suite_spec import ExperimentSpec, SuiteEvent
 from cliffwatch.domain.results.result import RunResult, RunStatus
 from cliffwatch.domain.scenario.scenario import Scenario
-from cliffwatch.services.gameday import ExperimentOutcome, GamedayService, SuiteOutcome
+from cliffwatch.services.gameday import ExperimentOutcome, GamedayService, SuiteOutcome, SuiteVerdict
 
 Execute = Callable[[Scenario, Settings], Awaitable[RunResult]]
 
@@ -75,15 +78,42 @@ def run_gameday(args: argparse.Namespace, settings: Settings, *, execute: Execut
     for experiment in outcome.experiments:
         console.print(Text(f"{experiment.experiment.name}: {_state_line(experiment)}"))
     console.print(Text(outcome.summary(), style="bold"))
+    deliveries = asyncio.run(_notify(outcome, settings))
+    for delivery in deliveries:
+        said = f"delivered ({delivery.status})" if delivery.ok else f"NOT delivered: {delivery.error}"
+        console.print(Text(f"webhook {delivery.url} ({delivery.event.value}): {said}"))
+    document = {**outcome.to_dict(), "notifications": [d.to_dict() for d in deliveries]}
     if args.json_path is not None:
-        args.json_path.write_text(json.dumps(outcome.to_dict(), indent=2), encoding="utf-8")
+        args.json_path.write_text(json.dumps(document, indent=2), encoding="utf-8")
         console.print(f"result written to {args.json_path}", markup=False)
     if args.report_path is not None:
-        args.report_path.write_text(render_gameday_report(outcome.to_dict()), encoding="utf-8")
+        args.report_path.write_text(render_gameday_report(document), encoding="utf-8")
         console.print(f"report written to {args.report_path}", markup=False)
     report = CiReport(name=f"cliffwatch gameday {suite.name}", suites=tuple(_suite(e) for e in outcome.experiments))
     publish(args, report, lambda: _markdown(outcome), console)
     return outcome.exit_code
+
+
+async def _notify(outcome: SuiteOutcome, settings: Settings) -> list[Delivery]:
+    """The suite's events to its webhooks (none of which can fail the game day): finished when every experiment
+    ran, hypothesis_broken when one broke, failed when one could not run or the suite was stopped."""
+    if not outcome.suite.notify:
+        return []
+    events = []
+    if outcome.verdict in (SuiteVerdict.HELD, SuiteVerdict.BROKEN):
+        events.append(SuiteEvent.FINISHED)
+    if any(e.state == "broken" for e in outcome.experiments):
+        events.append(SuiteEvent.HYPOTHESIS_BROKEN)
+    if outcome.verdict in (SuiteVerdict.FAILED, SuiteVerdict.STOPPED):
+        events.append(SuiteEvent.FAILED)
+    summary = {k: v for k, v in outcome.to_dict().items() if k != "experiments"}
+    summary["experiments"] = [{k: v for k, v in e.to_dict().items() if k != "result"} for e in outcome.experiments]
+    destinations = Destinations(settings.allowed_webhooks)
+    found: list[Delivery] = []
+    for event in events:
+        found += await notify(outcome.suite.notify, event, summary, destinations=destinations,
+                              resolve=secret_resolver(settings).resolve)  # fmt: skip
+    return found
 
 
 def _state_line(experiment: ExperimentOutcome) -> str:

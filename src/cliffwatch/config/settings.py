@@ -74,6 +74,8 @@ class Settings:
     allowlist: Allowlist
     # Where a scenario's Toxiproxy proxies may listen: loopback only, so a proxy is no tunnel from the network.
     proxy_listen: Allowlist = field(default_factory=lambda: _proxy_listen(",".join(DEFAULT_ALLOWLIST), {}))
+    # Where a game day's webhooks may post: loopback only unless widened (a webhook is a request out of the network).
+    allowed_webhooks: Allowlist = field(default_factory=lambda: _allowlist(",".join(DEFAULT_ALLOWLIST), {}))
     denied_targets: tuple[DenyRule, ...] = ()  # CLIFFWATCH_DENIED_TARGETS: never a target, whatever is allowed
     log_format: str = "auto"  # auto: console on a terminal, JSON otherwise
     log_level: str = "info"
@@ -137,6 +139,7 @@ class Settings:
         # recomputes it), so no caller can check a target against an allowlist without it.
         object.__setattr__(self, "allowlist", self.allowlist.denying(self.denied))
         object.__setattr__(self, "proxy_listen", self.proxy_listen.denying(self.denied))
+        object.__setattr__(self, "allowed_webhooks", self.allowed_webhooks.denying(self.denied))
 
     @property
     def denied(self) -> DenyList:

@@ -70,6 +70,9 @@ SPECS: tuple[Spec, ...] = (
          help="Addresses (same syntax) a scenario's Toxiproxy proxies may listen on; default loopback only. "
               "A wildcard listen (0.0.0.0, ::) opens a tunnel from the network to the upstream: list 0.0.0.0 "
               "or :: here to allow it."),
+    Spec(field="allowed_webhooks", env="CLIFFWATCH_ALLOWED_WEBHOOKS", parse=_allowlist,
+         help="Hosts, IPs or CIDRs (same syntax) a game day's webhooks may post to; default loopback only. The deny "
+              "list applies too."),
     Spec(field="denied_targets", env="CLIFFWATCH_DENIED_TARGETS", parse=_denied_targets,
          help="Hosts, IPs or CIDRs (optional :port), comma-separated, that no run may reach whatever the "
               "allowlists say (targets, metrics URLs, proxy upstreams and listen addresses, redirects). Always "

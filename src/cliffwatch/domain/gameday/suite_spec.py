@@ -13,7 +13,7 @@ stop_when: {hypothesis_broken: false}     # true: stop at the first broken hypot
 notify:
   - webhook: https://hooks.example.com/T000/B000
     format: slack                         # or generic: a JSON body signed with an HMAC header
-    on: [finished, hypothesis_broken, failed]
+    "on": [finished, hypothesis_broken, failed]   # quoted: YAML 1.1 reads a bare on as true
     secret: {secret: "env:GAMEDAY_WEBHOOK_KEY"}
 ```
 

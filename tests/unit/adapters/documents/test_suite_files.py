@@ -47,3 +47,15 @@ def test_a_suite_file_is_read_and_a_bad_one_names_the_file(tmp_path: Path) -> No
     with pytest.raises(ScenarioInvalid) as caught:
         load_suite(bad)
     assert caught.value.source == str(bad)
+
+
+def test_a_bare_on_key_is_refused_with_the_way_to_write_it(tmp_path: Path) -> None:
+    """YAML 1.1 reads a bare ``on`` as true: the loader refuses a key that is not a string, saying to quote it."""
+    path = tmp_path / "suite.yaml"
+    path.write_text("name: gd\nexperiments: [{scenario: burst-storm}]\nnotify:\n  - webhook: http://127.0.0.1:9/h\n"
+                    "    on: [finished]\n")  # fmt: skip
+    with pytest.raises(ScenarioInvalid) as caught:
+        load_suite(path)
+    assert "quote it" in str(caught.value)
+    path.write_text(path.read_text().replace("    on:", '    "on":'))
+    assert load_suite(path).notify[0].on[0].value == "finished"
