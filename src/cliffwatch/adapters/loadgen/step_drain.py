@@ -99,7 +99,8 @@ class TargetDrain:
             if probe <= bound:
                 return self._report(DrainSignal.PROBE, started, drained=True, detail=detail)
             if previous is not None and probe_steady(previous, probe):
-                detail += f", as the probe before it ({previous:.1f} ms): no backlog left, the target is slower now"
+                detail += (f", no faster than the probe before it ({previous:.1f} ms): no backlog left, the target "
+                           "is slower now")  # fmt: skip
                 return self._report(DrainSignal.PROBE, started, drained=True, detail=detail)
             previous = probe
             await self._pause()

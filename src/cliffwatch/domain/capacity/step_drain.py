@@ -7,9 +7,10 @@ each step the sweep waits for the target itself:
 - ``server metrics`` (with ``target.metrics``): until the server's own waiting and running requests read 0;
 - ``probe`` (without): until one small request is answered within twice the first-token time it had on the
   idle target before the first step (and at least ``PROBE_FLOOR_MS`` more, so a 1-ms baseline's jitter is not
-  taken for a backlog), or as fast as the probe before it (within ``STEADY_SHARE``, or ``PROBE_FLOOR_MS``): a
-  backlog shows as probes getting faster while it drains, so two alike mean none is left, even on a target
-  that has become slower than it was idle (a drifting one, which would otherwise never count as drained);
+  taken for a backlog), or no clearly faster than the probe before it (by ``STEADY_SHARE`` and
+  ``PROBE_FLOOR_MS``): a backlog shows as probes getting faster while it drains, so a probe that is not is one
+  with none left ahead of it, even on a target that has become slower than it was idle (a drifting one, which
+  would otherwise never count as drained) or whose times jitter on a busy machine;
 - ``client``: only the client's in-flight requests are waited for (neither of the above could be used, the
   ``detail`` says why);
 
@@ -36,8 +37,8 @@ STEADY_SHARE = 0.25
 
 
 def probe_steady(previous_ms: float, probe_ms: float) -> bool:
-    """Whether two successive probes took alike: no backlog left ahead of them to drain."""
-    return abs(probe_ms - previous_ms) <= max(STEADY_SHARE * previous_ms, PROBE_FLOOR_MS)
+    """Whether a probe was no clearly faster than the one before it: no backlog was draining ahead of it."""
+    return probe_ms >= previous_ms - max(STEADY_SHARE * previous_ms, PROBE_FLOOR_MS)
 
 
 def probe_bound_ms(idle_first_token_ms: float) -> float:

@@ -109,7 +109,9 @@ async def test_a_target_slower_than_it_was_idle_has_drained_once_two_probes_agre
     assert report.by is DrainSignal.PROBE
     assert report.drained
     assert report.detail is not None
-    assert report.detail.endswith("as the probe before it (62.0 ms): no backlog left, the target is slower now")
+    assert report.detail.endswith(
+        "no faster than the probe before it (62.0 ms): no backlog left, the target is slower now"
+    )
     assert len(executor.sent) == 3 + 4
 
 
