@@ -1,0 +1,1 @@
+"""Comparing two runs: is B worse than A, or is it noise? (docs/gamedays.md, "Compare")"""
