@@ -20,6 +20,7 @@ correction are judged by what was predicted for them then, and a burst of them d
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any
 
@@ -39,7 +40,9 @@ class SizingLoop:
         self.line = line
         self._table = dict(table) if table is not None else None
         self._intercept, self._slope = line.intercept, line.slope
-        self._pending: dict[int, tuple[int, float]] = {}  # key → (words sent, predicted count)
+        # key → (words sent, predicted count), oldest first: an OrderedDict forgets its oldest in O(1), where a
+        # dict's first key is found past every slot deleted before it (requests that never answer, at any rate)
+        self._pending: OrderedDict[int, tuple[int, float]] = OrderedDict()
         # table: tokens → (words, pads, what /tokenize counted them as: the prediction)
         self.answers = 0
         self._sum_w = self._sum_c = self._sum_ww = self._sum_wc = 0.0
@@ -48,7 +51,7 @@ class SizingLoop:
     def __getstate__(self) -> dict[str, Any]:
         # Sent to a generator worker before any load: what it learns, it learns from its own answers.
         state = dict(self.__dict__)
-        state["_pending"] = {}
+        state["_pending"] = OrderedDict()
         return state
 
     @property
@@ -67,7 +70,7 @@ class SizingLoop:
         pending = self._pending
         pending.pop(key, None)  # a retry re-aims: its entry moves to the end
         if len(pending) >= MAX_PENDING:
-            del pending[next(iter(pending))]
+            pending.popitem(last=False)
         pending[key] = (words, predicted)
         return words, pads
 
