@@ -39,7 +39,8 @@ async def context_tokens(
     if not isinstance(cards, list):
         return None
     lengths = {card.get("id"): card.get("max_model_len") for card in cards if isinstance(card, dict)}
-    chosen = lengths.get(model) if model in lengths else next(iter(lengths.values()), None)
+    # the model asked for, or the one model served; a gateway's list of several says nothing of this one's
+    chosen = lengths.get(model) if model in lengths else (next(iter(lengths.values())) if len(lengths) == 1 else None)
     return chosen if type(chosen) is int and chosen > 0 else None
 
 

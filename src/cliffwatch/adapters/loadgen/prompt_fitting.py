@@ -62,7 +62,7 @@ def _with_context_note(sizing: PromptSizing, scenario: Scenario) -> PromptSizing
     if context is None or largest <= context:
         return sizing
     note = (f"the plan's largest prompt with its output ({largest:,} tokens) does not fit the target's "
-            f"{context:,}-token context: the server refuses such requests")  # fmt: skip
+            f"{context:,}-token context: the server refuses such requests or cuts their output short")  # fmt: skip
     return dataclasses.replace(sizing, detail=f"{sizing.detail}; {note}" if sizing.detail else note)
 
 

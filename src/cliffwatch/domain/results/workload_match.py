@@ -38,7 +38,8 @@ def prompt_mismatch(sizing: PromptSizing, *, answers: int, mean_abs_pct: float, 
     """The rule, on the server's counts of ``answers`` prompts (mean absolute and signed error, in percent of the
     intended sizes): a run's phases pooled, or a sweep's steps."""
     if sizing.failure is not None:
-        return f"{sizing.failure}; the prompts went out one word a token and nobody measured them"
+        return (f"{sizing.failure}; the prompts went out one word a token and nobody measured them (request.tokenizer: "
+                "PATH sizes them with the model's own tokenizer, without the server's help)")  # fmt: skip
     if not answers or mean_abs_pct <= MAX_PROMPT_ERROR_PCT:
         return None
     direction = "longer" if mean_pct > 0 else "shorter"
