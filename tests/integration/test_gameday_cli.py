@@ -122,6 +122,24 @@ def test_a_broken_hypothesis_exits_1_and_a_bad_experiment_refuses_the_suite_befo
     assert "experiment no-such-scenario" in broken.stderr
     assert "run " not in broken.stdout
 
+    # a scenario that parses but whose file cannot be read is refused with the suite too, before any load
+    missing = {
+        **CALM,
+        "phases": [
+            {
+                "name": "replay",
+                "role": "baseline",
+                "duration_s": 2,
+                "arrival": {"process": "trace", "path": "missing.csv", "format": "azure"},
+            }
+        ],
+    }
+    unreadable = gameday(tmp_path, [{"scenario": str(tmp_path / "calm.yaml")},
+                                    {"scenario": missing, "name": "replay"}])  # fmt: skip
+    assert unreadable.returncode == 2, unreadable.stdout + unreadable.stderr
+    assert "experiment replay" in unreadable.stderr
+    assert "run " not in unreadable.stdout
+
     inline = {**CALM, "slo": {"e2e_ms": 1, "timeout_ms": 3000}}  # an SLO nothing can meet
     done = gameday(tmp_path, [{"scenario": inline, "expect": {"score_at_least": 60}}])
     assert done.returncode == 1, done.stdout + done.stderr

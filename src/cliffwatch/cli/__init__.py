@@ -33,6 +33,7 @@ from cliffwatch.bootstrap.run import clean_up_leftover_faults, prepare_run, toxi
 from cliffwatch.bootstrap.settings import load_settings
 from cliffwatch.cli.ci import add_junit_option, publish
 from cliffwatch.cli.gameday import add_gameday_parser
+from cliffwatch.cli.output import stdout
 from cliffwatch.cli.report import add_parser as add_report_parser
 from cliffwatch.cli.signals import stopping_on_signals
 from cliffwatch.cli.sweep import add_parser as add_sweep_parser
@@ -175,16 +176,10 @@ def _load(reference: str, args: argparse.Namespace, settings: Settings) -> Scena
     )  # fmt: skip
 
 
-def _stdout() -> Console:
-    """Standard output; off a terminal (CI logs, pipes) wide enough that tables are not squeezed."""
-    console = Console(highlight=False)
-    return console if console.is_terminal else Console(highlight=False, width=150)
-
-
 def _run(args: argparse.Namespace, settings: Settings) -> int:
     settings, scenario = sent_from(args, settings, _load(args.scenario, args, settings))
     result = asyncio.run(_execute(scenario, settings))
-    console = _stdout()
+    console = stdout()
     console.print(scorecard(result))
     if args.json_path is not None:
         write_result(result, args.json_path)
@@ -257,14 +252,14 @@ async def _clean_up(settings: Settings, say: Callable[[str], None]) -> Reconcile
 
 
 def _faults(args: argparse.Namespace, settings: Settings) -> int:
-    out = _stdout()
+    out = stdout()
     report = asyncio.run(_clean_up(settings, lambda line: None))
     out.print(report.summary(), markup=False, soft_wrap=True)
     return EXIT_ENVIRONMENT if report.unreachable or report.kept else EXIT_PASS
 
 
 def _demo(args: argparse.Namespace, settings: Settings) -> int:
-    out = _stdout()
+    out = stdout()
     results: list[RunResult] = []
     reports: list[Path] = []
     args.reports_dir.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,6 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
 
-from rich.console import Console
 from rich.text import Text
 
 from cliffwatch.adapters.documents.suite_files import experiment_scenarios, load_suite
@@ -26,11 +25,14 @@ from cliffwatch.adapters.network.target_access import Destinations
 from cliffwatch.adapters.notify.webhooks import Delivery, notify
 from cliffwatch.adapters.report.gameday_report import render_gameday_report
 from cliffwatch.adapters.terminal.console import scorecard
+from cliffwatch.adapters.workload.preparation import prepare
 from cliffwatch.bootstrap.run import secret_resolver
 from cliffwatch.cli.ci import add_junit_option, publish
+from cliffwatch.cli.output import stdout
 from cliffwatch.config import Settings
 from cliffwatch.domain.ci.checks import Check, CheckStatus, CheckSuite, CiReport
 from cliffwatch.domain.ci.run_checks import run_suite
+from cliffwatch.domain.errors import ScenarioInvalid
 from cliffwatch.domain.gameday.suite_spec import ExperimentSpec, SuiteEvent
 from cliffwatch.domain.results.result import RunResult, RunStatus
 from cliffwatch.domain.scenario.scenario import Scenario
@@ -56,7 +58,12 @@ def run_gameday(args: argparse.Namespace, settings: Settings, *, execute: Execut
     suite = load_suite(args.suite)
     scenarios = dict(zip((e.name for e in suite.experiments), experiment_scenarios(suite, rules=settings.redaction),
                          strict=True))  # fmt: skip
-    console = Console(highlight=False) if Console().is_terminal else Console(highlight=False, width=150)
+    for name, scenario in scenarios.items():  # every file each names read and every cap judged, before any load
+        try:
+            prepare(scenario, caps=settings.caps, limits=settings.preparation, data_dirs=settings.data_dirs)
+        except ScenarioInvalid as exc:
+            raise ScenarioInvalid(exc.problems, source=f"{suite.name}: experiment {name}") from exc
+    console = stdout()
 
     async def play() -> SuiteOutcome:
         service: GamedayService

@@ -12,8 +12,6 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-
 from cliffwatch.adapters.ci.markdown import sweep_summary
 from cliffwatch.adapters.documents.result_files import write_document
 from cliffwatch.adapters.documents.scenario_files import load_scenario
@@ -24,6 +22,7 @@ from cliffwatch.adapters.terminal.sweep_console import SweepConsoleObserver, swe
 from cliffwatch.bootstrap.run import clean_up_leftover_faults
 from cliffwatch.bootstrap.sweep import SweepOutcome, prepare_sweep
 from cliffwatch.cli.ci import add_junit_option, publish
+from cliffwatch.cli.output import stdout
 from cliffwatch.cli.signals import stopping_on_signals
 from cliffwatch.cli.workers import add_worker_options, sent_from
 from cliffwatch.config import Settings
@@ -112,9 +111,7 @@ def run_sweep(args: argparse.Namespace, settings: Settings) -> int:
                               seed=args.seed)  # fmt: skip
     settings, scenario = sent_from(args, settings, scenario)
     outcome = asyncio.run(_execute(scenario, spec, settings))
-    console = Console(highlight=False)
-    if not console.is_terminal:
-        console = Console(highlight=False, width=170)
+    console = stdout(width=170)
     console.print(sweep_report(outcome))
     if args.json_path is not None:
         write_document(outcome.to_dict(), args.json_path)
