@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -42,7 +43,7 @@ TIMESTAMP = "X-Cliffwatch-Timestamp"
 
 @dataclass(frozen=True, kw_only=True)
 class Delivery:
-    url: str  # as shown (no password)
+    url: str  # as shown: scheme and host (``shown_url``)
     event: SuiteEvent
     ok: bool
     attempts: int
@@ -52,6 +53,17 @@ class Delivery:
     def to_dict(self) -> dict[str, Any]:
         return {"url": self.url, "event": self.event.value, "ok": self.ok, "attempts": self.attempts,
                 "status": self.status, "error": self.error}  # fmt: skip
+
+
+def shown_url(url: str) -> str:
+    """A webhook's URL as printed and kept: its scheme and host only. A webhook's path is often its secret (a
+    Slack incoming webhook's is), and a delivery record must not hand it to whoever reads the result."""
+    parts = urlsplit(mask_url(url))
+    return (
+        f"{parts.scheme}://{parts.netloc}/…"
+        if parts.path not in ("", "/") or parts.query
+        else f"{parts.scheme}://{parts.netloc}/"
+    )
 
 
 def signature(key: str, timestamp: str, body: bytes) -> str:
@@ -91,7 +103,7 @@ async def notify(
 async def _deliver(session: aiohttp.ClientSession, webhook: WebhookSpec, event: SuiteEvent,
                    payload: Mapping[str, Any], destinations: Destinations, resolve: Callable[[SecretRef], str],
                    sleep: Callable[[float], Any]) -> Delivery:  # fmt: skip
-    shown = mask_url(webhook.url)
+    shown = shown_url(webhook.url)
     try:
         await destinations.admit(webhook.url, field="notify.webhook")
         body, headers = _request(webhook, event, payload, resolve)

@@ -14,7 +14,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from cliffwatch.adapters.network.target_access import Destinations
-from cliffwatch.adapters.notify.webhooks import SIGNATURE, TIMESTAMP, notify
+from cliffwatch.adapters.notify.webhooks import SIGNATURE, TIMESTAMP, notify, shown_url
 from cliffwatch.domain.gameday.suite_spec import SuiteEvent, WebhookFormat, WebhookSpec
 from cliffwatch.domain.security.allowlist import DEFAULT_ALLOWLIST, parse_allowlist
 from cliffwatch.domain.security.secrets import SecretRef, SecretScheme
@@ -106,3 +106,8 @@ async def test_a_webhook_that_does_not_listen_for_the_event_is_not_sent_to(recei
     found, url = receiver
     assert await send(WebhookSpec(url=url, on=(SuiteEvent.FAILED,))) == []
     assert found.seen == []
+
+
+def test_a_webhooks_path_is_never_shown_for_it_is_often_its_secret() -> None:
+    assert shown_url("https://hooks.slack.com/services/T000/B000/XXXXSECRET") == "https://hooks.slack.com/…"
+    assert shown_url("http://user:pw@127.0.0.1:9000/") == "http://user:***@127.0.0.1:9000/"
