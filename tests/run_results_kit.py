@@ -3,6 +3,7 @@ results (game-day hypotheses, the suite service, CI outputs)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -12,7 +13,7 @@ from cliffwatch.domain.results.metrics import RunAggregator
 from cliffwatch.domain.results.result import RunResult, RunStatus
 from cliffwatch.domain.results.scoring import score_run
 from cliffwatch.domain.scenario.retry import FailureKind
-from cliffwatch.domain.scenario.scenario import parse_scenario
+from cliffwatch.domain.scenario.scenario import Scenario, parse_scenario
 from cliffwatch.domain.traffic.generator_health import GeneratorLimits, judge_generator
 from cliffwatch.domain.traffic.plan import iter_plan, phase_windows
 
@@ -27,27 +28,33 @@ SCENARIO = parse_scenario({
 })  # fmt: skip
 
 
-def result(*, burst_fails: bool = False, **overrides: Any) -> RunResult:
-    """A run of SCENARIO whose requests take 200 ms, the burst's failing with HTTP 500 when asked."""
-    aggregator = RunAggregator(phase_windows(SCENARIO), e2e_ms=1000, fast_fail_ms=100)
-    for request in iter_plan(SCENARIO):
-        failed = burst_fails and request.phase == 1
+def result(*, burst_fails: bool = False, scenario: Scenario = SCENARIO,
+           latency_ms: Callable[[int, int], float] = lambda phase, request: 200.0,
+           fails: Callable[[int, int], bool] | None = None, **overrides: Any) -> RunResult:  # fmt: skip
+    """A run of ``scenario`` whose requests take 200 ms, the burst's failing with HTTP 500 when asked; or each
+    taking ``latency_ms(phase, request id)`` and failing where ``fails(phase, request id)``."""
+    aggregator = RunAggregator(phase_windows(scenario), e2e_ms=scenario.slo.e2e_ms, fast_fail_ms=100)
+    for request in iter_plan(scenario):
+        failed = fails(request.phase, request.id) if fails is not None else burst_fails and request.phase == 1
         start = request.scheduled_ns + NS_PER_MS
-        attempt = Attempt(number=1, sent_ns=start, end_ns=start + 200 * NS_PER_MS,
+        took_ns = int(latency_ms(request.phase, request.id) * NS_PER_MS)
+        outcome = (
+            Outcome.ERROR if failed else Outcome.ON_TIME if took_ns <= scenario.slo.e2e_ms * NS_PER_MS else Outcome.LATE
+        )
+        attempt = Attempt(number=1, sent_ns=start, end_ns=start + took_ns,
                           failure=FailureKind.STATUS if failed else None, status=500 if failed else 200,
                           output_tokens=0 if failed else 10,
                           token_source=TokenSource.NONE if failed else TokenSource.USAGE)  # fmt: skip
-        outcome = Outcome.ERROR if failed else Outcome.ON_TIME
         aggregator.add(RequestRecord(id=request.id, phase=request.phase, scheduled_ns=request.scheduled_ns,
                                      prompt_tokens=request.prompt_tokens, max_tokens=request.max_tokens,
                                      attempts=(attempt,), outcome=outcome))  # fmt: skip
     metrics = aggregator.result()
     values: dict[str, Any] = {
-        "run_id": "r", "scenario": SCENARIO, "target_url": "http://127.0.0.1:8000", "status": RunStatus.SUCCEEDED,
+        "run_id": "r", "scenario": scenario, "target_url": "http://127.0.0.1:8000", "status": RunStatus.SUCCEEDED,
         "abort_reason": None, "started_at": datetime(2026, 1, 2, tzinfo=UTC),
         "finished_at": datetime(2026, 1, 2, tzinfo=UTC), "duration_s": 5.0, "metrics": metrics,
         "generator": judge_generator(Histogram(), max_stall_ms=3.0, cpu_busy=0.2, overflow=0, limits=GeneratorLimits()),
-        "score": score_run(metrics, slo=SCENARIO.slo, spec=SCENARIO.score),
+        "score": score_run(metrics, slo=scenario.slo, spec=scenario.score),
     }  # fmt: skip
     values.update(overrides)
     return RunResult(**values)

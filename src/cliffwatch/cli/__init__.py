@@ -32,6 +32,7 @@ from cliffwatch.adapters.workload.preparation import prepare
 from cliffwatch.bootstrap.run import clean_up_leftover_faults, prepare_run, toxiproxy_unavailable
 from cliffwatch.bootstrap.settings import load_settings
 from cliffwatch.cli.ci import add_junit_option, publish
+from cliffwatch.cli.compare import add_parser as add_compare_parser
 from cliffwatch.cli.gameday import add_gameday_parser
 from cliffwatch.cli.output import stdout
 from cliffwatch.cli.report import add_parser as add_report_parser
@@ -128,6 +129,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--reports-dir", type=Path, default=Path("demo-out"), help="where the results (JSON, HTML) go")
     demo.set_defaults(handler=_demo)
     add_report_parser(commands)
+    add_compare_parser(commands)
 
     faults = commands.add_parser("faults", help="fault housekeeping")
     fault_commands = faults.add_subparsers(dest="faults_command", required=True)

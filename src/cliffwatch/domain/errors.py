@@ -195,3 +195,12 @@ class ScheduleNotFound(CliffwatchError):
     def __init__(self, schedule_id: str) -> None:
         self.schedule_id = schedule_id
         super().__init__(f"no schedule {schedule_id!r}")
+
+
+class CompareRefused(CliffwatchError):
+    """Two documents that cannot be compared as asked: unlike workloads or score versions (unless the caller
+    asks anyway), a run beside a sweep, or a run that measured nothing; each reason says which and how."""
+
+    def __init__(self, reasons: Sequence[str]) -> None:
+        self.reasons = tuple(reasons)
+        super().__init__("cannot compare: " + "; ".join(self.reasons))

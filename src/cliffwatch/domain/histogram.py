@@ -87,6 +87,16 @@ class Histogram:
                 return min(max(estimate, self.min), self.max)
         return self.max
 
+    def buckets(self) -> list[tuple[float, int]]:
+        """Each occupied bucket's value (as ``quantile`` reads it) and count, smallest first: the distribution
+        itself, within ``accuracy``, for statistics that need more than a few percentiles (a bootstrap)."""
+        out = [(self.min, self.zero)] if self.zero else []
+        ratio = math.exp(self._gamma_log)
+        for index in sorted(self._bins):
+            estimate = 2 * math.exp(index * self._gamma_log) / (1 + ratio)
+            out.append((min(max(estimate, self.min), self.max), self._bins[index]))
+        return out
+
     @property
     def mean(self) -> float | None:
         return self.total / self.count if self.count else None

@@ -24,6 +24,7 @@ from cliffwatch.domain.traffic.generator_health import GeneratorReport
 from cliffwatch.domain.workload.prompt_sizing import WORDS_SIZING, PromptSizing
 
 RESULT_FORMAT = 1
+DISTRIBUTIONS = ("e2e", "ttft")  # the latencies whose histograms a phase keeps whole (domain.compare)
 
 
 class RunStatus(StrEnum):
@@ -310,6 +311,7 @@ def _phase_dict(stats: PhaseStats, timing: PhaseTiming | None, server: ServerVie
         **_prompt_errors(stats),
         "output_shortfall": output_shortfall_summary(stats.output_shortfall),
         "latency_ms": {name: hist.summary() for name, hist in stats.latency.items()},
+        "distributions": {name: stats.latency[name].to_dict() for name in DISTRIBUTIONS},  # what compare tests
         **state_headers_summary(stats),
         **extra,
     }
