@@ -16,6 +16,7 @@ from cliffwatch.domain.outcomes import NS_PER_MS, Attempt, Outcome, RequestRecor
 from cliffwatch.domain.ports import (
     ControlStore,
     FaultLedger,
+    GamedayStore,
     LeaderLock,
     RunStore,
     ScenarioStore,
@@ -38,7 +39,7 @@ BACKENDS = ("memory", "sqlite", "postgres")
 T0 = datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
 
 
-class Store(ScenarioStore, RunStore, ScheduleStore, TokenStore, ControlStore, Protocol):
+class Store(ScenarioStore, RunStore, ScheduleStore, TokenStore, ControlStore, GamedayStore, Protocol):
     """Every store port at once, as both implementations provide them."""
 
 

@@ -30,7 +30,9 @@ from cliffwatch.adapters.dashboard.context import DashboardServices
 from cliffwatch.adapters.documents import off_loop
 from cliffwatch.adapters.documents.scenario_files import BUNDLED_DIR, load_document
 from cliffwatch.adapters.faults.toxiproxy import ToxiproxyClient
+from cliffwatch.adapters.network.target_access import Destinations
 from cliffwatch.adapters.network.target_policies import AllowlistPolicy
+from cliffwatch.adapters.notify.webhooks import WebhookNotifier
 from cliffwatch.adapters.runtime.descriptors import settle_descriptors
 from cliffwatch.adapters.runtime.logs import LogProgress
 from cliffwatch.adapters.scheduler.cron import ApschedulerCron
@@ -41,7 +43,7 @@ from cliffwatch.adapters.store.locks import leader_lock
 from cliffwatch.adapters.store.migrate import is_current, upgrade
 from cliffwatch.adapters.store.sessions_sql import SqlSessionStore
 from cliffwatch.adapters.store.sql import SqlStore
-from cliffwatch.bootstrap.run import ReadyRun, prepare_run
+from cliffwatch.bootstrap.run import ReadyRun, prepare_run, secret_resolver
 from cliffwatch.bootstrap.sweep import SweepHandle, prepare_sweep
 from cliffwatch.config import Settings
 from cliffwatch.domain.capacity.sweep_spec import SweepSpec
@@ -50,6 +52,7 @@ from cliffwatch.domain.ports import RecordSink, ToxiproxyApi
 from cliffwatch.domain.scenario.scenario import Scenario
 from cliffwatch.domain.service.runs import Run, Schedule, Trigger
 from cliffwatch.services.catalog import ScenarioCatalog
+from cliffwatch.services.gamedays import GamedaysService
 from cliffwatch.services.ports import SweepObserver
 from cliffwatch.services.reconcile import reconcile_faults
 from cliffwatch.services.runs import RunRequest, RunsService
@@ -78,6 +81,7 @@ class Service:
     tokens: TokenService
     schedules: ScheduleService
     worker: RunWorker
+    gamedays: GamedaysService
     app: web.Application
 
 
@@ -102,7 +106,6 @@ async def open_service(settings: Settings) -> AsyncIterator[Service]:
         stack.push_async_callback(engine.dispose)
         store = SqlStore(engine, now=utc_now)
         ledger = SqlFaultLedger(engine, now=utc_now, grace=timedelta(seconds=settings.lease_grace_s))
-        await recover(store, ledger, settings)
 
         catalog = ScenarioCatalog(store, now=utc_now, rules=settings.redaction, offload=off_loop)
         await catalog.load_bundled({path.name: load_document(str(path)) for path in sorted(BUNDLED_DIR.glob("*.yaml"))})
@@ -132,6 +135,11 @@ async def open_service(settings: Settings) -> AsyncIterator[Service]:
         policy = AllowlistPolicy(settings.allowlist, listen=settings.proxy_listen, toxiproxy_url=settings.toxiproxy_url)
         runs = RunsService(runs=store, control=store, catalog=catalog, policy=policy, caps=settings.caps,
                            quotas=settings.quotas, now=utc_now, local=worker)  # fmt: skip
+        notifier = WebhookNotifier(Destinations(settings.allowed_webhooks), secret_resolver(settings).resolve)
+        gamedays = GamedaysService(store=store, runs=runs, run_store=store, scenarios=store, control=store,
+                                   owner=settings.instance_id, lease_s=settings.lease_s, now=utc_now,
+                                   notify=notifier)  # fmt: skip
+        await recover(store, ledger, settings, gamedays)
 
         async def make_run(schedule: Schedule, fire_time: datetime) -> Run:
             return await runs.build(RunRequest(scenario=schedule.scenario_name, overrides=schedule.overrides,
@@ -156,7 +164,7 @@ async def open_service(settings: Settings) -> AsyncIterator[Service]:
 
         services = ApiServices(runs=runs, catalog=catalog, tokens=tokens, schedules=schedules,
                                trends=TrendsService(store, margin=settings.trend_regression_margin), run_store=store,
-                               readiness=readiness, metrics=metrics)  # fmt: skip
+                               readiness=readiness, metrics=metrics, gamedays=gamedays)  # fmt: skip
         app = create_app(services, settings=settings)
         sessions = SessionService(SqlSessionStore(engine, now=utc_now), tokens, ttl_s=settings.ui_session_ttl_s,
                                   now=utc_now)  # fmt: skip
@@ -164,11 +172,12 @@ async def open_service(settings: Settings) -> AsyncIterator[Service]:
 
         metrics.watch_active_runs(lambda: worker.active)
         worker_task = asyncio.create_task(worker.run_forever(), name="worker")
-        reaper_task = asyncio.create_task(_reap(store, ledger, settings), name="reaper")
+        reaper_task = asyncio.create_task(_reap(store, ledger, settings, gamedays), name="reaper")
         driver = ScheduleDriver(schedules, leader_lock(engine))
         await stack.enter_async_context(driver)
 
         async def stop_background() -> None:
+            await gamedays.shutdown()  # first: no experiment is queued while the runs wind down
             await worker.shutdown(settings.shutdown_grace_s)
             for task in (worker_task, reaper_task):
                 task.cancel()
@@ -176,14 +185,17 @@ async def open_service(settings: Settings) -> AsyncIterator[Service]:
 
         stack.push_async_callback(stop_background)
         yield Service(settings=settings, engine=engine, store=store, ledger=ledger, runs=runs, tokens=tokens,
-                      schedules=schedules, worker=worker, app=app)  # fmt: skip
+                      schedules=schedules, worker=worker, gamedays=gamedays, app=app)  # fmt: skip
 
 
-async def recover(store: SqlStore, ledger: SqlFaultLedger, settings: Settings) -> None:
-    """Crash recovery: runs of instances that stopped renewing their leases become interrupted (their
-    outcomes so far stay), and every fault left by a run that is not running is removed."""
-    for run in await store.expire_leases(utc_now(), grace=timedelta(seconds=settings.lease_grace_s)):
+async def recover(store: SqlStore, ledger: SqlFaultLedger, settings: Settings, gamedays: GamedaysService) -> None:
+    """Crash recovery: runs and game days of instances that stopped renewing their leases become interrupted
+    (their outcomes so far stay; a game day's run in progress is aborted), and every fault left by a run that
+    is not running is removed."""
+    grace = timedelta(seconds=settings.lease_grace_s)
+    for run in await store.expire_leases(utc_now(), grace=grace):
         log.warning("run interrupted: its instance stopped renewing the lease", run_id=run.id, owner=run.owner)
+    await gamedays.recover(grace=grace)
 
     def connect(url: str) -> AbstractAsyncContextManager[ToxiproxyApi]:
         return ToxiproxyClient(url, timeout_s=settings.toxiproxy_timeout_s)
@@ -197,12 +209,12 @@ async def recover(store: SqlStore, ledger: SqlFaultLedger, settings: Settings) -
         log.warning("leftover faults", summary=report.summary())
 
 
-async def _reap(store: SqlStore, ledger: SqlFaultLedger, settings: Settings) -> None:
+async def _reap(store: SqlStore, ledger: SqlFaultLedger, settings: Settings, gamedays: GamedaysService) -> None:
     """Recovery, periodically: another instance's crash is noticed within about half a lease."""
     while True:
         await asyncio.sleep(max(1.0, settings.lease_s / 2))
         with contextlib.suppress(CliffwatchError):
-            await recover(store, ledger, settings)
+            await recover(store, ledger, settings, gamedays)
 
 
 async def serve(settings: Settings, *, on_ready: Callable[[str], None] | None = None,

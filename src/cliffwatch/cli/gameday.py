@@ -33,10 +33,10 @@ from cliffwatch.config import Settings
 from cliffwatch.domain.ci.checks import Check, CheckStatus, CheckSuite, CiReport
 from cliffwatch.domain.ci.run_checks import run_suite
 from cliffwatch.domain.errors import ScenarioInvalid
-from cliffwatch.domain.gameday.suite_spec import ExperimentSpec, SuiteEvent
+from cliffwatch.domain.gameday.suite_spec import ExperimentSpec
 from cliffwatch.domain.results.result import RunResult, RunStatus
 from cliffwatch.domain.scenario.scenario import Scenario
-from cliffwatch.services.gameday import ExperimentOutcome, GamedayService, SuiteOutcome, SuiteVerdict
+from cliffwatch.services.gameday import ExperimentOutcome, GamedayService, SuiteOutcome
 
 Execute = Callable[[Scenario, Settings], Awaitable[RunResult]]
 
@@ -64,6 +64,7 @@ def run_gameday(args: argparse.Namespace, settings: Settings, *, execute: Execut
         except ScenarioInvalid as exc:
             raise ScenarioInvalid(exc.problems, source=f"{suite.name}: experiment {name}") from exc
     console = stdout()
+    results: dict[str, RunResult] = {}  # each experiment's result as run, for its JUnit checks
 
     async def play() -> SuiteOutcome:
         service: GamedayService
@@ -73,6 +74,7 @@ def run_gameday(args: argparse.Namespace, settings: Settings, *, execute: Execut
                 console.print(Text(f"experiment {experiment.name}: expecting {experiment.expect.describe()}",
                                    style="bold"))  # fmt: skip
                 result = await execute(scenarios[experiment.name], settings)
+                results[experiment.name] = result
                 if result.status is RunStatus.INTERRUPTED:
                     service.stop()  # Ctrl-C stopped the experiment: the whole game day ends with it
                 console.print(scorecard(result))
@@ -96,7 +98,8 @@ def run_gameday(args: argparse.Namespace, settings: Settings, *, execute: Execut
     if args.report_path is not None:
         args.report_path.write_text(render_gameday_report(document), encoding="utf-8")
         console.print(f"report written to {args.report_path}", markup=False)
-    report = CiReport(name=f"cliffwatch gameday {suite.name}", suites=tuple(_suite(e) for e in outcome.experiments))
+    report = CiReport(name=f"cliffwatch gameday {suite.name}",
+                      suites=tuple(_suite(e, results.get(e.experiment.name)) for e in outcome.experiments))  # fmt: skip
     publish(args, report, lambda: _markdown(outcome), console)
     return outcome.exit_code
 
@@ -106,18 +109,10 @@ async def _notify(outcome: SuiteOutcome, settings: Settings) -> list[Delivery]:
     ran, hypothesis_broken when one broke, failed when one could not run or the suite was stopped."""
     if not outcome.suite.notify:
         return []
-    events = []
-    if outcome.verdict in (SuiteVerdict.HELD, SuiteVerdict.BROKEN):
-        events.append(SuiteEvent.FINISHED)
-    if any(e.state == "broken" for e in outcome.experiments):
-        events.append(SuiteEvent.HYPOTHESIS_BROKEN)
-    if outcome.verdict in (SuiteVerdict.FAILED, SuiteVerdict.STOPPED):
-        events.append(SuiteEvent.FAILED)
-    summary = {k: v for k, v in outcome.to_dict().items() if k != "experiments"}
-    summary["experiments"] = [{k: v for k, v in e.to_dict().items() if k != "result"} for e in outcome.experiments]
+    summary = outcome.notice()
     destinations = Destinations(settings.allowed_webhooks)
     found: list[Delivery] = []
-    for event in events:
+    for event in outcome.events():
         found += await notify(outcome.suite.notify, event, summary, destinations=destinations,
                               resolve=secret_resolver(settings).resolve)  # fmt: skip
     return found
@@ -129,11 +124,11 @@ def _state_line(experiment: ExperimentOutcome) -> str:
     return f"could not run: {experiment.error}" if experiment.error is not None else "not run"
 
 
-def _suite(experiment: ExperimentOutcome) -> CheckSuite:
+def _suite(experiment: ExperimentOutcome, result: RunResult | None) -> CheckSuite:
     """An experiment's testsuite: its run's checks and its hypothesis, or one check saying why it did not run."""
     name = experiment.experiment.name
     hypothesis = f"hypothesis: {experiment.experiment.expect.describe()}"
-    if experiment.result is None or experiment.judgement is None:
+    if result is None or experiment.judgement is None:
         status = CheckStatus.FAILED if experiment.error is not None else CheckStatus.SKIPPED
         check = Check(name=hypothesis, status=status, kind="experiment_failed" if experiment.error else "",
                       message=experiment.error or "not run: the game day stopped before it")  # fmt: skip
@@ -141,7 +136,7 @@ def _suite(experiment: ExperimentOutcome) -> CheckSuite:
     held = experiment.judgement.held
     check = Check(name=hypothesis, status=CheckStatus.PASSED if held else CheckStatus.FAILED,
                   kind="" if held else "hypothesis_broken", message=experiment.judgement.summary())  # fmt: skip
-    run = run_suite(experiment.result)
+    run = run_suite(result)
     return CheckSuite(name=name, classname=f"cliffwatch.gameday.{name}", duration_s=run.duration_s,
                       checks=(check, *run.checks))  # fmt: skip
 

@@ -42,6 +42,13 @@ class SweepInvalid(ScenarioInvalid):
     what = "sweep"
 
 
+class SuiteInvalid(ScenarioInvalid):
+    """A game day's suite breaks the rules, or one of its experiments would be refused as a run (its scenario, its
+    target, the caps); every problem names its field in the suite (``experiments[1].scenario.target.url``)."""
+
+    what = "suite"
+
+
 class TargetConfigInvalid(CliffwatchError):
     """The built-in target's parameters are inconsistent."""
 
@@ -104,6 +111,12 @@ class RunNotFound(CliffwatchError):
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
         super().__init__(f"no run {run_id!r}")
+
+
+class GamedayNotFound(CliffwatchError):
+    def __init__(self, gameday_id: str) -> None:
+        self.gameday_id = gameday_id
+        super().__init__(f"no game day {gameday_id!r}")
 
 
 class ScenarioNotFound(CliffwatchError):

@@ -12,6 +12,7 @@ from cliffwatch.domain.scenario.faults import FaultEvent, FaultSpec, ProxyState,
 from cliffwatch.domain.security.redaction import Credential
 from cliffwatch.domain.security.secrets import SecretRef
 from cliffwatch.domain.server.server_view import ServerView
+from cliffwatch.domain.service.gamedays import ExperimentRecord, Gameday, GamedayEnd
 from cliffwatch.domain.service.runs import (
     ApiToken,
     CallerUsage,
@@ -315,6 +316,28 @@ class ScheduleStore(Protocol):
 
     async def mark_fired(self, schedule_id: str, fire_time: datetime) -> None:
         """Records that ``fire_time`` was handled, so it is not handled again after a restart."""
+
+
+class GamedayStore(Protocol):
+    async def create_gameday(self, gameday: Gameday) -> tuple[Gameday, bool]:
+        """Stores it (True), or returns the one its schedule's fire started already (False)."""
+
+    async def get_gameday(self, gameday_id: str) -> Gameday | None: ...
+
+    async def list_gamedays(self, *, limit: int) -> list[Gameday]:
+        """The latest ``limit`` game days, newest first."""
+
+    async def save_gameday_progress(
+        self, gameday_id: str, *, owner: str, experiments: Sequence[ExperimentRecord], lease_until: datetime
+    ) -> Gameday | None:
+        """Its experiments so far and a longer lease, while ``owner`` drives it; None when it no longer does."""
+
+    async def request_gameday_abort(self, gameday_id: str, reason: str) -> Gameday | None: ...
+
+    async def finish_gameday(self, gameday_id: str, *, owner: str, end: GamedayEnd) -> bool: ...
+
+    async def expire_gameday_leases(self, now: datetime, *, grace: timedelta = ...) -> list[Gameday]:
+        """Running game days whose lease ended before ``now - grace``, now interrupted."""
 
 
 class TokenStore(Protocol):

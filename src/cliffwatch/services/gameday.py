@@ -20,13 +20,12 @@ from enum import StrEnum
 from typing import Any, Protocol
 
 from cliffwatch.domain.errors import CliffwatchError
-from cliffwatch.domain.gameday.hypothesis import Judgement, judge
-from cliffwatch.domain.gameday.suite_spec import ExperimentSpec, SuiteSpec
-from cliffwatch.domain.results.result import RunResult
+from cliffwatch.domain.gameday.hypothesis import JudgedRun, Judgement, judge
+from cliffwatch.domain.gameday.suite_spec import ExperimentSpec, SuiteEvent, SuiteSpec
 
 
 class ExperimentRunner(Protocol):
-    async def run(self, experiment: ExperimentSpec) -> RunResult:
+    async def run(self, experiment: ExperimentSpec) -> JudgedRun:
         """Runs one experiment's scenario to its result; raises ``CliffwatchError`` when it cannot run."""
 
 
@@ -43,7 +42,7 @@ EXIT_CODES = {SuiteVerdict.HELD: 0, SuiteVerdict.BROKEN: 1, SuiteVerdict.FAILED:
 @dataclass(frozen=True, kw_only=True)
 class ExperimentOutcome:
     experiment: ExperimentSpec
-    result: RunResult | None = None  # None: it did not run (failed to start, or the suite stopped before it)
+    result: JudgedRun | None = None  # None: it did not run (failed to start, or the suite stopped before it)
     judgement: Judgement | None = None
     error: str | None = None  # why it could not run
 
@@ -85,6 +84,24 @@ class SuiteOutcome:
         return {"kind": "gameday", "name": self.suite.name, "verdict": self.verdict.value,
                 "summary": self.summary(), "experiments": [e.to_dict() for e in self.experiments]}  # fmt: skip
 
+    def events(self) -> list[SuiteEvent]:
+        """What the suite's webhooks are told: finished when every experiment ran, hypothesis_broken when one
+        broke, failed when one could not run or the suite was stopped."""
+        found = []
+        if self.verdict in (SuiteVerdict.HELD, SuiteVerdict.BROKEN):
+            found.append(SuiteEvent.FINISHED)
+        if any(e.state == "broken" for e in self.experiments):
+            found.append(SuiteEvent.HYPOTHESIS_BROKEN)
+        if self.verdict in (SuiteVerdict.FAILED, SuiteVerdict.STOPPED):
+            found.append(SuiteEvent.FAILED)
+        return found
+
+    def notice(self) -> dict[str, Any]:
+        """The document a webhook is sent: the combined one without each experiment's full result."""
+        summary = {k: v for k, v in self.to_dict().items() if k != "experiments"}
+        summary["experiments"] = [{k: v for k, v in e.to_dict().items() if k != "result"} for e in self.experiments]
+        return summary
+
 
 class GamedayService:
     """Runs ``suite`` through ``runner``; ``pause(seconds)`` waits between experiments (a stop ends it)."""
@@ -122,6 +139,9 @@ class GamedayService:
             try:
                 result = await self.runner.run(experiment)
             except CliffwatchError as exc:
+                if self._halted():  # the stop came as it started (the emergency stop refused its run): it did not run
+                    done.append(ExperimentOutcome(experiment=experiment))
+                    continue
                 done.append(ExperimentOutcome(experiment=experiment, error=str(exc)))
                 verdict = SuiteVerdict.FAILED
                 continue

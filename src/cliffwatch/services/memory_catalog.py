@@ -79,6 +79,7 @@ class InMemoryCatalog:
             created_at=as_utc(schedule.created_at),
             last_fire_time=opt_utc(schedule.last_fire_time),
             overrides=Overrides.from_dict(plain_json(schedule.overrides.to_dict())),
+            suite=None if schedule.suite is None else plain_json(schedule.suite),
         )
         self._schedules[schedule.id] = schedule
         return schedule

@@ -1,6 +1,6 @@
 """In-memory twins of the service's stores: ``InMemoryStore`` (every store port, the small ones in
-``memory_catalog``), its fault ledger and its leader lock (those two in ``memory_ledger``). Service and API
-tests use them; the contract suite holds the SQL store to them.
+``memory_catalog``, game days in ``memory_gamedays``), its fault ledger and its leader lock (those two in
+``memory_ledger``). Service and API tests use them; the contract suite holds the SQL store to them.
 
 They keep what a database keeps: JSON values as a JSON column returns them (lists for tuples, non-finite
 numbers as null), times as aware UTC datetimes (naive ones are refused), NUL characters in free text as
@@ -58,6 +58,7 @@ from cliffwatch.domain.service.runs import (
     Trigger,
 )
 from cliffwatch.services.memory_catalog import InMemoryCatalog
+from cliffwatch.services.memory_gamedays import InMemoryGamedays
 from cliffwatch.services.memory_ledger import InMemoryLeaderLock, InMemoryStoreFaultLedger, LedgerState
 from cliffwatch.services.store_values import (
     EMERGENCY_STOP,
@@ -97,7 +98,7 @@ __all__ = [  # the value helpers are re-exported for callers that imported them 
 ]
 
 
-class InMemoryStore(InMemoryCatalog):
+class InMemoryStore(InMemoryCatalog, InMemoryGamedays):
     """Every store port in dicts. Each method runs without awaiting in between, so on one event loop it is
     atomic, as a transaction is: a run is claimed once, however many tasks claim at the same time."""
 
@@ -112,6 +113,7 @@ class InMemoryStore(InMemoryCatalog):
         self._outcome_ids: dict[str, list[int]] = {}  # sorted, for keyset pages
         self._seconds: dict[str, list[Mapping[str, Any]]] = {}
         self._schedules: dict[str, Schedule] = {}
+        self._gamedays = {}
         self._tokens: dict[str, ApiToken] = {}
         self._control: dict[str, str] = {}
         self._leader: InMemoryLeaderLock | None = None

@@ -4,13 +4,14 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import Any, Protocol
 
 from cliffwatch.domain.capacity.capacity import StepStats, StepVerdict
 from cliffwatch.domain.capacity.sweep_spec import SweepSpec
+from cliffwatch.domain.gameday.suite_spec import SuiteEvent, WebhookSpec
 from cliffwatch.domain.ports import RecordSink
 from cliffwatch.domain.results.result import RunStatus
 from cliffwatch.domain.scenario.scenario import Scenario
@@ -117,6 +118,14 @@ class RunFactory(Protocol):
         emergency stop, a scenario gone or invalid, a target outside the allowlist, the caps); the fire is then
         refused, logged with that reason and not retried. ``StoreUnavailable`` is not a refusal: it propagates.
         Whatever the run says, it is stored with this schedule, fire time and trigger, and as queued."""
+
+
+class Notifier(Protocol):
+    async def __call__(
+        self, webhooks: Sequence[WebhookSpec], event: SuiteEvent, payload: Mapping[str, Any]
+    ) -> Sequence[Mapping[str, Any]]:
+        """Posts ``event`` to the webhooks listening for it; each delivery as recorded (``Delivery.to_dict``). A
+        failed delivery is a record, never an error."""
 
 
 class Interruptible(Protocol):

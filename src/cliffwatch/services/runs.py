@@ -118,6 +118,11 @@ class RunsService:
         await self._keep(inline)
         return run
 
+    async def check(self, request: RunRequest) -> Run:
+        """The queued run a request would make, every check but the quotas passed, nothing stored (a game day
+        checks each experiment before any runs). Raises as ``submit`` does."""
+        return (await self._checked(request))[0]
+
     async def _checked(self, request: RunRequest) -> tuple[Run, Identified | None]:
         """The run a request would make and the inline document it carries (identified, to be kept), every
         check but the quotas passed; nothing stored."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from cliffwatch.adapters.api import admin, ops, reports, runs, scenarios, schedules
+from cliffwatch.adapters.api import admin, gamedays, ops, reports, runs, scenarios, schedules
 from cliffwatch.adapters.api.context import (
     EXPENSIVE,
     FAILED_AUTH,
@@ -48,6 +48,12 @@ ROUTE_TABLE: tuple[Route, ...] = (
     Route(method="GET", path=f"{V1}/trends", handler=runs.trends, role=VIEWER, expensive=True),
     Route(method="GET", path=f"{V1}/trends/capacity", handler=runs.capacity_trends, role=VIEWER, expensive=True),
     Route(method="POST", path=f"{V1}/sweeps", handler=runs.create_sweep, role=OPERATOR),
+    Route(method="POST", path=f"{V1}/gamedays", handler=gamedays.create_gameday, role=OPERATOR),
+    Route(method="GET", path=f"{V1}/gamedays", handler=gamedays.list_gamedays, role=VIEWER),
+    Route(method="GET", path=f"{V1}/gamedays/{{gameday_id}}", handler=gamedays.get_gameday, role=VIEWER),
+    Route(method="GET", path=f"{V1}/gamedays/{{gameday_id}}/report", handler=gamedays.gameday_report, role=VIEWER,
+          expensive=True),
+    Route(method="POST", path=f"{V1}/gamedays/{{gameday_id}}/abort", handler=gamedays.abort_gameday, role=OPERATOR),
     Route(method="GET", path=f"{V1}/scenarios", handler=scenarios.list_scenarios, role=VIEWER),
     Route(method="POST", path=f"{V1}/scenarios/validate", handler=scenarios.validate_scenario, role=VIEWER),
     Route(method="GET", path=f"{V1}/scenarios/{{name}}", handler=scenarios.get_scenario, role=VIEWER),

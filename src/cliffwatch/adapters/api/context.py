@@ -19,6 +19,7 @@ from cliffwatch.domain.ports import RunStore
 from cliffwatch.domain.service.runs import ApiToken, TokenRole
 from cliffwatch.domain.traffic.rate_limit import KeyedBuckets
 from cliffwatch.services.catalog import ScenarioCatalog
+from cliffwatch.services.gamedays import GamedaysService
 from cliffwatch.services.runs import RunsService
 from cliffwatch.services.schedules import ScheduleService
 from cliffwatch.services.tokens import TokenService
@@ -40,6 +41,7 @@ class ApiServices:
     run_store: RunStore  # for what no service wraps: outcomes, time series, counts for /metrics
     readiness: Readiness  # the problems that make this instance unready (database, migrations); [] when ready
     metrics: ServiceMetrics
+    gamedays: GamedaysService | None = None  # game days (None: an API without them, as some tests build)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -11,6 +11,7 @@ import copy
 from typing import Any
 
 from cliffwatch import __version__
+from cliffwatch.adapters.api import openapi_gamedays
 from cliffwatch.adapters.api.json_schema import DATE_TIME, Schema, ref, text
 from cliffwatch.adapters.api.openapi_operations import RESPONSES, _json, _op, _param
 from cliffwatch.adapters.api.openapi_schemas import SCHEMAS
@@ -289,9 +290,10 @@ OPERATION_IDS = {
     "GET /api/v1/stop-all": "getEmergencyStop", "POST /api/v1/stop-all": "stopAll",
     "DELETE /api/v1/stop-all": "releaseEmergencyStop", "GET /api/v1/openapi.json": "getOpenApi",
     "GET /healthz": "liveness", "GET /readyz": "readiness", "GET /metrics": "metrics",
+    **openapi_gamedays.OPERATION_IDS,
 }  # fmt: skip
 # What a created resource's id leads to (OpenAPI links: clients and schemathesis follow them).
-LINKS = {
+LINKS: dict[tuple[str, tuple[str, ...]], tuple[str, tuple[str, ...]]] = {
     ("POST /api/v1/runs", ("202", "200")): (
         "run_id",
         ("getRun", "getRunTimeseries", "listRunOutcomes", "getRunServerMetrics", "getRunReport", "abortRun"),
@@ -302,6 +304,7 @@ LINKS = {
         ("getSchedule", "replaceSchedule", "pauseSchedule", "resumeSchedule", "getNextFireTimes", "deleteSchedule"),
     ),
     ("POST /api/v1/tokens", ("201",)): ("token_id", ("revokeToken",)),
+    **openapi_gamedays.LINKS,
 }
 
 
@@ -333,11 +336,18 @@ def openapi_document() -> dict[str, Any]:
         },
         "servers": [{"url": "/"}],
         "security": [{"bearer": []}],
-        "tags": [{"name": n} for n in ("runs", "scenarios", "schedules", "admin", "ops")],
-        "paths": _identify({**_runs_paths(), **_scenario_and_schedule_paths(), **_admin_and_ops_paths()}),
+        "tags": [{"name": n} for n in ("runs", "gamedays", "scenarios", "schedules", "admin", "ops")],
+        "paths": _identify(
+            {
+                **_runs_paths(),
+                **openapi_gamedays.gameday_paths(REPORT_HEADERS, EXPENSIVE),
+                **_scenario_and_schedule_paths(),
+                **_admin_and_ops_paths(),
+            }
+        ),
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "description": "an API token"}},
-            "schemas": copy.deepcopy(SCHEMAS),
+            "schemas": copy.deepcopy({**SCHEMAS, **openapi_gamedays.SCHEMAS}),
             "responses": copy.deepcopy(RESPONSES),
         },
     }

@@ -22,6 +22,7 @@ from cliffwatch.domain.errors import (
     EmergencyStopActive,
     EmergencyStopNotRecorded,
     FaultInjectionFailed,
+    GamedayNotFound,
     IdempotencyKeyReused,
     Problem,
     QuotaExceeded,
@@ -32,6 +33,7 @@ from cliffwatch.domain.errors import (
     ScheduleInvalid,
     ScheduleNotFound,
     StoreUnavailable,
+    SuiteInvalid,
     SweepInvalid,
     TargetConfigInvalid,
     TargetNotAllowed,
@@ -111,6 +113,10 @@ def _sweep_invalid(exc: SweepInvalid) -> ApiError:
     return invalid(422, "sweep-invalid", "Invalid sweep", exc.problems, "the sweep")
 
 
+def _suite_invalid(exc: SuiteInvalid) -> ApiError:
+    return invalid(422, "suite-invalid", "Invalid suite", exc.problems, "the suite")
+
+
 def _target_config_invalid(exc: TargetConfigInvalid) -> ApiError:
     return invalid(422, "target-config-invalid", "Invalid built-in target", exc.problems, "the built-in target")
 
@@ -180,6 +186,7 @@ def _stop_not_recorded(exc: EmergencyStopNotRecorded) -> ApiError:
 ERRORS: dict[type[CliffwatchError], _Mapping] = {
     ScenarioInvalid: _Mapping(status=422, slug="scenario-invalid", title="Invalid scenario", extend=_scenario_invalid),
     SweepInvalid: _Mapping(status=422, slug="sweep-invalid", title="Invalid sweep", extend=_sweep_invalid),
+    SuiteInvalid: _Mapping(status=422, slug="suite-invalid", title="Invalid suite", extend=_suite_invalid),
     TargetConfigInvalid: _Mapping(
         status=422, slug="target-config-invalid", title="Invalid built-in target", extend=_target_config_invalid
     ),
@@ -195,6 +202,7 @@ ERRORS: dict[type[CliffwatchError], _Mapping] = {
     ScheduleInvalid: _Mapping(status=422, slug="schedule-invalid", title="Invalid schedule", extend=_schedule_invalid),
     ScheduleNotFound: _Mapping(status=404, slug="schedule-not-found", title="Schedule not found"),
     RunNotFound: _Mapping(status=404, slug="run-not-found", title="Run not found"),
+    GamedayNotFound: _Mapping(status=404, slug="gameday-not-found", title="Game day not found"),
     ScenarioNotFound: _Mapping(status=404, slug="scenario-not-found", title="Scenario not found"),
     StoreUnavailable: _Mapping(
         status=503, slug="store-unavailable", title="Database unavailable", extend=_store_unavailable

@@ -14,6 +14,7 @@ from typing import Any
 from cliffwatch.domain.results.result import RunStatus
 from cliffwatch.domain.security.masking import mask_url
 from cliffwatch.domain.server.server_view import ServerView
+from cliffwatch.domain.service.gamedays import Gameday
 from cliffwatch.domain.service.runs import ApiToken, Overrides, Run, RunKind, ScenarioVersion, Schedule, StoredOutcome
 
 API_PREFIX = "/api/v1"
@@ -159,6 +160,31 @@ def schedule_view(schedule: Schedule) -> dict[str, Any]:
         "last_fire_time": timestamp(schedule.last_fire_time),
         "kind": schedule.kind.value,
         "sweep": None if schedule.sweep is None else schedule.sweep.to_dict(),
+    }
+
+
+def gameday_view(gameday: Gameday) -> dict[str, Any]:
+    """A game day as lists show it: where it stands, each experiment's run and hypothesis, its verdict once it
+    has one; the suite as it was sent."""
+    here = f"{API_PREFIX}/gamedays/{gameday.id}"
+    return {
+        "id": gameday.id,
+        "name": gameday.name,
+        "status": gameday.status.value,
+        "verdict": gameday.verdict,
+        "summary": gameday.summary,
+        "trigger": gameday.trigger.value,
+        "triggered_by": gameday.triggered_by,
+        "schedule_id": gameday.schedule_id,
+        "fire_time": timestamp(gameday.fire_time),
+        "created_at": timestamp(gameday.created_at),
+        "finished_at": timestamp(gameday.finished_at),
+        "abort_requested": gameday.abort_requested,
+        "reason": gameday.reason,
+        "experiments": [e.to_dict() for e in gameday.experiments],
+        "notifications": [dict(n) for n in gameday.notifications],
+        "suite": dict(gameday.suite),
+        "links": {"self": here, "report": f"{here}/report"},
     }
 
 

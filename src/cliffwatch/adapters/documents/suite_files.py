@@ -8,7 +8,6 @@ refused whole (exit 2) rather than failing halfway through a game day.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 from cliffwatch.adapters.documents import SCENARIO_LIMITS, DocumentInvalid, load_yaml
 from cliffwatch.adapters.documents.scenario_files import MAX_SCENARIO_BYTES, load_document
 from cliffwatch.domain.errors import Problem, ScenarioInvalid
-from cliffwatch.domain.gameday.suite_spec import ExperimentSpec, SuiteSpec, parse_suite
+from cliffwatch.domain.gameday.suite_spec import ExperimentSpec, SuiteSpec, parse_suite, with_target
 from cliffwatch.domain.scenario.scenario import Scenario, parse_scenario
 from cliffwatch.domain.security.redaction import DEFAULT_RULES, RedactionRules
 
@@ -45,20 +44,11 @@ def experiment_scenario(suite: SuiteSpec, experiment: ExperimentSpec, *, rules: 
                         ) -> Scenario:  # fmt: skip
     source = f"{suite.name}: experiment {experiment.name}"
     if experiment.inline is not None:
-        document: dict[str, Any] = copy.deepcopy(dict(experiment.inline))
+        document: Mapping[str, Any] = experiment.inline
     else:
         assert experiment.scenario is not None
         try:
-            document = copy.deepcopy(dict(load_document(experiment.scenario)))
+            document = load_document(experiment.scenario)
         except ScenarioInvalid as exc:
             raise ScenarioInvalid(exc.problems, source=f"{source} ({experiment.scenario})") from exc
-    for overrides in (suite.target, experiment.target):
-        if overrides:
-            document["target"] = _laid_over(document.get("target"), overrides)
-    return parse_scenario(document, source=source, rules=rules)
-
-
-def _laid_over(target: object, overrides: Mapping[str, Any]) -> dict[str, Any]:
-    merged = dict(target) if isinstance(target, Mapping) else {}
-    merged.update(copy.deepcopy(dict(overrides)))
-    return merged
+    return parse_scenario(with_target(document, suite, experiment), source=source, rules=rules)

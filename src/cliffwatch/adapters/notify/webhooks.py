@@ -129,6 +129,21 @@ async def _deliver(session: aiohttp.ClientSession, webhook: WebhookSpec, event: 
                     error=error or f"HTTP {status}")  # fmt: skip
 
 
+class WebhookNotifier:
+    """``services.ports.Notifier``: ``notify`` with this service's destinations and secrets, each delivery as
+    its record."""
+
+    def __init__(self, destinations: Destinations, resolve: Callable[[SecretRef], str]) -> None:
+        self.destinations = destinations
+        self.resolve = resolve
+
+    async def __call__(
+        self, webhooks: Sequence[WebhookSpec], event: SuiteEvent, payload: Mapping[str, Any]
+    ) -> list[dict[str, Any]]:
+        found = await notify(webhooks, event, payload, destinations=self.destinations, resolve=self.resolve)
+        return [delivery.to_dict() for delivery in found]
+
+
 def _request(webhook: WebhookSpec, event: SuiteEvent, payload: Mapping[str, Any],
              resolve: Callable[[SecretRef], str]) -> tuple[bytes, dict[str, str]]:  # fmt: skip
     headers = {"Content-Type": "application/json", "User-Agent": f"cliffwatch/{__version__}"}

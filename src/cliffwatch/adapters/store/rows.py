@@ -31,7 +31,7 @@ from cliffwatch.domain.service.runs import (
     TokenRole,
     Trigger,
 )
-from cliffwatch.services.store_values import result_document
+from cliffwatch.services.store_values import plain_json, result_document
 
 
 def run_row(run: Run) -> dict[str, Any]:
@@ -230,6 +230,7 @@ def schedule_row(schedule: Schedule) -> dict[str, Any]:
         "last_fire_time": schedule.last_fire_time,
         "kind": schedule.kind.value,
         "sweep": sweep_value(schedule.sweep),
+        "suite": None if schedule.suite is None else plain_json(schedule.suite),
     }
 
 
@@ -248,6 +249,7 @@ def schedule_of(row: RowMapping) -> Schedule:
         last_fire_time=row["last_fire_time"],
         kind=RunKind(row["kind"]),
         sweep=sweep_of(row["sweep"]),
+        suite=row["suite"],
     )
 
 

@@ -1,6 +1,6 @@
 """``SqlStore``: every store port of the service on one SQL database (SQLite or PostgreSQL).
 
-The methods live by subject in ``runs_sql``, ``outcomes_sql`` and ``misc_sql``; this class puts them
+The methods live by subject in ``runs_sql``, ``outcomes_sql``, ``misc_sql`` and ``gamedays_sql``; this class puts them
 together over one ``Database``. Where the ports leave a choice open, the SQL store decides as the
 in-memory twin does: ``services/memory_store.py`` lists those decisions, and the contract suite holds the
 two to them. Every method raises ``StoreUnavailable`` when the database cannot be reached.
@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from cliffwatch.adapters.store.database import Database
+from cliffwatch.adapters.store.gamedays_sql import SqlGamedays
 from cliffwatch.adapters.store.ledger_sql import SqlFaultLedger
 from cliffwatch.adapters.store.locks import leader_lock
 from cliffwatch.adapters.store.misc_sql import SqlCatalog
@@ -23,8 +24,9 @@ from cliffwatch.domain.ports import LeaderLock
 from cliffwatch.services.store_values import utc_now
 
 
-class SqlStore(SqlRuns, SqlOutcomes, SqlCatalog):
-    """Implements ``ScenarioStore``, ``RunStore``, ``ScheduleStore``, ``TokenStore`` and ``ControlStore``.
+class SqlStore(SqlRuns, SqlOutcomes, SqlCatalog, SqlGamedays):
+    """Implements ``ScenarioStore``, ``RunStore``, ``ScheduleStore``, ``TokenStore``, ``ControlStore`` and
+    ``GamedayStore``.
 
     ``now`` stamps what the ports do not (a queued run's abort, the emergency stop's time). The engine is
     the caller's: the store never disposes of it.

@@ -284,6 +284,35 @@ schedules = sa.Table(
     sa.Column("last_fire_time", UtcDateTime),
     sa.Column("kind", sa.Text, nullable=False, server_default="run"),
     sa.Column("sweep", _json()),
+    sa.Column("suite", _json()),  # a game day's suite document: each fire starts it (migration 0009)
+)
+
+# Game days (migration 0009): a suite from its start to its verdict, held by the instance driving it under a
+# lease as a run is. Its experiments' runs are ordinary rows of ``runs``, named in ``experiments``.
+gamedays = sa.Table(
+    "gamedays",
+    metadata,
+    sa.Column("id", sa.Text, primary_key=True),
+    sa.Column("name", sa.Text, nullable=False),
+    sa.Column("suite", _json(), nullable=False),
+    sa.Column("status", sa.Text, nullable=False),
+    sa.Column("trigger", sa.Text, nullable=False),
+    sa.Column("triggered_by", sa.Text, nullable=False),
+    sa.Column("created_at", UtcDateTime, nullable=False),
+    sa.Column("experiments", _json(), nullable=False),
+    sa.Column("schedule_id", sa.Text),
+    sa.Column("fire_time", UtcDateTime),
+    sa.Column("owner", sa.Text),
+    sa.Column("lease_until", UtcDateTime),
+    sa.Column("finished_at", UtcDateTime),
+    sa.Column("abort_requested", FreeText),
+    sa.Column("reason", FreeText),
+    sa.Column("verdict", sa.Text),
+    sa.Column("summary", FreeText),
+    sa.Column("notifications", _json(), nullable=False),
+    sa.UniqueConstraint("schedule_id", "fire_time"),  # one game day a schedule's fire, as for runs
+    sa.Index(None, "created_at", "id"),
+    sa.Index(None, "status"),
 )
 
 api_tokens = sa.Table(

@@ -16,14 +16,53 @@ what the experiment was to show.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, Protocol
 
-from cliffwatch.domain.results.result import RunResult, RunStatus
+from cliffwatch.domain.results.result import RunStatus
 from cliffwatch.domain.results.score_values import HIDDEN_OVERLOAD
 from cliffwatch.domain.validation import Reader
 
 VERDICTS = (HIDDEN_OVERLOAD, "generator_limited", "capped", "workload_mismatch", "fault_left_behind", "aborted",
             "interrupted")  # fmt: skip
+
+
+class ScoreFacts(Protocol):
+    @property
+    def value(self) -> float | None: ...
+
+    @property
+    def summary(self) -> str: ...
+
+
+class VerdictFacts(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def summary(self) -> str: ...
+
+
+class JudgedRun(Protocol):
+    """What a hypothesis is judged on: a ``RunResult`` as a run ends, or one read back from its stored document
+    (``stored_result.StoredResult``: the service keeps documents, not objects)."""
+
+    @property
+    def status(self) -> RunStatus: ...
+
+    @property
+    def abort_reason(self) -> str | None: ...
+
+    @property
+    def passed(self) -> bool: ...
+
+    @property
+    def score(self) -> ScoreFacts: ...
+
+    def verdicts(self) -> Sequence[VerdictFacts]: ...
+
+    def to_dict(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -74,7 +113,7 @@ def parse_hypothesis(reader: Reader) -> Hypothesis | None:
     return Hypothesis(score_at_least=score, passes=bool(passes), absent=tuple(absent))
 
 
-def judge(hypothesis: Hypothesis, result: RunResult) -> Judgement:
+def judge(hypothesis: Hypothesis, result: JudgedRun) -> Judgement:
     """Whether ``result`` held ``hypothesis``, and each broken clause's reason."""
     broken = []
     if result.status is not RunStatus.SUCCEEDED:

@@ -24,6 +24,7 @@ the data-directory rules of any file a scenario names), and every problem names 
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -108,6 +109,24 @@ def parse_suite(data: object, *, source: str = "suite") -> SuiteSpec:
         raise ScenarioInvalid(problems.items, source=source)
     return SuiteSpec(name=name, experiments=experiments, target=target, stop_on_broken=stop_on_broken,
                      notify=notify)  # fmt: skip
+
+
+def with_target(document: Mapping[str, Any], suite: SuiteSpec, experiment: ExperimentSpec) -> dict[str, Any]:
+    """``document`` (a scenario's) with the suite's ``target`` and then the experiment's own laid over its target,
+    key by key; a copy, deep enough that the document given is left as it was."""
+    made = copy.deepcopy(dict(document))
+    for overrides in (suite.target, experiment.target):
+        if overrides:
+            target = made.get("target")
+            merged = dict(target) if isinstance(target, Mapping) else {}
+            merged.update(copy.deepcopy(dict(overrides)))
+            made["target"] = merged
+    return made
+
+
+def target_overrides(suite: SuiteSpec, experiment: ExperimentSpec) -> dict[str, Any]:
+    """What the suite and then the experiment lay over the experiment's scenario target."""
+    return {**(suite.target or {}), **(experiment.target or {})}
 
 
 def _mapping(reader: Reader, key: str) -> Mapping[str, Any] | None:

@@ -303,7 +303,7 @@ class CatchUp(StrEnum):
 
 @dataclass(frozen=True, kw_only=True)
 class Schedule:
-    """A game day: a scenario run on a cron schedule in a time zone."""
+    """A scenario (or a game day's suite) run on a cron schedule in a time zone."""
 
     id: str
     name: str
@@ -318,3 +318,5 @@ class Schedule:
     last_fire_time: datetime | None = None  # the latest fire time handled (run queued, or skipped)
     kind: RunKind = RunKind.RUN  # what each fire queues
     sweep: SweepSpec | None = None  # its parameters when kind is SWEEP
+    # Given: each fire starts this game day's suite (the document; scenario_name is then the suite's name)
+    suite: Mapping[str, Any] | None = None

@@ -39,6 +39,7 @@ from cliffwatch.domain.service.runs import Run, Schedule, TokenRole
 from cliffwatch.domain.traffic.generator_health import GeneratorLimits, judge_generator
 from cliffwatch.domain.traffic.plan import iter_plan, phase_windows
 from cliffwatch.services.catalog import ScenarioCatalog
+from cliffwatch.services.gamedays import GamedaysService
 from cliffwatch.services.memory_store import InMemoryStore
 from cliffwatch.services.memory_sweep import ModelStepRunner
 from cliffwatch.services.runs import RunsService
@@ -281,11 +282,14 @@ async def build_parts(settings: Settings) -> Parts:
     async def readiness() -> list[str]:
         return list(not_ready)
 
+    runs = RunsService(runs=store, control=store, catalog=catalog,
+                       policy=AllowlistPolicy(settings.allowlist, listen=settings.proxy_listen,
+                                              toxiproxy_url=settings.toxiproxy_url),
+                       caps=settings.caps, quotas=settings.quotas, now=clock)  # fmt: skip
     services = ApiServices(
-        runs=RunsService(runs=store, control=store, catalog=catalog,
-                         policy=AllowlistPolicy(settings.allowlist, listen=settings.proxy_listen,
-                                                toxiproxy_url=settings.toxiproxy_url),
-                         caps=settings.caps, quotas=settings.quotas, now=clock),
+        runs=runs,
+        gamedays=GamedaysService(store=store, runs=runs, run_store=store, scenarios=store, control=store,
+                                 owner="api-harness", lease_s=settings.lease_s, now=clock),
         catalog=catalog,
         tokens=tokens,
         schedules=ScheduleService(schedules=store, runs=store, scenarios=store, calendar=ApschedulerCron(),

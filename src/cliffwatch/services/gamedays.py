@@ -1,0 +1,216 @@
+"""Game days through the service: a suite checked whole, stored, driven on this instance, read back and stopped.
+
+A suite sent to the API (or fired by a schedule) is parsed, and every experiment is checked as the run it will
+be (``RunsService.check``: the emergency stop, its scenario, the allowlist, the caps) before anything is stored,
+so a suite with a bad experiment is refused whole, each problem naming its field in the suite
+(``experiments[1].scenario.target.url``), as ``cliffwatch gameday`` refuses one before any load. The service
+runs bundled and registered scenarios by name and inline ones; it reads no file a suite names.
+
+The instance that accepts a suite drives it (``GamedayExecution``), each experiment an ordinary run any worker
+may claim. ``recover`` (at start-up and periodically) records as interrupted the game days whose driver stopped
+renewing their lease, and aborts the run each left in progress.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable, Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+import structlog
+
+from cliffwatch.domain.errors import (
+    CliffwatchError,
+    GamedayNotFound,
+    Problem,
+    RunRefused,
+    ScenarioInvalid,
+    ScenarioNotFound,
+    SuiteInvalid,
+    TargetNotAllowed,
+)
+from cliffwatch.domain.gameday.suite_spec import ExperimentSpec, SuiteSpec, parse_suite, target_overrides, with_target
+from cliffwatch.domain.ports import ControlStore, GamedayStore, RunStore, ScenarioStore
+from cliffwatch.domain.security.redaction import restore
+from cliffwatch.domain.service.gamedays import ExperimentRecord, ExperimentState, Gameday, GamedayStatus
+from cliffwatch.domain.service.runs import Overrides, Trigger
+from cliffwatch.services.gameday_execution import GamedayExecution
+from cliffwatch.services.ports import Notifier
+from cliffwatch.services.runs import RunRequest, RunsService
+
+log = structlog.get_logger(__name__)
+_FILE_SUFFIXES = (".yaml", ".yml", ".json")
+NO_FILES = "the service reads no files: name a bundled or registered scenario, or give the scenario itself"
+
+
+class GamedaysService:
+    def __init__(self, *, store: GamedayStore, runs: RunsService, run_store: RunStore, scenarios: ScenarioStore,
+                 control: ControlStore, owner: str, lease_s: float, now: Callable[[], datetime],
+                 notify: Notifier | None = None) -> None:  # fmt: skip
+        self.store = store
+        self.runs = runs
+        self.run_store = run_store
+        self.scenarios = scenarios
+        self.control = control
+        self.owner = owner
+        self.lease_s = lease_s
+        self.now = now
+        self.notify = notify
+        self._driving: dict[str, tuple[GamedayExecution, asyncio.Task[None]]] = {}
+
+    async def start(
+        self,
+        document: object,
+        *,
+        trigger: Trigger,
+        triggered_by: str,
+        schedule_id: str | None = None,
+        fire_time: datetime | None = None,
+    ) -> tuple[Gameday, bool]:
+        """Checks the suite whole, stores it and starts it here (True); for a schedule's fire handled already,
+        the game day it started (False). Raises ``SuiteInvalid`` naming each bad field, ``EmergencyStopActive``,
+        ``StoreUnavailable``."""
+        try:
+            suite = parse_suite(document)
+        except ScenarioInvalid as exc:
+            raise SuiteInvalid(exc.problems) from exc
+        assert isinstance(document, Mapping)  # parse_suite refused anything else
+        requests = {}
+        for index, experiment in enumerate(suite.experiments):
+            request = await self._request(suite, index, experiment, trigger=trigger, triggered_by=triggered_by)
+            await self._check(index, request)
+            requests[experiment.name] = request
+        now = self.now()
+        gameday = Gameday(id=uuid.uuid4().hex[:12], name=suite.name, suite=dict(document),
+                          status=GamedayStatus.RUNNING, trigger=trigger, triggered_by=triggered_by, created_at=now,
+                          experiments=tuple(_record(e) for e in suite.experiments), schedule_id=schedule_id,
+                          fire_time=fire_time, owner=self.owner,
+                          lease_until=now + timedelta(seconds=self.lease_s))  # fmt: skip
+        stored, created = await self.store.create_gameday(gameday)
+        if created:
+            self._drive(stored, suite, requests)
+            log.info("game day started", gameday_id=stored.id, suite=suite.name, trigger=trigger.value)
+        return stored, created
+
+    async def get(self, gameday_id: str) -> Gameday:
+        gameday = await self.store.get_gameday(gameday_id)
+        if gameday is None:
+            raise GamedayNotFound(gameday_id)
+        return gameday
+
+    async def latest(self, limit: int) -> list[Gameday]:
+        return await self.store.list_gamedays(limit=limit)
+
+    async def abort(self, gameday_id: str, reason: str) -> Gameday:
+        """Stops a running game day: no experiment starts after this, the one running is aborted (at once when
+        this instance drives it, else within a second or two). A finished one is returned as it is."""
+        here = self._driving.get(gameday_id)
+        if here is not None:
+            here[0].stop(reason)
+        gameday = await self.store.request_gameday_abort(gameday_id, reason)
+        if gameday is None:
+            raise GamedayNotFound(gameday_id)
+        return gameday
+
+    async def combined(self, gameday: Gameday, *, timeseries: bool = False) -> dict[str, Any]:
+        """The combined document ``cliffwatch gameday --json`` writes, each experiment's result read from its
+        run (null for one without; with its per-second rows when ``timeseries``, as a report draws them);
+        ``verdict`` and ``summary`` null while the game day runs."""
+        experiments = []
+        for record in gameday.experiments:
+            run = None if record.run_id is None else await self.run_store.get_run(record.run_id)
+            result = None if run is None or run.result is None else dict(run.result)
+            if result is not None and timeseries and run is not None:
+                result["timeseries"] = [dict(row) for row in await self.run_store.timeseries(run.id)]
+            shown = {k: v for k, v in record.to_dict().items() if k != "run_id"}
+            experiments.append({**shown, "run_id": record.run_id, "result": result})
+        return {"kind": "gameday", "name": gameday.name, "verdict": gameday.verdict, "summary": gameday.summary,
+                "experiments": experiments, "notifications": [dict(n) for n in gameday.notifications]}  # fmt: skip
+
+    async def recover(self, *, grace: timedelta) -> list[Gameday]:
+        """Records as interrupted the game days whose driver stopped renewing its lease, and aborts the run each
+        left in progress (queued, it would start with nothing watching it)."""
+        expired = await self.store.expire_gameday_leases(self.now(), grace=grace)
+        for gameday in expired:
+            log.warning("game day interrupted: its instance stopped renewing the lease", gameday_id=gameday.id,
+                        owner=gameday.owner)  # fmt: skip
+            for record in gameday.experiments:
+                if record.state is ExperimentState.RUNNING and record.run_id is not None:
+                    await self.run_store.request_abort(record.run_id, f"its game day {gameday.id} was interrupted")
+        return expired
+
+    async def shutdown(self) -> None:
+        """Stops driving every game day here; each is recorded as interrupted (its running run is the worker's
+        to interrupt)."""
+        tasks = [task for _, task in self._driving.values()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    def _drive(self, gameday: Gameday, suite: SuiteSpec, requests: Mapping[str, RunRequest]) -> None:
+        execution = GamedayExecution(gameday=gameday, suite=suite, requests=requests, store=self.store,
+                                     runs=self.runs, run_store=self.run_store, control=self.control, owner=self.owner,
+                                     lease_s=self.lease_s, now=self.now, notify=self.notify)  # fmt: skip
+        task = asyncio.create_task(self._run(gameday.id, execution), name=f"gameday-{gameday.id}")
+        self._driving[gameday.id] = (execution, task)
+        task.add_done_callback(lambda _: self._driving.pop(gameday.id, None))
+
+    async def _run(self, gameday_id: str, execution: GamedayExecution) -> None:
+        structlog.contextvars.bind_contextvars(gameday_id=gameday_id)
+        try:
+            await execution.run()
+        except CliffwatchError as exc:  # the store, at its end: the lease lapses and recovery records it
+            log.error("game day failed", gameday_id=gameday_id, error=str(exc))
+        except Exception:  # a bug of ours: logged; the lease lapses and recovery records it as interrupted
+            log.exception("game day crashed", gameday_id=gameday_id)
+
+    async def _request(self, suite: SuiteSpec, index: int, experiment: ExperimentSpec, *, trigger: Trigger,
+                       triggered_by: str) -> RunRequest:  # fmt: skip
+        """The run request of one experiment: the suite's and its own target laid over its scenario's."""
+        if experiment.inline is not None:
+            document = with_target(experiment.inline, suite, experiment)
+            return RunRequest(document=document, trigger=trigger, triggered_by=triggered_by)
+        name = experiment.scenario or ""
+        if "/" in name or name.endswith(_FILE_SUFFIXES):
+            raise SuiteInvalid([Problem(path=f"experiments[{index}].scenario", message=NO_FILES)])
+        overrides = target_overrides(suite, experiment)
+        if set(overrides) <= {"url"}:
+            asked = Overrides(target_url=overrides.get("url"))
+            return RunRequest(scenario=name, overrides=asked, trigger=trigger, triggered_by=triggered_by)
+        # More than the URL changes: the scenario's document, its credentials put back, with the targets laid over
+        # (the catalog masks them again when it keeps it).
+        version = await self.scenarios.latest_scenario(name)
+        if version is None:
+            raise SuiteInvalid([Problem(path=f"experiments[{index}].scenario", message=str(ScenarioNotFound(name)))])
+        credentials = await self.scenarios.scenario_credentials(version.name, version.content_hash)
+        document = restore(version.document, credentials)
+        return RunRequest(document=with_target(document, suite, experiment), trigger=trigger, triggered_by=triggered_by)
+
+    async def _check(self, index: int, request: RunRequest) -> None:
+        """Raises ``SuiteInvalid`` naming the experiment's field when its run would be refused."""
+        at = f"experiments[{index}]"
+        try:
+            await self.runs.check(request)
+        except ScenarioNotFound as exc:
+            raise SuiteInvalid([Problem(path=f"{at}.scenario", message=str(exc))]) from exc
+        except TargetNotAllowed as exc:
+            path = f"{at}.scenario.{exc.field or 'target.url'}"
+            raise SuiteInvalid([Problem(path=path, message=f"{exc.url} is not allowed: {exc.reason}")]) from exc
+        except (ScenarioInvalid, RunRefused) as exc:
+            problems = [Problem(path=_field(at, p.path), message=p.message) for p in exc.problems]
+            raise SuiteInvalid(problems) from exc
+
+
+def _record(experiment: ExperimentSpec) -> ExperimentRecord:
+    return ExperimentRecord(name=experiment.name, scenario=experiment.scenario or "(inline)",
+                            hypothesis=experiment.expect.describe())  # fmt: skip
+
+
+def _field(experiment: str, path: str) -> str:
+    """Where in the suite a problem of an experiment's run is: its target's URL (the suite's or its own, sent as
+    the run's override), or a field of its scenario."""
+    if path == "--target":
+        return f"{experiment}.target.url"
+    return f"{experiment}.scenario.{path}" if path else f"{experiment}.scenario"
