@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from cliffwatch.adapters.api import admin, gamedays, ops, reports, runs, scenarios, schedules
+from cliffwatch.adapters.api import admin, compare, gamedays, ops, reports, runs, scenarios, schedules
 from cliffwatch.adapters.api.context import (
     EXPENSIVE,
     FAILED_AUTH,
@@ -45,6 +45,7 @@ ROUTE_TABLE: tuple[Route, ...] = (
     Route(method="GET", path=f"{V1}/runs/{{run_id}}/report", handler=reports.run_report, role=VIEWER,
           expensive=True),
     Route(method="POST", path=f"{V1}/runs/{{run_id}}/abort", handler=runs.abort_run, role=OPERATOR),
+    Route(method="GET", path=f"{V1}/compare", handler=compare.compare_runs, role=VIEWER, expensive=True),
     Route(method="GET", path=f"{V1}/trends", handler=runs.trends, role=VIEWER, expensive=True),
     Route(method="GET", path=f"{V1}/trends/capacity", handler=runs.capacity_trends, role=VIEWER, expensive=True),
     Route(method="POST", path=f"{V1}/sweeps", handler=runs.create_sweep, role=OPERATOR),

@@ -11,7 +11,7 @@ import copy
 from typing import Any
 
 from cliffwatch import __version__
-from cliffwatch.adapters.api import openapi_gamedays
+from cliffwatch.adapters.api import openapi_compare, openapi_gamedays
 from cliffwatch.adapters.api.json_schema import DATE_TIME, Schema, ref, text
 from cliffwatch.adapters.api.openapi_operations import RESPONSES, _json, _op, _param
 from cliffwatch.adapters.api.openapi_schemas import SCHEMAS
@@ -291,6 +291,7 @@ OPERATION_IDS = {
     "DELETE /api/v1/stop-all": "releaseEmergencyStop", "GET /api/v1/openapi.json": "getOpenApi",
     "GET /healthz": "liveness", "GET /readyz": "readiness", "GET /metrics": "metrics",
     **openapi_gamedays.OPERATION_IDS,
+    **openapi_compare.OPERATION_IDS,
 }  # fmt: skip
 # What a created resource's id leads to (OpenAPI links: clients and schemathesis follow them).
 LINKS: dict[tuple[str, tuple[str, ...]], tuple[str, tuple[str, ...]]] = {
@@ -340,6 +341,7 @@ def openapi_document() -> dict[str, Any]:
         "paths": _identify(
             {
                 **_runs_paths(),
+                **openapi_compare.compare_paths(EXPENSIVE),
                 **openapi_gamedays.gameday_paths(REPORT_HEADERS, EXPENSIVE),
                 **_scenario_and_schedule_paths(),
                 **_admin_and_ops_paths(),
@@ -347,7 +349,7 @@ def openapi_document() -> dict[str, Any]:
         ),
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "description": "an API token"}},
-            "schemas": copy.deepcopy({**SCHEMAS, **openapi_gamedays.SCHEMAS}),
+            "schemas": copy.deepcopy({**SCHEMAS, **openapi_gamedays.SCHEMAS, **openapi_compare.SCHEMAS}),
             "responses": copy.deepcopy(RESPONSES),
         },
     }

@@ -19,6 +19,7 @@ from cliffwatch.config import SettingsInvalid
 from cliffwatch.domain.errors import (
     BuiltinTargetFailed,
     CliffwatchError,
+    CompareRefused,
     EmergencyStopActive,
     EmergencyStopNotRecorded,
     FaultInjectionFailed,
@@ -133,6 +134,10 @@ def _schedule_invalid(exc: ScheduleInvalid) -> ApiError:
     return invalid(422, "schedule-invalid", "Invalid schedule", problems, "the schedule")
 
 
+def _compare_refused(exc: CompareRefused) -> ApiError:
+    return ApiError(422, "compare-refused", "Cannot compare", str(exc), extensions={"reasons": list(exc.reasons)})
+
+
 def _run_refused(exc: RunRefused) -> ApiError:
     return invalid(422, "run-refused", "Run refused", exc.problems, "the run")
 
@@ -194,6 +199,7 @@ ERRORS: dict[type[CliffwatchError], _Mapping] = {
         status=422, slug="target-not-allowed", title="Target not allowed", extend=_target_not_allowed
     ),
     RunRefused: _Mapping(status=422, slug="run-refused", title="Run refused", extend=_run_refused),
+    CompareRefused: _Mapping(status=422, slug="compare-refused", title="Cannot compare", extend=_compare_refused),
     IdempotencyKeyReused: _Mapping(status=422, slug="idempotency-key-reused", title="Idempotency key reused"),
     QuotaExceeded: _Mapping(status=429, slug="quota-exceeded", title="Quota reached", extend=_quota_exceeded),
     EmergencyStopActive: _Mapping(

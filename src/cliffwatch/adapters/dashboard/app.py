@@ -14,6 +14,7 @@ from aiohttp import web
 
 from cliffwatch.adapters.api.context import ROUTES, SELF_GUARDED, Route
 from cliffwatch.adapters.dashboard import auth, pages, runs
+from cliffwatch.adapters.dashboard.compare_page import compare_page
 from cliffwatch.adapters.dashboard.context import (
     LOGIN_LIMITS,
     UI_ROUTES,
@@ -51,6 +52,7 @@ UI_ROUTE_TABLE: tuple[UiRoute, ...] = (
     UiRoute(method="GET", path="/new", handler=runs.new_page, role=OPERATOR),
     UiRoute(method="POST", path="/new", handler=runs.new_submit, role=OPERATOR),
     UiRoute(method="GET", path="/trends", handler=pages.trends_page, role=VIEWER),
+    UiRoute(method="GET", path="/compare", handler=compare_page, role=VIEWER),
     UiRoute(method="GET", path="/schedules", handler=pages.schedules_page, role=VIEWER),
     UiRoute(method="POST", path="/schedules/{schedule_id}/pause", handler=pages.pause_schedule, role=ADMIN),
     UiRoute(method="POST", path="/schedules/{schedule_id}/resume", handler=pages.resume_schedule, role=ADMIN),
