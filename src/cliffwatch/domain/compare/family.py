@@ -64,7 +64,7 @@ class Figure:
     a: float | None
     b: float | None
     tested: Finding | None = None
-    margin: float = 0.0  # in the figure's unit
+    margin: float | None = None  # in the figure's unit; None where no difference is judged (the score)
     a_interval: Interval | None = None
     b_interval: Interval | None = None
     same_test_as: str | None = None  # judged by another figure's test in its scope (goodput by the on-time share)
@@ -111,7 +111,7 @@ def judge(figures: Sequence[Figure], *, alpha: float = ALPHA) -> tuple[Figure, .
         difference = figure.tested.difference
         if p < alpha:
             change = Change.WITHIN_MARGIN
-            if abs(difference) >= figure.margin and difference != 0:
+            if abs(difference) >= (figure.margin or 0.0) and difference != 0:
                 worse = difference < 0 if figure.better is Better.HIGHER else difference > 0
                 change = Change.REGRESSED if worse else Change.IMPROVED
         judged.append(replace(figure, p_adjusted=p, detectable=reach * figure.tested.spread, change=change))

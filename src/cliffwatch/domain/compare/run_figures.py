@@ -86,7 +86,7 @@ def _latency(scope: str, a: Mapping[str, Any], b: Mapping[str, Any], metric: str
     if not shown_a.get("count") and not shown_b.get("count"):
         return None
     value_a, value_b = shown_a.get(label), shown_b.get(label)
-    margin = margins.latency * value_a if value_a is not None else 0.0
+    margin = None if value_a is None else margins.latency * value_a
     figure = Figure(scope=scope, name=name, unit="ms", better=Better.LOWER, a=value_a, b=value_b, margin=margin)
     histograms = [_distribution(side, metric) for side in (a, b)]
     if histograms[0] is None or histograms[1] is None:

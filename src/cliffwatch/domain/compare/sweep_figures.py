@@ -94,7 +94,7 @@ def _rate_figures(scope: str, a: Mapping[str, Any], b: Mapping[str, Any], margin
         if p99_a is not None or p99_b is not None:
             figure = Figure(scope=at, name="e2e_p99_ms", unit="ms", better=Better.LOWER, a=p99_a, b=p99_b,
                             note="not tested: a sweep keeps only this percentile of a rate")  # fmt: skip
-            figures.append(replace(figure, margin=margins.latency * (p99_a or 0.0)))
+            figures.append(replace(figure, margin=None if p99_a is None else margins.latency * p99_a))
     return figures
 
 
