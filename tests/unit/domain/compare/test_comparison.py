@@ -126,3 +126,14 @@ def test_an_older_document_without_distributions_shows_its_percentiles_untested(
     assert p50.a is not None
     assert p50.b > p50.a
     assert "only its percentiles" in (p50.note or "")
+
+
+def test_each_traffic_class_is_compared_in_its_own_scopes() -> None:
+    a, b = run(), run(slower_burst=1.3, burst_failures=10)
+    for document in (a, b):  # a class holding every request: its figures are the phase's own
+        document["classes"] = [{"name": "chat", "phases": document["phases"]}]
+    b["classes"].append({"name": "batch", "phases": b["phases"]})  # only B has it: nothing to compare it with
+    found = compare(side("a", a), side("b", b), rng=random.Random(0))
+    scopes = list(dict.fromkeys(f.scope for f in found.figures))
+    assert scopes == ["phase calm", "phase burst", "class chat · phase calm", "class chat · phase burst", "run"]
+    assert figures(found, "class chat · phase burst")["on_time_share"].change is Change.REGRESSED
