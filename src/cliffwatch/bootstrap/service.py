@@ -147,8 +147,14 @@ async def open_service(settings: Settings) -> AsyncIterator[Service]:
                                                schedule_id=schedule.id, fire_time=fire_time,
                                                sweep=schedule.sweep))  # fmt: skip
 
+        async def start_gameday(schedule: Schedule, fire_time: datetime) -> tuple[str, bool]:
+            assert schedule.suite is not None  # the schedule service asks only for a suite's schedule
+            gameday, created = await gamedays.start(schedule.suite, trigger=Trigger.SCHEDULE, triggered_by=schedule.id,
+                                                    schedule_id=schedule.id, fire_time=fire_time)  # fmt: skip
+            return gameday.id, created
+
         schedules = ScheduleService(schedules=store, runs=store, scenarios=store, calendar=ApschedulerCron(),
-                                    make_run=make_run, now=utc_now)  # fmt: skip
+                                    make_run=make_run, now=utc_now, start_gameday=start_gameday)  # fmt: skip
         tokens = TokenService(store, now=utc_now)
 
         async def readiness() -> list[str]:

@@ -80,7 +80,7 @@ class GamedaysService:
         requests = {}
         for index, experiment in enumerate(suite.experiments):
             request = await self._request(suite, index, experiment, trigger=trigger, triggered_by=triggered_by)
-            await self._check(index, request)
+            await self._check(index, request, _url_field(suite, index, experiment))
             requests[experiment.name] = request
         now = self.now()
         gameday = Gameday(id=uuid.uuid4().hex[:12], name=suite.name, suite=dict(document),
@@ -188,15 +188,17 @@ class GamedaysService:
         document = restore(version.document, credentials)
         return RunRequest(document=with_target(document, suite, experiment), trigger=trigger, triggered_by=triggered_by)
 
-    async def _check(self, index: int, request: RunRequest) -> None:
-        """Raises ``SuiteInvalid`` naming the experiment's field when its run would be refused."""
+    async def _check(self, index: int, request: RunRequest, url_field: str | None) -> None:
+        """Raises ``SuiteInvalid`` naming the experiment's field when its run would be refused (``url_field``: where
+        the suite sets the target's URL, when it does)."""
         at = f"experiments[{index}]"
         try:
             await self.runs.check(request)
         except ScenarioNotFound as exc:
             raise SuiteInvalid([Problem(path=f"{at}.scenario", message=str(exc))]) from exc
         except TargetNotAllowed as exc:
-            path = f"{at}.scenario.{exc.field or 'target.url'}"
+            field = exc.field or "target.url"
+            path = url_field if field == "target.url" and url_field is not None else f"{at}.scenario.{field}"
             raise SuiteInvalid([Problem(path=path, message=f"{exc.url} is not allowed: {exc.reason}")]) from exc
         except (ScenarioInvalid, RunRefused) as exc:
             problems = [Problem(path=_field(at, p.path), message=p.message) for p in exc.problems]
@@ -214,3 +216,10 @@ def _field(experiment: str, path: str) -> str:
     if path == "--target":
         return f"{experiment}.target.url"
     return f"{experiment}.scenario.{path}" if path else f"{experiment}.scenario"
+
+
+def _url_field(suite: SuiteSpec, index: int, experiment: ExperimentSpec) -> str | None:
+    """Where the suite sets an experiment's target URL: the experiment's own target, the suite's, or neither."""
+    if experiment.target and "url" in experiment.target:
+        return f"experiments[{index}].target.url"
+    return "target.url" if suite.target and "url" in suite.target else None

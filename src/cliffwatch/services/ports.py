@@ -120,6 +120,13 @@ class RunFactory(Protocol):
         Whatever the run says, it is stored with this schedule, fire time and trigger, and as queued."""
 
 
+class GamedayFactory(Protocol):
+    async def __call__(self, schedule: Schedule, fire_time: datetime) -> tuple[str, bool]:
+        """Starts the game day of the schedule's suite for one fire: its id, and whether it is new (False: this
+        fire's was started before). Raises a ``CliffwatchError`` when it must not start (the suite refused as it
+        is now, the emergency stop): the fire is refused. ``StoreUnavailable`` propagates."""
+
+
 class Notifier(Protocol):
     async def __call__(
         self, webhooks: Sequence[WebhookSpec], event: SuiteEvent, payload: Mapping[str, Any]

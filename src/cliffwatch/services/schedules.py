@@ -12,34 +12,31 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
 import structlog
 
-from cliffwatch.domain.capacity.sweep_spec import SweepSpec
 from cliffwatch.domain.errors import (
     CliffwatchError,
     Problem,
-    ScenarioInvalid,
     ScheduleInvalid,
     ScheduleNotFound,
     StoreUnavailable,
 )
 from cliffwatch.domain.ports import CronCalendar, RunStore, ScenarioStore, ScheduleStore
 from cliffwatch.domain.results.result import RunStatus
-from cliffwatch.domain.scenario.scenario import parse_scenario
-from cliffwatch.domain.service.runs import CatchUp, Overrides, Run, RunKind, Schedule, Trigger
-from cliffwatch.services.overrides import with_overrides
-from cliffwatch.services.ports import RunFactory
+from cliffwatch.domain.service.runs import CatchUp, Run, Schedule, Trigger
+from cliffwatch.services.ports import GamedayFactory, RunFactory
+from cliffwatch.services.schedule_specs import MAX_NAME_LENGTH, ScheduleSpec, spec_problems
+
+__all__ = ["MAX_NAME_LENGTH", "FireOutcome", "FireStatus", "ScheduleService", "ScheduleSpec"]
 
 log = structlog.get_logger(__name__)
 
 MAX_NEXT_FIRE_TIMES = 100
-MAX_NAME_LENGTH = 200
 DEFAULT_LATE_GRACE = timedelta(minutes=1)
-_OVERRIDE_PATHS = {"--target": "overrides.target_url", "--seed": "overrides.seed", "--threshold": "overrides.threshold"}
 _TICK = timedelta(microseconds=1)
 
 
@@ -59,24 +56,7 @@ class FireOutcome:
     status: FireStatus
     run: Run | None = None  # the run queued; for a duplicate, the run queued before when the store said so
     reason: str | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class ScheduleSpec:
-    """What a client sets of a schedule, on create or as a whole on update."""
-
-    name: str
-    cron: str  # five fields, minute first; day of week 0 or 7 is Sunday
-    timezone: str  # IANA name
-    scenario_name: str
-    overrides: Overrides = field(default_factory=Overrides)
-    enabled: bool = True
-    catch_up: CatchUp = CatchUp.SKIP
-    sweep: SweepSpec | None = None  # given: each fire queues a sweep with these parameters, not a run
-
-    @property
-    def kind(self) -> RunKind:
-        return RunKind.RUN if self.sweep is None else RunKind.SWEEP
+    gameday_id: str | None = None  # the game day a suite's fire started (or had started, for a duplicate)
 
 
 def _new_id() -> str:
@@ -99,6 +79,7 @@ class ScheduleService:
         now: Callable[[], datetime],
         late_grace: timedelta = DEFAULT_LATE_GRACE,
         new_id: Callable[[], str] = _new_id,
+        start_gameday: GamedayFactory | None = None,
     ) -> None:
         self.schedules = schedules
         self.runs = runs
@@ -108,6 +89,7 @@ class ScheduleService:
         self.now = now
         self.late_grace = late_grace
         self.new_id = new_id
+        self.start_gameday = start_gameday
         self._listeners: list[Callable[[], None]] = []
 
     def on_change(self, listener: Callable[[], None]) -> Callable[[], None]:
@@ -134,6 +116,7 @@ class ScheduleService:
             created_by=created_by,
             kind=spec.kind,
             sweep=spec.sweep,
+            suite=spec.suite,
         )
         return await self._save(schedule, "created")
 
@@ -159,6 +142,7 @@ class ScheduleService:
             last_fire_time=last,
             kind=spec.kind,
             sweep=spec.sweep,
+            suite=spec.suite,
         )
         return await self._save(schedule, "updated")
 
@@ -225,6 +209,8 @@ class ScheduleService:
         if not self._is_fire_time(schedule, at):
             why = f"not a fire time of {schedule.cron!r} in {schedule.timezone} (changed since it was scheduled?)"
             return self._outcome(schedule, at, FireStatus.IGNORED, reason=why)
+        if schedule.suite is not None:
+            return await self._fire_suite(schedule, at)
         mine = [r for r in await self.runs.active_runs() if r.schedule_id == schedule.id]
         same = next((r for r in mine if r.fire_time == at), None)
         if same is not None:
@@ -253,6 +239,23 @@ class ScheduleService:
         if created:
             return self._outcome(schedule, at, FireStatus.QUEUED, run=stored)
         return self._outcome(schedule, at, FireStatus.DUPLICATE, run=stored, reason="its run was queued already")
+
+    async def _fire_suite(self, schedule: Schedule, at: datetime) -> FireOutcome:
+        """Starts the schedule's game day, keyed by (schedule, fire time) as a run is; its experiments are then
+        queued one by one as the schedule's runs (``GamedaysService``)."""
+        if self.start_gameday is None:
+            return self._outcome(schedule, at, FireStatus.REFUSED, reason="this instance runs no game days")
+        try:
+            gameday_id, created = await self.start_gameday(schedule, at)
+        except StoreUnavailable:
+            raise
+        except CliffwatchError as exc:  # the suite refused as it is now (a scenario gone, the emergency stop)
+            await self._mark(schedule, at)
+            return self._outcome(schedule, at, FireStatus.REFUSED, reason=str(exc))
+        await self._mark(schedule, at)
+        status = FireStatus.QUEUED if created else FireStatus.DUPLICATE
+        outcome = self._outcome(schedule, at, status, reason=None if created else "its game day was started already")
+        return replace(outcome, gameday_id=gameday_id)
 
     async def catch_up(self, now: datetime | None = None, *, schedule_id: str | None = None) -> list[FireOutcome]:
         """Applies the catch-up policy of each enabled schedule (or of ``schedule_id`` only) to the fire times
@@ -288,40 +291,9 @@ class ScheduleService:
     # Helpers
 
     async def _check(self, spec: ScheduleSpec) -> None:
-        problems: list[Problem] = []
-        if not spec.name.strip():
-            problems.append(Problem(path="name", message="must not be empty"))
-        elif len(spec.name) > MAX_NAME_LENGTH:
-            problems.append(Problem(path="name", message=f"is longer than {MAX_NAME_LENGTH} characters"))
-        # the port gives one reason for both; asking about each alone tells which field is wrong
-        zone_reason = self.calendar.validate("* * * * *", spec.timezone)
-        cron_reason = self.calendar.validate(spec.cron, "UTC")
-        if zone_reason is not None:
-            problems.append(Problem(path="timezone", message=zone_reason))
-        if cron_reason is not None:
-            problems.append(Problem(path="cron", message=cron_reason))
-        elif zone_reason is None and (reason := self.calendar.validate(spec.cron, spec.timezone)) is not None:
-            problems.append(Problem(path="cron", message=reason))
-        problems += await self._scenario_problems(spec)
+        problems = await spec_problems(spec, self.calendar, self.scenarios)
         if problems:
             raise ScheduleInvalid(problems)
-
-    async def _scenario_problems(self, spec: ScheduleSpec) -> list[Problem]:
-        if not spec.scenario_name:
-            return [Problem(path="scenario_name", message="must not be empty")]
-        version = await self.scenarios.latest_scenario(spec.scenario_name)
-        if version is None:
-            return [Problem(path="scenario_name", message=f"no scenario named {spec.scenario_name!r}")]
-        o = spec.overrides
-        if problems := o.credential_problems():
-            return [Problem(path=_OVERRIDE_PATHS[p.path], message=p.message) for p in problems]
-        try:
-            with_overrides(
-                parse_scenario(version.document), target_url=o.target_url, seed=o.seed, threshold=o.threshold
-            )
-        except ScenarioInvalid as exc:
-            return [Problem(path=_OVERRIDE_PATHS.get(p.path, "scenario_name"), message=p.message) for p in exc.problems]
-        return []
 
     async def _save(self, schedule: Schedule, what: str) -> Schedule:
         saved = await self.schedules.save_schedule(schedule)

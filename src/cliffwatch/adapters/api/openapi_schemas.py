@@ -142,8 +142,10 @@ SCHEDULE_WRITE = obj(
         "kind": {"enum": [k.value for k in RunKind], "default": RunKind.RUN.value,
                  "description": "what each fire queues; sweep needs sweep"},
         "sweep": ref("SweepSpec"),
+        "suite": {**ANY_OBJECT, "description": "a game-day suite (as POST /api/v1/gamedays takes): each fire starts "
+                  "it instead of a run; then scenario is not given"},
     },
-    required=("name", "cron", "timezone", "scenario"),
+    required=("name", "cron", "timezone"),
 )  # fmt: skip
 SCHEDULE_WRITE["examples"] = [{"name": "weekday game day", "cron": "0 9 * * 1-5", "timezone": "Europe/Berlin",
                                "scenario": "burst-storm", "catch_up": "skip"}]  # fmt: skip
@@ -162,6 +164,7 @@ SCHEDULE = obj(
         "last_fire_time": nullable(DATE_TIME),
         "kind": {"enum": [k.value for k in RunKind]},
         "sweep": nullable(ref("SweepSpec")),
+        "suite": nullable({**ANY_OBJECT, "description": "the suite each fire starts (scenario is then its name)"}),
     }
 )
 TREND_POINT = obj(

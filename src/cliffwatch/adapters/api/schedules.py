@@ -11,6 +11,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from cliffwatch.adapters.api.context import caller, services
+from cliffwatch.adapters.api.problems import body_invalid
 from cliffwatch.adapters.api.requests import Body, Query, read_json, read_overrides
 from cliffwatch.adapters.api.views import API_PREFIX, schedule_view, timestamp
 from cliffwatch.domain.capacity.sweep_spec import parse_sweep_spec
@@ -26,7 +27,8 @@ async def _read_spec(request: web.Request) -> ScheduleSpec:
     name = body.string("name", required=True, max_length=MAX_NAME_LENGTH)
     cron = body.string("cron", required=True, max_length=100)
     timezone = body.string("timezone", required=True, max_length=64)
-    scenario = body.string("scenario", required=True, max_length=100)
+    suite = body.document("suite")
+    scenario = body.string("scenario", required=suite is None, max_length=100)
     overrides = read_overrides(body.child("overrides"))
     enabled = body.boolean("enabled")
     catch_up = body.choice("catch_up", CatchUp)
@@ -42,12 +44,15 @@ async def _read_spec(request: web.Request) -> ScheduleSpec:
     assert name is not None
     assert cron is not None
     assert timezone is not None
-    assert scenario is not None
+    if suite is not None and scenario is not None:
+        raise body_invalid([Problem(path="scenario", message="a schedule fires a scenario or a suite, not both")])
+    named = suite.get("name") if suite is not None else scenario
     return ScheduleSpec(
         name=name,
         cron=cron,
         timezone=timezone,
-        scenario_name=scenario,
+        scenario_name=named if isinstance(named, str) else "",
+        suite=suite,
         overrides=overrides or Overrides(),
         enabled=True if enabled is None else enabled,
         catch_up=catch_up or CatchUp.SKIP,

@@ -160,6 +160,7 @@ def schedule_view(schedule: Schedule) -> dict[str, Any]:
         "last_fire_time": timestamp(schedule.last_fire_time),
         "kind": schedule.kind.value,
         "sweep": None if schedule.sweep is None else schedule.sweep.to_dict(),
+        "suite": None if schedule.suite is None else dict(schedule.suite),
     }
 
 

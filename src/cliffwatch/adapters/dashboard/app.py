@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from aiohttp import web
 
 from cliffwatch.adapters.api.context import ROUTES, SELF_GUARDED, Route
-from cliffwatch.adapters.dashboard import auth, pages, runs
+from cliffwatch.adapters.dashboard import auth, gamedays, pages, runs
 from cliffwatch.adapters.dashboard.compare_page import compare_page
 from cliffwatch.adapters.dashboard.context import (
     LOGIN_LIMITS,
@@ -51,6 +51,10 @@ UI_ROUTE_TABLE: tuple[UiRoute, ...] = (
     UiRoute(method="POST", path="/runs/{run_id}/abort", handler=runs.abort_run, role=OPERATOR),
     UiRoute(method="GET", path="/new", handler=runs.new_page, role=OPERATOR),
     UiRoute(method="POST", path="/new", handler=runs.new_submit, role=OPERATOR),
+    UiRoute(method="GET", path="/gamedays", handler=gamedays.gamedays_page, role=VIEWER),
+    UiRoute(method="GET", path="/gamedays/{gameday_id}", handler=gamedays.gameday_page, role=VIEWER),
+    UiRoute(method="GET", path="/gamedays/{gameday_id}/report", handler=gamedays.gameday_report, role=VIEWER),
+    UiRoute(method="POST", path="/gamedays/{gameday_id}/abort", handler=gamedays.abort_gameday, role=OPERATOR),
     UiRoute(method="GET", path="/trends", handler=pages.trends_page, role=VIEWER),
     UiRoute(method="GET", path="/compare", handler=compare_page, role=VIEWER),
     UiRoute(method="GET", path="/schedules", handler=pages.schedules_page, role=VIEWER),
