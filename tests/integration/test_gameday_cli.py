@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
@@ -111,8 +112,10 @@ async def test_a_suite_whose_hypotheses_hold_exits_0_writes_its_outputs_and_post
     assert headers[SIGNATURE] == f"sha256={expected}"
     assert json.loads(body)["event"] == "finished"
     shown = hook_url.removesuffix("/hook") + "/…"  # a webhook's path may be its secret: never kept
-    assert document["notifications"] == [{"url": shown, "event": "finished", "ok": True, "attempts": 1,
-                                          "status": 204, "error": None}]  # fmt: skip
+    (delivery,) = document["notifications"]
+    assert datetime.fromisoformat(delivery.pop("at")).tzinfo is not None  # when its last attempt ended
+    assert delivery == {"url": shown, "event": "finished", "format": "generic", "ok": True, "attempts": 1,
+                        "status": 204, "error": None}  # fmt: skip
     assert "/hook" not in stdout
 
 

@@ -22,7 +22,7 @@ from rich.text import Text
 
 from cliffwatch.adapters.documents.suite_files import experiment_scenarios, load_suite
 from cliffwatch.adapters.network.target_access import Destinations
-from cliffwatch.adapters.notify.webhooks import Delivery, notify
+from cliffwatch.adapters.notify.webhooks import notify
 from cliffwatch.adapters.report.gameday_report import render_gameday_report
 from cliffwatch.adapters.terminal.console import scorecard
 from cliffwatch.adapters.workload.preparation import prepare
@@ -35,6 +35,7 @@ from cliffwatch.domain.ci.run_checks import run_suite
 from cliffwatch.domain.errors import ScenarioInvalid
 from cliffwatch.domain.gameday.suite_spec import ExperimentSpec
 from cliffwatch.domain.results.result import RunResult, RunStatus
+from cliffwatch.domain.scenario.notify_spec import Delivery
 from cliffwatch.domain.scenario.scenario import Scenario
 from cliffwatch.services.gameday import ExperimentOutcome, GamedayService, SuiteOutcome
 
@@ -90,7 +91,7 @@ def run_gameday(args: argparse.Namespace, settings: Settings, *, execute: Execut
     deliveries = asyncio.run(_notify(outcome, settings))
     for delivery in deliveries:
         said = f"delivered ({delivery.status})" if delivery.ok else f"NOT delivered: {delivery.error}"
-        console.print(Text(f"webhook {delivery.url} ({delivery.event.value}): {said}"))
+        console.print(Text(f"webhook {delivery.url} ({delivery.event}): {said}"))
     document = {**outcome.to_dict(), "notifications": [d.to_dict() for d in deliveries]}
     if args.json_path is not None:
         args.json_path.write_text(json.dumps(document, indent=2), encoding="utf-8")

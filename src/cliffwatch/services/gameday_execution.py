@@ -202,7 +202,7 @@ class GamedayExecution:
         notifications: list[Mapping[str, Any]] = []
         if self.notify is not None and self.suite.notify:
             for event in outcome.events():
-                notifications += await self.notify(self.suite.notify, event, outcome.notice())
+                notifications += [d.to_dict() for d in await self.notify(self.suite.notify, event, outcome.notice())]
         reason = self.fenced or (self.stop_reason if outcome.verdict.value == "stopped" else None)
         return GamedayEnd(status=GamedayStatus.FINISHED, finished_at=self.now(), experiments=tuple(records),
                           verdict=outcome.verdict.value, summary=outcome.summary(), reason=reason,

@@ -11,9 +11,9 @@ from typing import Any, Protocol
 
 from cliffwatch.domain.capacity.capacity import StepStats, StepVerdict
 from cliffwatch.domain.capacity.sweep_spec import SweepSpec
-from cliffwatch.domain.gameday.suite_spec import SuiteEvent, WebhookSpec
 from cliffwatch.domain.ports import RecordSink
 from cliffwatch.domain.results.result import RunStatus
+from cliffwatch.domain.scenario.notify_spec import Delivery, WebhookSpec
 from cliffwatch.domain.scenario.scenario import Scenario
 from cliffwatch.domain.service.runs import Run, Schedule
 from cliffwatch.services.runner import RunService
@@ -129,10 +129,10 @@ class GamedayFactory(Protocol):
 
 class Notifier(Protocol):
     async def __call__(
-        self, webhooks: Sequence[WebhookSpec], event: SuiteEvent, payload: Mapping[str, Any]
-    ) -> Sequence[Mapping[str, Any]]:
-        """Posts ``event`` to the webhooks listening for it; each delivery as recorded (``Delivery.to_dict``). A
-        failed delivery is a record, never an error."""
+        self, webhooks: Sequence[WebhookSpec], event: str, payload: Mapping[str, Any], *, defaults: Sequence[str] = ()
+    ) -> Sequence[Delivery]:
+        """Posts ``event`` to the webhooks listening for it (their own ``on``, else ``defaults``); each delivery
+        as recorded. A failed delivery is a record, never an error."""
 
 
 class Interruptible(Protocol):

@@ -1,15 +1,16 @@
-"""Webhooks: a game day's events posted to the URLs its suite names, and every delivery recorded.
+"""Webhooks: a run's, a sweep's or a game day's events posted to the URLs its ``notify:`` names, every delivery
+recorded.
 
 - ``generic``: the event as JSON, signed when the suite gives a key (by reference only): the
   ``X-Cliffwatch-Signature`` header is ``sha256=`` and the hex HMAC-SHA256 of ``<timestamp>.<body>`` under the
   key, ``X-Cliffwatch-Timestamp`` the Unix time it was made at, so a receiver can refuse a replay;
-- ``slack``: a Slack-compatible body (``{"text": …}``, Slack's incoming-webhook shape), the summary in one line
-  a broken hypothesis each.
+- ``slack``: a Slack-compatible body (``{"text": …}``, Slack's incoming-webhook shape): a run's or a sweep's
+  scorecard line, or a game day's summary and a line a broken hypothesis.
 
 Every URL must pass ``CLIFFWATCH_ALLOWED_WEBHOOKS`` (loopback by default) and the deny list, checked on the
 resolved addresses and pinned (``Destinations``) as a run's target is. A delivery is tried up to
 ``ATTEMPTS`` times with a doubling back-off on a connection failure or a 5xx; a 4xx is final. A webhook that
-fails never fails the game day: each delivery, and why it failed, is what ``notify`` returns.
+fails never fails what it tells of: each delivery, and why it failed, is what ``notify`` returns.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import hmac
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -30,7 +31,7 @@ from cliffwatch import __version__
 from cliffwatch.adapters.loadgen.pinned_resolver import PinnedResolver
 from cliffwatch.adapters.network.target_access import Destinations
 from cliffwatch.domain.errors import CliffwatchError
-from cliffwatch.domain.gameday.suite_spec import SuiteEvent, WebhookFormat, WebhookSpec
+from cliffwatch.domain.scenario.notify_spec import Delivery, WebhookFormat, WebhookSpec, listening
 from cliffwatch.domain.security.masking import mask_url
 from cliffwatch.domain.security.secrets import SecretRef
 
@@ -39,20 +40,6 @@ FIRST_BACKOFF_S = 0.5
 TIMEOUT_S = 10.0
 SIGNATURE = "X-Cliffwatch-Signature"
 TIMESTAMP = "X-Cliffwatch-Timestamp"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Delivery:
-    url: str  # as shown: scheme and host (``shown_url``)
-    event: SuiteEvent
-    ok: bool
-    attempts: int
-    status: int | None = None
-    error: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"url": self.url, "event": self.event.value, "ok": self.ok, "attempts": self.attempts,
-                "status": self.status, "error": self.error}  # fmt: skip
 
 
 def shown_url(url: str) -> str:
@@ -72,8 +59,12 @@ def signature(key: str, timestamp: str, body: bytes) -> str:
     return f"sha256={digest}"
 
 
-def slack_body(event: SuiteEvent, payload: Mapping[str, Any]) -> dict[str, Any]:
-    lines = [f"cliffwatch game day {payload.get('summary', '')} ({event.value})"]
+def slack_body(event: str, payload: Mapping[str, Any]) -> dict[str, Any]:
+    """Slack's incoming-webhook body: a run's or a sweep's scorecard line, or a game day's summary and a line a
+    broken or failed experiment."""
+    if payload.get("kind") != "gameday":
+        return {"text": f"cliffwatch {payload.get('kind', 'run')} {payload.get('headline', '')} ({event})"}
+    lines = [f"cliffwatch game day {payload.get('summary', '')} ({event})"]
     for experiment in payload.get("experiments") or []:
         if experiment.get("state") in ("broken", "failed"):
             why = "; ".join(experiment.get("broken_because") or []) or experiment.get("error") or ""
@@ -83,32 +74,36 @@ def slack_body(event: SuiteEvent, payload: Mapping[str, Any]) -> dict[str, Any]:
 
 async def notify(
     webhooks: Sequence[WebhookSpec],
-    event: SuiteEvent,
+    event: str,
     payload: Mapping[str, Any],
     *,
     destinations: Destinations,
     resolve: Callable[[SecretRef], str],
+    defaults: Sequence[str] = (),
     sleep: Callable[[float], Any] = asyncio.sleep,
+    now: Callable[[], datetime] = lambda: datetime.now(UTC),
 ) -> list[Delivery]:
-    """Posts ``event`` (with ``payload``, the game day's summary document) to each webhook that listens for it."""
-    listening = [w for w in webhooks if event in w.on]
-    if not listening:
+    """Posts ``event`` (with ``payload``, the summary of what ended) to each webhook that listens for it (its own
+    ``on``, else ``defaults``)."""
+    hearing = listening(webhooks, event, defaults)
+    if not hearing:
         return []
     connector = aiohttp.TCPConnector(resolver=PinnedResolver(destinations), use_dns_cache=False)
     async with aiohttp.ClientSession(connector=connector, trust_env=False,
                                      timeout=aiohttp.ClientTimeout(total=TIMEOUT_S)) as session:  # fmt: skip
-        return [await _deliver(session, w, event, payload, destinations, resolve, sleep) for w in listening]
+        return [await _deliver(session, w, event, payload, destinations, resolve, sleep, now) for w in hearing]
 
 
-async def _deliver(session: aiohttp.ClientSession, webhook: WebhookSpec, event: SuiteEvent,
-                   payload: Mapping[str, Any], destinations: Destinations, resolve: Callable[[SecretRef], str],
-                   sleep: Callable[[float], Any]) -> Delivery:  # fmt: skip
+async def _deliver(session: aiohttp.ClientSession, webhook: WebhookSpec, event: str, payload: Mapping[str, Any],
+                   destinations: Destinations, resolve: Callable[[SecretRef], str], sleep: Callable[[float], Any],
+                   now: Callable[[], datetime]) -> Delivery:  # fmt: skip
     shown = shown_url(webhook.url)
+    said: dict[str, Any] = {"url": shown, "event": str(event), "format": webhook.format.value}
     try:
         await destinations.admit(webhook.url, field="notify.webhook")
         body, headers = _request(webhook, event, payload, resolve)
     except CliffwatchError as exc:
-        return Delivery(url=shown, event=event, ok=False, attempts=0, error=str(exc))
+        return Delivery(**said, ok=False, attempts=0, at=now(), error=str(exc))
     status: int | None = None
     error: str | None = None
     for attempt in range(1, ATTEMPTS + 1):
@@ -117,7 +112,7 @@ async def _deliver(session: aiohttp.ClientSession, webhook: WebhookSpec, event: 
                 await response.read()
                 status, error = response.status, None
                 if response.status < 300:
-                    return Delivery(url=shown, event=event, ok=True, attempts=attempt, status=status)
+                    return Delivery(**said, ok=True, attempts=attempt, at=now(), status=status)
                 if response.status < 500:
                     break  # the receiver refused it: asking again would be refused again
                 error = f"HTTP {response.status}"
@@ -125,32 +120,30 @@ async def _deliver(session: aiohttp.ClientSession, webhook: WebhookSpec, event: 
             status, error = None, f"{type(exc).__name__}: {str(exc)[:120]}"
         if attempt < ATTEMPTS:
             await sleep(FIRST_BACKOFF_S * 2 ** (attempt - 1))
-    return Delivery(url=shown, event=event, ok=False, attempts=attempt, status=status,
-                    error=error or f"HTTP {status}")  # fmt: skip
+    return Delivery(**said, ok=False, attempts=attempt, at=now(), status=status, error=error or f"HTTP {status}")
 
 
 class WebhookNotifier:
-    """``services.ports.Notifier``: ``notify`` with this service's destinations and secrets, each delivery as
-    its record."""
+    """``services.ports.Notifier``: ``notify`` with this service's destinations and secrets."""
 
     def __init__(self, destinations: Destinations, resolve: Callable[[SecretRef], str]) -> None:
         self.destinations = destinations
         self.resolve = resolve
 
     async def __call__(
-        self, webhooks: Sequence[WebhookSpec], event: SuiteEvent, payload: Mapping[str, Any]
-    ) -> list[dict[str, Any]]:
-        found = await notify(webhooks, event, payload, destinations=self.destinations, resolve=self.resolve)
-        return [delivery.to_dict() for delivery in found]
+        self, webhooks: Sequence[WebhookSpec], event: str, payload: Mapping[str, Any], *, defaults: Sequence[str] = ()
+    ) -> list[Delivery]:
+        return await notify(webhooks, event, payload, destinations=self.destinations, resolve=self.resolve,
+                            defaults=defaults)  # fmt: skip
 
 
-def _request(webhook: WebhookSpec, event: SuiteEvent, payload: Mapping[str, Any],
+def _request(webhook: WebhookSpec, event: str, payload: Mapping[str, Any],
              resolve: Callable[[SecretRef], str]) -> tuple[bytes, dict[str, str]]:  # fmt: skip
     headers = {"Content-Type": "application/json", "User-Agent": f"cliffwatch/{__version__}"}
     if webhook.format is WebhookFormat.SLACK:
         return json.dumps(slack_body(event, payload)).encode(), headers
-    body = json.dumps({"event": event.value, **payload}).encode()
-    headers["X-Cliffwatch-Event"] = event.value
+    body = json.dumps({"event": str(event), **payload}).encode()
+    headers["X-Cliffwatch-Event"] = str(event)
     if webhook.secret is not None:
         stamp = str(int(time.time()))
         headers[TIMESTAMP] = stamp

@@ -30,16 +30,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
-from urllib.parse import urlsplit
 
 from cliffwatch.domain.errors import Problem, ScenarioInvalid
 from cliffwatch.domain.gameday.hypothesis import Hypothesis, parse_hypothesis
-from cliffwatch.domain.security.secrets import SecretRef, parse_reference
+from cliffwatch.domain.scenario.notify_spec import WebhookSpec, parse_webhooks
 from cliffwatch.domain.validation import Problems, Reader
 
 MAX_EXPERIMENTS = 50
 MAX_PAUSE_S = 3600.0
-MAX_WEBHOOKS = 10
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}$")
 
 
@@ -51,20 +49,6 @@ class SuiteEvent(StrEnum):
 
 
 _DEFAULT_EVENTS = (SuiteEvent.FINISHED, SuiteEvent.HYPOTHESIS_BROKEN, SuiteEvent.FAILED)
-_DEFAULT_ON = [e.value for e in _DEFAULT_EVENTS]
-
-
-class WebhookFormat(StrEnum):
-    GENERIC = "generic"
-    SLACK = "slack"
-
-
-@dataclass(frozen=True, kw_only=True)
-class WebhookSpec:
-    url: str
-    format: WebhookFormat = WebhookFormat.GENERIC
-    on: tuple[SuiteEvent, ...] = _DEFAULT_EVENTS
-    secret: SecretRef | None = None  # the HMAC key of a generic body, by reference only
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,7 +87,7 @@ def parse_suite(data: object, *, source: str = "suite") -> SuiteSpec:
     if stop is not None:
         stop_on_broken = bool(stop.boolean("hypothesis_broken", False))
         stop.done()
-    notify = _webhooks(reader)
+    notify = parse_webhooks(reader, events=tuple(SuiteEvent), defaults=_DEFAULT_EVENTS)
     reader.done()
     if problems or not isinstance(name, str):
         raise ScenarioInvalid(problems.items, source=source)
@@ -178,33 +162,3 @@ def _default_name(scenario: str | None, inline: Mapping[str, Any] | None, index:
         return scenario.rsplit("/", 1)[-1].removesuffix(".yaml").removesuffix(".yml")
     named = inline.get("name") if inline is not None else None
     return named if isinstance(named, str) else f"experiment-{index + 1}"
-
-
-def _webhooks(reader: Reader) -> tuple[WebhookSpec, ...]:
-    found: list[WebhookSpec] = []
-    items = list(reader.items("notify", []))
-    if len(items) > MAX_WEBHOOKS:
-        reader.error("notify", f"at most {MAX_WEBHOOKS} webhooks a suite")
-    for path, item in items:
-        one = Reader.of(item, path, reader.problems)
-        if one is None:
-            continue
-        url = one.string("webhook")
-        if isinstance(url, str):
-            parts = urlsplit(url)
-            if parts.scheme not in ("http", "https") or not parts.hostname:
-                one.error("webhook", "must be an http(s) URL with a host")
-                url = None
-        fmt = one.string("format", WebhookFormat.GENERIC.value, choices=tuple(f.value for f in WebhookFormat))
-        events: list[SuiteEvent] = []
-        for event_path, event in one.items("on", _DEFAULT_ON):
-            if event not in tuple(SuiteEvent):
-                one.problems.add(event_path, f"must be one of {', '.join(e.value for e in SuiteEvent)}")
-            else:
-                events.append(SuiteEvent(event))
-        secret = parse_reference(one.raw("secret"), one.child("secret"), one.problems) if one.has("secret") else None
-        one.done()
-        if isinstance(url, str) and fmt is not None:
-            found.append(WebhookSpec(url=url, format=WebhookFormat(fmt),
-                                     on=tuple(events) or _DEFAULT_EVENTS, secret=secret))  # fmt: skip
-    return tuple(found)

@@ -19,6 +19,7 @@ from cliffwatch.domain.scenario.client_spec import ClientSpec, parse_client
 from cliffwatch.domain.scenario.conversations import PrefixSpec, SessionSpec, parse_prefix, parse_sessions
 from cliffwatch.domain.scenario.faults import FaultSpec, ProxySpec, parse_fault, parse_proxy
 from cliffwatch.domain.scenario.guards import AbortSpec, ScoreSpec, parse_abort, parse_score
+from cliffwatch.domain.scenario.notify_spec import SCENARIO_EVENTS, WebhookSpec, parse_webhooks
 from cliffwatch.domain.scenario.retry import RetryPolicy, parse_retry
 from cliffwatch.domain.scenario.slo_spec import parse_slo
 from cliffwatch.domain.scenario.target_spec import (
@@ -78,6 +79,9 @@ class Scenario:
     classes: tuple[TrafficClass, ...] = ()
     # What every class inherits unless it says otherwise: conversations and shared prefixes (conversations.py).
     shared: Shared = field(default_factory=Shared)
+    # Whom to tell of its runs' and sweeps' ends (domain.scenario.notify_spec). Part of the document and so of
+    # its hash (the catalog keys documents by it); compare's likeness and trends look at neither.
+    notify: tuple[WebhookSpec, ...] = ()
 
     @property
     def traffic_classes(self) -> tuple[TrafficClass, ...]:
@@ -178,6 +182,7 @@ def _parse(document: object, problems: Problems) -> Scenario | None:
     phases = parse_each(reader, "phases", phase, nonempty=True)
     abort = parse_abort(reader.mapping("abort", None))
     score = parse_score(reader.mapping("score", None))
+    notify = parse_webhooks(reader, events=SCENARIO_EVENTS, defaults=None)
     reader.done()
     _check_references(reader)
     declared = [c.sessions for c in classes or ()] + [sessions]
@@ -208,6 +213,7 @@ def _parse(document: object, problems: Problems) -> Scenario | None:
         score=score,
         classes=classes,
         shared=shared,
+        notify=notify,
     )
 
 

@@ -58,4 +58,4 @@ def test_a_bare_on_key_is_refused_with_the_way_to_write_it(tmp_path: Path) -> No
         load_suite(path)
     assert "quote it" in str(caught.value)
     path.write_text(path.read_text().replace("    on:", '    "on":'))
-    assert load_suite(path).notify[0].on[0].value == "finished"
+    assert (load_suite(path).notify[0].on or ("",))[0] == "finished"

@@ -15,7 +15,8 @@ from aiohttp.test_utils import TestServer
 
 from cliffwatch.adapters.network.target_access import Destinations
 from cliffwatch.adapters.notify.webhooks import SIGNATURE, TIMESTAMP, notify, shown_url
-from cliffwatch.domain.gameday.suite_spec import SuiteEvent, WebhookFormat, WebhookSpec
+from cliffwatch.domain.gameday.suite_spec import SuiteEvent
+from cliffwatch.domain.scenario.notify_spec import RUN_DEFAULTS, RunEvent, WebhookFormat, WebhookSpec
 from cliffwatch.domain.security.allowlist import DEFAULT_ALLOWLIST, parse_allowlist
 from cliffwatch.domain.security.secrets import SecretRef, SecretScheme
 
@@ -52,11 +53,13 @@ def loopback() -> Destinations:
     return Destinations(allowlist)
 
 
-async def send(webhook: WebhookSpec, event: SuiteEvent = SuiteEvent.FINISHED) -> list[Any]:
+async def send(webhook: WebhookSpec, event: str = SuiteEvent.FINISHED, payload: dict[str, Any] = PAYLOAD,
+               defaults: tuple[str, ...] = tuple(SuiteEvent)) -> list[Any]:  # fmt: skip
     async def no_wait(seconds: float) -> None:
         return None
 
-    return await notify([webhook], event, PAYLOAD, destinations=loopback(), resolve=lambda ref: KEY, sleep=no_wait)
+    return await notify([webhook], event, payload, destinations=loopback(), resolve=lambda ref: KEY, sleep=no_wait,
+                        defaults=defaults)  # fmt: skip
 
 
 async def test_a_generic_body_is_signed_so_the_receiver_can_check_it(receiver: tuple[Receiver, str]) -> None:
@@ -64,6 +67,8 @@ async def test_a_generic_body_is_signed_so_the_receiver_can_check_it(receiver: t
     (delivery,) = await send(WebhookSpec(url=url, secret=SecretRef(scheme=SecretScheme.ENV, name="KEY")))
     assert delivery.ok
     assert delivery.attempts == 1
+    assert (delivery.format, delivery.event) == ("generic", "finished")
+    assert delivery.at.tzinfo is not None
     ((headers, body),) = found.seen
     expected = hmac.new(KEY.encode(), headers[TIMESTAMP].encode() + b"." + body, hashlib.sha256).hexdigest()
     assert headers[SIGNATURE] == f"sha256={expected}"
@@ -80,6 +85,23 @@ async def test_a_slack_body_says_the_summary_and_each_broken_hypothesis(receiver
     text = json.loads(body)["text"]
     assert text.startswith("cliffwatch game day gd: broken (1 held, 1 broken) (hypothesis_broken)")
     assert "• b: broken: score 41.3 < 60" in text
+
+
+async def test_a_runs_slack_body_is_its_scorecard_line(receiver: tuple[Receiver, str]) -> None:
+    found, url = receiver
+    run = {"kind": "run", "run_id": "r1", "headline": "burst-storm  score 44/100 (pass ≥ 70)  FAIL  status succeeded"}
+    (delivery,) = await send(WebhookSpec(url=url, format=WebhookFormat.SLACK), RunEvent.NOT_PASSED, run, RUN_DEFAULTS)
+    assert delivery.format == "slack"
+    ((_, body),) = found.seen
+    assert json.loads(body) == {"text": f"cliffwatch run {run['headline']} (not_passed)"}
+
+
+async def test_a_webhook_without_on_hears_the_defaults_it_is_given(receiver: tuple[Receiver, str]) -> None:
+    found, url = receiver
+    assert await send(WebhookSpec(url=url), RunEvent.FINISHED, defaults=RUN_DEFAULTS) == []
+    assert found.seen == []
+    (heard,) = await send(WebhookSpec(url=url), RunEvent.FAILED, defaults=RUN_DEFAULTS)
+    assert heard.ok
 
 
 async def test_a_5xx_is_tried_again_and_a_4xx_is_final(receiver: tuple[Receiver, str]) -> None:

@@ -8,7 +8,8 @@ import pytest
 
 from cliffwatch.domain.errors import ScenarioInvalid
 from cliffwatch.domain.gameday.hypothesis import Hypothesis
-from cliffwatch.domain.gameday.suite_spec import SuiteEvent, WebhookFormat, parse_suite
+from cliffwatch.domain.gameday.suite_spec import SuiteEvent, parse_suite
+from cliffwatch.domain.scenario.notify_spec import WebhookFormat
 from cliffwatch.domain.security.secrets import SecretRef
 
 SUITE: dict[str, Any] = {
