@@ -21,7 +21,7 @@ from rich.console import Console
 
 from cliffwatch import __version__
 from cliffwatch.adapters.ci.markdown import run_summary
-from cliffwatch.adapters.documents.result_files import write_result
+from cliffwatch.adapters.documents.result_files import write_document, write_result
 from cliffwatch.adapters.documents.scenario_files import bundled_names, load_scenario
 from cliffwatch.adapters.network.target_policies import DenyListPolicy
 from cliffwatch.adapters.report.files import write_run_report
@@ -34,6 +34,7 @@ from cliffwatch.bootstrap.settings import load_settings
 from cliffwatch.cli.ci import add_junit_option, publish
 from cliffwatch.cli.compare import add_parser as add_compare_parser
 from cliffwatch.cli.gameday import add_gameday_parser
+from cliffwatch.cli.notify import deliver, print_deliveries
 from cliffwatch.cli.output import stdout
 from cliffwatch.cli.report import add_parser as add_report_parser
 from cliffwatch.cli.signals import stopping_on_signals
@@ -55,7 +56,9 @@ from cliffwatch.domain.errors import (
     TargetUnreachable,
     WorkersFailed,
 )
+from cliffwatch.domain.results.notices import result_notice, run_events
 from cliffwatch.domain.results.result import RunResult, RunStatus
+from cliffwatch.domain.scenario.notify_spec import RUN_DEFAULTS
 from cliffwatch.domain.scenario.scenario import Scenario
 from cliffwatch.domain.service.runs import ApiToken, TokenRole
 from cliffwatch.services.overrides import with_overrides
@@ -183,8 +186,12 @@ def _run(args: argparse.Namespace, settings: Settings) -> int:
     result = asyncio.run(_execute(scenario, settings))
     console = stdout()
     console.print(scorecard(result))
+    # Told before the file is written, so that it keeps every delivery; none of them changes the exit code.
+    deliveries = deliver(result.scenario.notify, run_events(result.status, result.passed), result_notice(result),
+                         defaults=RUN_DEFAULTS, settings=settings)  # fmt: skip
+    print_deliveries(console, deliveries)
     if args.json_path is not None:
-        write_result(result, args.json_path)
+        write_document({**result.to_dict(), "notifications": [d.to_dict() for d in deliveries]}, args.json_path)
         console.print(f"result written to {args.json_path}")
     report = CiReport(name=f"cliffwatch run {result.scenario.name}", suites=(run_suite(result),))
     publish(args, report, lambda: run_summary(result, report), console)

@@ -28,6 +28,7 @@ from cliffwatch.adapters.terminal.console import scorecard
 from cliffwatch.adapters.workload.preparation import prepare
 from cliffwatch.bootstrap.run import secret_resolver
 from cliffwatch.cli.ci import add_junit_option, publish
+from cliffwatch.cli.notify import print_deliveries
 from cliffwatch.cli.output import stdout
 from cliffwatch.config import Settings
 from cliffwatch.domain.ci.checks import Check, CheckStatus, CheckSuite, CiReport
@@ -89,9 +90,7 @@ def run_gameday(args: argparse.Namespace, settings: Settings, *, execute: Execut
         console.print(Text(f"{experiment.experiment.name}: {_state_line(experiment)}"))
     console.print(Text(outcome.summary(), style="bold"))
     deliveries = asyncio.run(_notify(outcome, settings))
-    for delivery in deliveries:
-        said = f"delivered ({delivery.status})" if delivery.ok else f"NOT delivered: {delivery.error}"
-        console.print(Text(f"webhook {delivery.url} ({delivery.event}): {said}"))
+    print_deliveries(console, deliveries)
     document = {**outcome.to_dict(), "notifications": [d.to_dict() for d in deliveries]}
     if args.json_path is not None:
         args.json_path.write_text(json.dumps(document, indent=2), encoding="utf-8")

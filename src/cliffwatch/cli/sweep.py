@@ -22,6 +22,7 @@ from cliffwatch.adapters.terminal.sweep_console import SweepConsoleObserver, swe
 from cliffwatch.bootstrap.run import clean_up_leftover_faults
 from cliffwatch.bootstrap.sweep import SweepOutcome, prepare_sweep
 from cliffwatch.cli.ci import add_junit_option, publish
+from cliffwatch.cli.notify import deliver, print_deliveries
 from cliffwatch.cli.output import stdout
 from cliffwatch.cli.signals import stopping_on_signals
 from cliffwatch.cli.workers import add_worker_options, sent_from
@@ -30,7 +31,9 @@ from cliffwatch.domain.capacity.sweep_plan import short_step_warning
 from cliffwatch.domain.capacity.sweep_spec import VARIANT_HELP, SweepSpec, parse_sweep_options
 from cliffwatch.domain.ci.checks import CiReport
 from cliffwatch.domain.ci.sweep_checks import sweep_suites
+from cliffwatch.domain.results.notices import sweep_events, sweep_notice
 from cliffwatch.domain.results.result import RunStatus
+from cliffwatch.domain.scenario.notify_spec import SWEEP_DEFAULTS
 from cliffwatch.domain.scenario.scenario import Scenario
 from cliffwatch.services.overrides import with_overrides
 from cliffwatch.services.sweep import unit_of
@@ -113,8 +116,15 @@ def run_sweep(args: argparse.Namespace, settings: Settings) -> int:
     outcome = asyncio.run(_execute(scenario, spec, settings))
     console = stdout(width=170)
     console.print(sweep_report(outcome))
+    document = outcome.to_dict()
+    # The scenario's webhooks hear the sweep's events, before the file is written (it keeps every delivery).
+    notice = sweep_notice(sweep_id=outcome.sweep_id, scenario=outcome.scenario.name, status=outcome.status,
+                          reason=outcome.reason, document=document)  # fmt: skip
+    deliveries = deliver(outcome.scenario.notify, sweep_events(outcome.status), notice, defaults=SWEEP_DEFAULTS,
+                         settings=settings)  # fmt: skip
+    print_deliveries(console, deliveries)
     if args.json_path is not None:
-        write_document(outcome.to_dict(), args.json_path)
+        write_document({**document, "notifications": [d.to_dict() for d in deliveries]}, args.json_path)
         console.print(f"sweep result written to {args.json_path}")
     if args.report_path is not None:
         write_run_report(outcome.to_dict(), args.report_path)  # a sweep's report, by the document's kind
