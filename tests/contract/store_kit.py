@@ -15,6 +15,7 @@ from cliffwatch.domain.histogram import Histogram
 from cliffwatch.domain.outcomes import NS_PER_MS, Attempt, Outcome, RequestRecord, TokenSource
 from cliffwatch.domain.ports import (
     ControlStore,
+    DeliveryStore,
     FaultLedger,
     GamedayStore,
     LeaderLock,
@@ -39,7 +40,7 @@ BACKENDS = ("memory", "sqlite", "postgres")
 T0 = datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
 
 
-class Store(ScenarioStore, RunStore, ScheduleStore, TokenStore, ControlStore, GamedayStore, Protocol):
+class Store(ScenarioStore, RunStore, ScheduleStore, TokenStore, ControlStore, GamedayStore, DeliveryStore, Protocol):
     """Every store port at once, as both implementations provide them."""
 
 

@@ -9,6 +9,7 @@ from typing import Any, Protocol
 
 from cliffwatch.domain.outcomes import RequestRecord
 from cliffwatch.domain.scenario.faults import FaultEvent, FaultSpec, ProxyState, ToxicState
+from cliffwatch.domain.scenario.notify_spec import Delivery
 from cliffwatch.domain.security.redaction import Credential
 from cliffwatch.domain.security.secrets import SecretRef
 from cliffwatch.domain.server.server_view import ServerView
@@ -338,6 +339,18 @@ class GamedayStore(Protocol):
 
     async def expire_gameday_leases(self, now: datetime, *, grace: timedelta = ...) -> list[Gameday]:
         """Running game days whose lease ended before ``now - grace``, now interrupted."""
+
+
+class DeliveryStore(Protocol):
+    """Every webhook delivery, delivered or not, of one run (a sweep is a run) or one game day: exactly one of
+    ``run_id`` and ``gameday_id`` is named, else a ``ValueError``."""
+
+    async def add_deliveries(
+        self, deliveries: Sequence[Delivery], *, run_id: str | None = None, gameday_id: str | None = None
+    ) -> None: ...
+
+    async def list_deliveries(self, *, run_id: str | None = None, gameday_id: str | None = None) -> list[Delivery]:
+        """Its deliveries in the order they were made (at most a few a webhook: no page is needed)."""
 
 
 class TokenStore(Protocol):

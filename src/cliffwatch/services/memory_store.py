@@ -1,6 +1,7 @@
 """In-memory twins of the service's stores: ``InMemoryStore`` (every store port, the small ones in
-``memory_catalog``, game days in ``memory_gamedays``), its fault ledger and its leader lock (those two in
-``memory_ledger``). Service and API tests use them; the contract suite holds the SQL store to them.
+``memory_catalog``, game days in ``memory_gamedays``, webhook deliveries in ``memory_deliveries``), its fault
+ledger and its leader lock (those two in ``memory_ledger``). Service and API tests use them; the contract suite
+holds the SQL store to them.
 
 They keep what a database keeps: JSON values as a JSON column returns them (lists for tuples, non-finite
 numbers as null), times as aware UTC datetimes (naive ones are refused), NUL characters in free text as
@@ -25,6 +26,8 @@ U+FFFD (``store_values``, shared with the SQL store). The choices the ports leav
 - ``save_scenario`` keeps the first document and time of a (name, hash), but an INLINE version saved again
   as BUNDLED or REGISTERED takes that source, as it becomes a name's latest;
 - ``mark_fired`` only moves ``last_fire_time`` forward, and ignores an unknown schedule;
+- ``add_deliveries`` and ``list_deliveries``: a ``ValueError`` unless exactly one of a run and a game day is
+  named; deliveries come back in the order they were added;
 - ``add_token``: ``ValueError`` for an id or hash already stored; ``token_by_hash`` finds revoked tokens
   too (``revoked_at`` says so); ``revoke_token`` is False for an unknown or already revoked token.
 """
@@ -58,6 +61,7 @@ from cliffwatch.domain.service.runs import (
     Trigger,
 )
 from cliffwatch.services.memory_catalog import InMemoryCatalog
+from cliffwatch.services.memory_deliveries import InMemoryDeliveries
 from cliffwatch.services.memory_gamedays import InMemoryGamedays
 from cliffwatch.services.memory_ledger import InMemoryLeaderLock, InMemoryStoreFaultLedger, LedgerState
 from cliffwatch.services.store_values import (
@@ -98,7 +102,7 @@ __all__ = [  # the value helpers are re-exported for callers that imported them 
 ]
 
 
-class InMemoryStore(InMemoryCatalog, InMemoryGamedays):
+class InMemoryStore(InMemoryCatalog, InMemoryGamedays, InMemoryDeliveries):
     """Every store port in dicts. Each method runs without awaiting in between, so on one event loop it is
     atomic, as a transaction is: a run is claimed once, however many tasks claim at the same time."""
 
@@ -114,6 +118,7 @@ class InMemoryStore(InMemoryCatalog, InMemoryGamedays):
         self._seconds: dict[str, list[Mapping[str, Any]]] = {}
         self._schedules: dict[str, Schedule] = {}
         self._gamedays = {}
+        self._deliveries = []
         self._tokens: dict[str, ApiToken] = {}
         self._control: dict[str, str] = {}
         self._leader: InMemoryLeaderLock | None = None

@@ -99,6 +99,13 @@ def check_limit(limit: int) -> None:
         raise ValueError(f"a page holds at least one item, got limit {limit}")
 
 
+def delivery_owner(run_id: str | None, gameday_id: str | None) -> str:
+    """Whose webhook deliveries are meant, "run" or "gameday"; a ``ValueError`` unless exactly one is named."""
+    if (run_id is None) == (gameday_id is None):
+        raise ValueError("a webhook delivery belongs to one run or one game day: name exactly one")
+    return "run" if run_id is not None else "gameday"
+
+
 def stored_run(run: Run) -> Run:
     """``run`` as a store gives it back: times in UTC, JSON values plain, no time series in the result."""
     return replace(

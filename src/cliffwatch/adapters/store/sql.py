@@ -1,9 +1,10 @@
 """``SqlStore``: every store port of the service on one SQL database (SQLite or PostgreSQL).
 
-The methods live by subject in ``runs_sql``, ``outcomes_sql``, ``misc_sql`` and ``gamedays_sql``; this class puts them
-together over one ``Database``. Where the ports leave a choice open, the SQL store decides as the
-in-memory twin does: ``services/memory_store.py`` lists those decisions, and the contract suite holds the
-two to them. Every method raises ``StoreUnavailable`` when the database cannot be reached.
+The methods live by subject in ``runs_sql``, ``outcomes_sql``, ``misc_sql``, ``gamedays_sql`` and
+``deliveries_sql``; this class puts them together over one ``Database``. Where the ports leave a choice open,
+the SQL store decides as the in-memory twin does: ``services/memory_store.py`` lists those decisions, and the
+contract suite holds the two to them. Every method raises ``StoreUnavailable`` when the database cannot be
+reached.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from datetime import datetime, timedelta
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from cliffwatch.adapters.store.database import Database
+from cliffwatch.adapters.store.deliveries_sql import SqlDeliveries
 from cliffwatch.adapters.store.gamedays_sql import SqlGamedays
 from cliffwatch.adapters.store.ledger_sql import SqlFaultLedger
 from cliffwatch.adapters.store.locks import leader_lock
@@ -24,9 +26,9 @@ from cliffwatch.domain.ports import LeaderLock
 from cliffwatch.services.store_values import utc_now
 
 
-class SqlStore(SqlRuns, SqlOutcomes, SqlCatalog, SqlGamedays):
-    """Implements ``ScenarioStore``, ``RunStore``, ``ScheduleStore``, ``TokenStore``, ``ControlStore`` and
-    ``GamedayStore``.
+class SqlStore(SqlRuns, SqlOutcomes, SqlCatalog, SqlGamedays, SqlDeliveries):
+    """Implements ``ScenarioStore``, ``RunStore``, ``ScheduleStore``, ``TokenStore``, ``ControlStore``,
+    ``GamedayStore`` and ``DeliveryStore``.
 
     ``now`` stamps what the ports do not (a queued run's abort, the emergency stop's time). The engine is
     the caller's: the store never disposes of it.

@@ -315,6 +315,27 @@ gamedays = sa.Table(
     sa.Index(None, "status"),
 )
 
+# Webhook deliveries (migration 0010): one row a delivery of a run's, a sweep's or a game day's webhooks,
+# delivered or not, named by its run (a sweep is a run) or its game day. No foreign keys: a delivery is a
+# record of what was said, kept whatever becomes of what it told of. The id orders them as they were made.
+webhook_deliveries = sa.Table(
+    "webhook_deliveries",
+    metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),  # INTEGER PRIMARY KEY: SQLite's rowid
+    sa.Column("run_id", sa.Text),
+    sa.Column("gameday_id", sa.Text),
+    sa.Column("event", sa.Text, nullable=False),
+    sa.Column("url", FreeText, nullable=False),  # as shown: scheme and host only
+    sa.Column("format", sa.Text, nullable=False),
+    sa.Column("ok", sa.Boolean, nullable=False),
+    sa.Column("status", sa.Integer),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("error", FreeText),
+    sa.Column("at", UtcDateTime, nullable=False),
+    sa.Index(None, "run_id", "id"),
+    sa.Index(None, "gameday_id", "id"),
+)
+
 api_tokens = sa.Table(
     "api_tokens",
     metadata,
