@@ -53,6 +53,13 @@ async def test_one_fire_of_a_schedule_starts_one_game_day(backend: Backend) -> N
     )
     assert created_other
     assert other.id == "g3"
+    await backend.store.finish_gameday("g3", owner="a", end=GamedayEnd(status=GamedayStatus.FINISHED,
+                                                                      finished_at=T0 + seconds(90),
+                                                                      experiments=(FIRST,)))  # fmt: skip
+    await backend.store.create_gameday(gameday("g4", at=3, schedule_id="s2"))
+    running = await backend.store.list_gamedays(limit=10, schedule_id="s1", status=GamedayStatus.RUNNING)
+    assert [g.id for g in running] == ["g1"]  # what a schedule's next fire asks: is one of mine still running?
+    assert [g.id for g in await backend.store.list_gamedays(limit=10, schedule_id="s1")] == ["g3", "g1"]
 
 
 async def test_progress_and_the_end_are_written_by_the_owner_only_while_it_runs(backend: Backend) -> None:

@@ -217,3 +217,17 @@ class CompareRefused(CliffwatchError):
     def __init__(self, reasons: Sequence[str]) -> None:
         self.reasons = tuple(reasons)
         super().__init__("cannot compare: " + "; ".join(self.reasons))
+
+
+class GamedayOverlap(CliffwatchError):
+    """A schedule's game day fired while its previous one still runs: two suites would load one target at once,
+    and the caps judge each run alone, so nothing would bound them together."""
+
+    def __init__(self, schedule_id: str, running: str) -> None:
+        self.schedule_id = schedule_id
+        self.running = running
+        super().__init__(f"game day {running} of this schedule is still running")
+
+
+class ServiceStopping(CliffwatchError):
+    """This instance is shutting down: it starts nothing more (a schedule's fire is caught up at the next start)."""

@@ -13,7 +13,7 @@ from cliffwatch.domain.scenario.notify_spec import Delivery
 from cliffwatch.domain.security.redaction import Credential
 from cliffwatch.domain.security.secrets import SecretRef
 from cliffwatch.domain.server.server_view import ServerView
-from cliffwatch.domain.service.gamedays import ExperimentRecord, Gameday, GamedayEnd
+from cliffwatch.domain.service.gamedays import ExperimentRecord, Gameday, GamedayEnd, GamedayStatus
 from cliffwatch.domain.service.runs import (
     ApiToken,
     CallerUsage,
@@ -325,8 +325,9 @@ class GamedayStore(Protocol):
 
     async def get_gameday(self, gameday_id: str) -> Gameday | None: ...
 
-    async def list_gamedays(self, *, limit: int) -> list[Gameday]:
-        """The latest ``limit`` game days, newest first."""
+    async def list_gamedays(self, *, limit: int, schedule_id: str | None = None,
+                            status: GamedayStatus | None = None) -> list[Gameday]:  # fmt: skip
+        """The latest ``limit`` game days (of one schedule, in one status, when given), newest first."""
 
     async def save_gameday_progress(
         self, gameday_id: str, *, owner: str, experiments: Sequence[ExperimentRecord], lease_until: datetime

@@ -12,8 +12,13 @@ stops the suite (no experiment starts after the one running, which is aborted) w
 - the emergency stop is on (its run was aborted by it, or the store says it is on): the suite is stopped;
 - the lease could not be renewed (another instance reaped it as interrupted): the suite is fenced.
 
-A cancelled driver (the service shutting down) records the game day as interrupted, and its running
-experiment's run is left to the worker's own shutdown, which interrupts it.
+A cancelled driver (the service shutting down) records the game day as interrupted and asks for its running
+experiment's run to be aborted: queued, it would otherwise start after the restart (or on another instance) with
+no game day watching it; running elsewhere, it would run to its end.
+
+A run the environment ended (interrupted: its worker's instance went down; aborted by someone but this suite)
+is no verdict on the target: the experiment could not run, and the suite fails as the CLI's does, with nothing
+run after it.
 """
 
 from __future__ import annotations
@@ -92,6 +97,7 @@ class GamedayExecution:
                                  experiments=self._interrupted(),
                                  reason="the service stopped before the game day could finish")  # fmt: skip
                 await asyncio.shield(self._finish(end))
+                await asyncio.shield(self._abort_current("the service stopped before its game day could finish"))
                 raise
             end = await self._ended(outcome)
             await self._finish(end)
@@ -110,17 +116,23 @@ class GamedayExecution:
             raise
         self._current = run.id
         self._record(experiment.name, state=ExperimentState.RUNNING, run_id=run.id)
-        await self._save()
+        try:
+            await self._save()
+        except CliffwatchError as exc:  # the keeper saves again within a second; the run is queued either way
+            log.warning("could not record a game day's progress", gameday_id=self.gameday.id, error=str(exc))
         if self._stopped.is_set():  # asked while its run was being queued
             await self._abort_current()
-        try:
-            ended = await self._ended_run(run.id)
-        finally:
-            self._current = None
+        ended = await self._ended_run(run.id)  # cancelled (a shutdown): _current stays, for run() to abort it
+        self._current = None
         if ended.status is RunStatus.ABORTED and (ended.reason or "").startswith(EMERGENCY):
             self.stop(ended.reason or EMERGENCY)  # the emergency stop ended it: the whole suite ends with it
-        if ended.result is None:
+        elsewhere = ended.status is RunStatus.INTERRUPTED or (
+            ended.status is RunStatus.ABORTED and ended.abort_requested is not None and run.id not in self._aborted
+            and not self._stopped.is_set())  # fmt: skip
+        if ended.result is None or elsewhere:
             why = f"run {run.id} {ended.status.value}: {ended.reason or 'it ended without a result'}"
+            if elsewhere:
+                why += " (ended from outside the game day, so it says nothing of the target)"
             self._record(experiment.name, state=ExperimentState.FAILED, error=why)
             raise CliffwatchError(why)
         result = StoredResult.of(ended.result)
@@ -148,13 +160,17 @@ class GamedayExecution:
             log.warning("could not read a game day's run", run_id=run_id, error=str(exc))
             return None
 
-    async def _abort_current(self) -> None:
-        run_id = self._current
-        if run_id is None or self.stop_reason is None or run_id in self._aborted:
+    async def _abort_current(self, why: str | None = None) -> None:
+        """Aborts the running experiment's run (once; a failed attempt is tried again on the next look)."""
+        run_id, why = self._current, why or self.stop_reason
+        if run_id is None or why is None or run_id in self._aborted:
+            return
+        try:
+            await self.runs.abort(run_id, f"its game day {self.gameday.id} was stopped: {why}")
+        except CliffwatchError as exc:
+            log.warning("could not abort a game day's run", run_id=run_id, error=str(exc))
             return
         self._aborted.add(run_id)
-        with contextlib.suppress(CliffwatchError):
-            await self.runs.abort(run_id, f"its game day {self.gameday.id} was stopped: {self.stop_reason}")
 
     async def _pause(self, seconds: float) -> None:
         with contextlib.suppress(TimeoutError):
@@ -200,7 +216,8 @@ class GamedayExecution:
             records.append(replace(record, state=ExperimentState(done.state), broken_because=broken,
                                    error=done.error))  # fmt: skip
         notifications: list[Mapping[str, Any]] = []
-        if self.notify is not None and self.suite.notify:
+        # fenced: another instance recorded this game day as interrupted, and its record is the one people read
+        if self.notify is not None and self.suite.notify and self.fenced is None:
             for event in outcome.events():
                 notifications += [d.to_dict() for d in await self.notify(self.suite.notify, event, outcome.notice())]
         reason = self.fenced or (self.stop_reason if outcome.verdict.value == "stopped" else None)

@@ -24,13 +24,16 @@ import structlog
 from cliffwatch.domain.errors import (
     CliffwatchError,
     GamedayNotFound,
+    GamedayOverlap,
     Problem,
     RunRefused,
     ScenarioInvalid,
     ScenarioNotFound,
+    ServiceStopping,
     SuiteInvalid,
     TargetNotAllowed,
 )
+from cliffwatch.domain.gameday.shown_suite import shown_suite
 from cliffwatch.domain.gameday.suite_spec import ExperimentSpec, SuiteSpec, parse_suite, target_overrides, with_target
 from cliffwatch.domain.ports import ControlStore, GamedayStore, RunStore, ScenarioStore
 from cliffwatch.domain.security.redaction import restore
@@ -59,6 +62,7 @@ class GamedaysService:
         self.now = now
         self.notify = notify
         self._driving: dict[str, tuple[GamedayExecution, asyncio.Task[None]]] = {}
+        self._closing = False
 
     async def start(
         self,
@@ -77,13 +81,19 @@ class GamedaysService:
         except ScenarioInvalid as exc:
             raise SuiteInvalid(exc.problems) from exc
         assert isinstance(document, Mapping)  # parse_suite refused anything else
+        if self._closing:
+            raise ServiceStopping("this instance is shutting down: it starts no game day")
+        if schedule_id is not None:
+            running = await self.store.list_gamedays(limit=1, schedule_id=schedule_id, status=GamedayStatus.RUNNING)
+            if running and running[0].fire_time != fire_time:
+                raise GamedayOverlap(schedule_id, running[0].id)
         requests = {}
         for index, experiment in enumerate(suite.experiments):
             request = await self._request(suite, index, experiment, trigger=trigger, triggered_by=triggered_by)
             await self._check(index, request, _url_field(suite, index, experiment))
             requests[experiment.name] = request
         now = self.now()
-        gameday = Gameday(id=uuid.uuid4().hex[:12], name=suite.name, suite=dict(document),
+        gameday = Gameday(id=uuid.uuid4().hex[:12], name=suite.name, suite=shown_suite(document),
                           status=GamedayStatus.RUNNING, trigger=trigger, triggered_by=triggered_by, created_at=now,
                           experiments=tuple(_record(e) for e in suite.experiments), schedule_id=schedule_id,
                           fire_time=fire_time, owner=self.owner,
@@ -144,6 +154,7 @@ class GamedaysService:
     async def shutdown(self) -> None:
         """Stops driving every game day here; each is recorded as interrupted (its running run is the worker's
         to interrupt)."""
+        self._closing = True  # a schedule firing during the shutdown starts nothing it would leave behind
         tasks = [task for _, task in self._driving.values()]
         for task in tasks:
             task.cancel()

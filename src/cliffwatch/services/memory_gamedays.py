@@ -35,9 +35,15 @@ class InMemoryGamedays:
     async def get_gameday(self, gameday_id: str) -> Gameday | None:
         return self._gamedays.get(gameday_id)
 
-    async def list_gamedays(self, *, limit: int) -> list[Gameday]:
+    async def list_gamedays(self, *, limit: int, schedule_id: str | None = None,
+                            status: GamedayStatus | None = None) -> list[Gameday]:  # fmt: skip
         check_limit(limit)
-        return sorted(self._gamedays.values(), key=lambda g: (g.created_at, g.id), reverse=True)[:limit]
+        found = [
+            g
+            for g in self._gamedays.values()
+            if (schedule_id is None or g.schedule_id == schedule_id) and (status is None or g.status is status)
+        ]
+        return sorted(found, key=lambda g: (g.created_at, g.id), reverse=True)[:limit]
 
     async def save_gameday_progress(
         self, gameday_id: str, *, owner: str, experiments: Sequence[ExperimentRecord], lease_until: datetime

@@ -92,8 +92,6 @@ class RunsService:
         (its queued runs or its new documents), all before anything is stored; ``IdempotencyKeyReused`` when
         the request's key already queued a different request.
         """
-        if problems := request.overrides.credential_problems():
-            raise ScenarioInvalid(problems)  # overrides are stored and shown as given: no password in them
         run, inline = await self._checked(request)
         if request.idempotency_key is not None:
             # A repeat is answered before the quotas (the run it queued counts in them) and before its document
@@ -126,6 +124,8 @@ class RunsService:
     async def _checked(self, request: RunRequest) -> tuple[Run, Identified | None]:
         """The run a request would make and the inline document it carries (identified, to be kept), every
         check but the quotas passed; nothing stored."""
+        if problems := request.overrides.credential_problems():
+            raise ScenarioInvalid(problems)  # overrides are stored and shown as given: no password in them
         held = None if self.local is None else self.local.unrecorded_stop()
         if held is not None:  # the database does not know it yet, so its own check below would let the run in
             raise EmergencyStopNotRecorded([], reason=held)

@@ -20,9 +20,11 @@ import structlog
 
 from cliffwatch.domain.errors import (
     CliffwatchError,
+    GamedayOverlap,
     Problem,
     ScheduleInvalid,
     ScheduleNotFound,
+    ServiceStopping,
     StoreUnavailable,
 )
 from cliffwatch.domain.ports import CronCalendar, RunStore, ScenarioStore, ScheduleStore
@@ -247,8 +249,11 @@ class ScheduleService:
             return self._outcome(schedule, at, FireStatus.REFUSED, reason="this instance runs no game days")
         try:
             gameday_id, created = await self.start_gameday(schedule, at)
-        except StoreUnavailable:
-            raise
+        except (StoreUnavailable, ServiceStopping):
+            raise  # not a decision about this fire: it is retried (caught up) once the store or the service is back
+        except GamedayOverlap as exc:
+            await self._mark(schedule, at)
+            return self._outcome(schedule, at, FireStatus.OVERLAP, reason=str(exc))
         except CliffwatchError as exc:  # the suite refused as it is now (a scenario gone, the emergency stop)
             await self._mark(schedule, at)
             return self._outcome(schedule, at, FireStatus.REFUSED, reason=str(exc))

@@ -14,7 +14,7 @@ import pytest
 from cliffwatch.adapters.network.target_policies import AllowlistPolicy
 from cliffwatch.adapters.scheduler.cron import ApschedulerCron
 from cliffwatch.config import Settings
-from cliffwatch.domain.errors import ScheduleInvalid, SuiteInvalid
+from cliffwatch.domain.errors import ScheduleInvalid, ServiceStopping, SuiteInvalid
 from cliffwatch.domain.results.result import RunStatus
 from cliffwatch.domain.scenario.scenario import content_hash
 from cliffwatch.domain.security.allowlist import DEFAULT_ALLOWLIST, parse_allowlist
@@ -159,6 +159,9 @@ async def test_a_shutdown_or_a_lapsed_lease_is_recorded_interrupted_and_its_queu
     stopped = await parts.gamedays.get(gameday.id)
     assert stopped.status is GamedayStatus.INTERRUPTED
     assert stopped.reason == "the service stopped before the game day could finish"
+    orphan = await parts.store.get_run(stopped.experiments[0].run_id or "")
+    assert orphan is not None
+    assert orphan.status is RunStatus.ABORTED  # queued, it would have run after the restart with nothing watching
     # an instance that died mid-suite (its lease lapsed), its experiment's run still queued
     queued, _ = await parts.runs.submit(RunRequest(scenario="minimal", trigger=Trigger.API, triggered_by="ci"))
     dead = replace(stopped, id="dead", owner="gone", status=GamedayStatus.RUNNING, reason=None,
@@ -202,7 +205,13 @@ async def test_a_schedule_with_a_suite_starts_one_game_day_a_fire(parts: Parts) 
     run = await parts.store.get_run(first)
     assert run is not None
     assert (run.trigger, run.triggered_by, run.schedule_id) == (Trigger.SCHEDULE, schedule.id, None)
+    later = await schedules.fire(schedule.id, datetime(2024, 6, 10, 9, 0, tzinfo=UTC))
+    assert later.status is FireStatus.OVERLAP  # two suites at once on one target: nothing would bound them together
+    assert f"game day {gameday.id} of this schedule is still running" in (later.reason or "")
     await parts.gamedays.shutdown()
+    with pytest.raises(ServiceStopping):  # not a decision about the fire: the next start catches it up
+        await schedules.fire(schedule.id, datetime(2024, 6, 17, 9, 0, tzinfo=UTC))
+    assert len(await parts.gamedays.latest(10)) == 1
     with pytest.raises(ScheduleInvalid, match=r"suite\.experiments"):
         await schedules.create(ScheduleSpec(name="bad", cron="0 9 * * 1", timezone="UTC", scenario_name="x",
                                             suite={"name": "x", "experiments": []}))  # fmt: skip
@@ -212,3 +221,46 @@ def _all() -> Any:
     from cliffwatch.domain.service.runs import RunQuery
 
     return RunQuery(limit=100)
+
+
+async def test_a_run_the_environment_interrupted_fails_the_suite_instead_of_breaking_a_hypothesis(
+    parts: Parts,
+) -> None:
+    gameday, _ = await parts.gamedays.start(SUITE, trigger=Trigger.API, triggered_by="ci")
+    run = await parts.store.claim_run(owner="w", now=datetime.now(UTC),
+                                      lease_until=datetime.now(UTC) + timedelta(hours=1))  # fmt: skip
+    while run is None:
+        await asyncio.sleep(0.05)
+        run = await parts.store.claim_run(owner="w", now=datetime.now(UTC),
+                                          lease_until=datetime.now(UTC) + timedelta(hours=1))  # fmt: skip
+    end = RunEnd(status=RunStatus.INTERRUPTED, finished_at=datetime.now(UTC), result=HEALTHY,
+                 reason="its worker's instance shut down")  # fmt: skip
+    await parts.store.finish_run(run.id, owner="w", end=end)
+    done = await parts.ended(gameday.id)
+    assert done.verdict == "failed"  # the environment's doing: no false "hypothesis broken"
+    assert [e.state for e in done.experiments] == [ExperimentState.FAILED, ExperimentState.NOT_RUN]
+    assert "says nothing of the target" in (done.experiments[0].error or "")
+
+
+async def test_the_kept_suite_masks_credentials_and_cuts_webhooks_to_their_hosts(parts: Parts) -> None:
+    inline = {
+        **SCENARIO,
+        "name": "keyed",
+        "target": {"url": "builtin", "request": {"model": "sim-llm", "headers": {"Authorization": "Bearer sk-1"}}},
+    }
+    suite = {"name": "secretive", "experiments": [{"scenario": inline}],
+             "notify": [{"webhook": "http://127.0.0.1:9/services/T0/B0/XYZ"}]}  # fmt: skip
+    gameday, _ = await parts.gamedays.start(suite, trigger=Trigger.API, triggered_by="ci")
+    kept = (await parts.gamedays.get(gameday.id)).suite
+    assert "sk-1" not in str(kept)
+    assert "XYZ" not in str(kept)
+    assert kept["notify"][0]["webhook"] == "http://127.0.0.1:9/…"
+    await parts.gamedays.shutdown()
+
+
+async def test_a_target_url_with_a_password_is_refused_before_anything_runs(parts: Parts) -> None:
+    suite = {"name": "leaky", "experiments": [{"scenario": "minimal", "target": {"url": "http://u:pw@127.0.0.1:9"}}]}
+    with pytest.raises(SuiteInvalid) as caught:
+        await parts.gamedays.start(suite, trigger=Trigger.API, triggered_by="ci")
+    assert [p.path for p in caught.value.problems] == ["experiments[0].target.url"]
+    assert await parts.gamedays.latest(10) == []

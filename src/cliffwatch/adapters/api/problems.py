@@ -24,6 +24,7 @@ from cliffwatch.domain.errors import (
     EmergencyStopNotRecorded,
     FaultInjectionFailed,
     GamedayNotFound,
+    GamedayOverlap,
     IdempotencyKeyReused,
     Problem,
     QuotaExceeded,
@@ -33,6 +34,7 @@ from cliffwatch.domain.errors import (
     ScenarioNotFound,
     ScheduleInvalid,
     ScheduleNotFound,
+    ServiceStopping,
     StoreUnavailable,
     SuiteInvalid,
     SweepInvalid,
@@ -209,6 +211,8 @@ ERRORS: dict[type[CliffwatchError], _Mapping] = {
     ScheduleNotFound: _Mapping(status=404, slug="schedule-not-found", title="Schedule not found"),
     RunNotFound: _Mapping(status=404, slug="run-not-found", title="Run not found"),
     GamedayNotFound: _Mapping(status=404, slug="gameday-not-found", title="Game day not found"),
+    GamedayOverlap: _Mapping(status=422, slug="gameday-overlap", title="Game day still running"),  # schedules only
+    ServiceStopping: _Mapping(status=503, slug="service-stopping", title="Service shutting down"),
     ScenarioNotFound: _Mapping(status=404, slug="scenario-not-found", title="Scenario not found"),
     StoreUnavailable: _Mapping(
         status=503, slug="store-unavailable", title="Database unavailable", extend=_store_unavailable

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from cliffwatch.domain.gameday.shown_suite import shown_suite
 from cliffwatch.domain.results.result import RunStatus
 from cliffwatch.domain.security.masking import mask_url
 from cliffwatch.domain.server.server_view import ServerView
@@ -160,13 +161,13 @@ def schedule_view(schedule: Schedule) -> dict[str, Any]:
         "last_fire_time": timestamp(schedule.last_fire_time),
         "kind": schedule.kind.value,
         "sweep": None if schedule.sweep is None else schedule.sweep.to_dict(),
-        "suite": None if schedule.suite is None else dict(schedule.suite),
+        "suite": None if schedule.suite is None else shown_suite(schedule.suite),
     }
 
 
 def gameday_view(gameday: Gameday) -> dict[str, Any]:
     """A game day as lists show it: where it stands, each experiment's run and hypothesis, its verdict once it
-    has one; the suite as it was sent."""
+    has one; the suite as it was sent, its credentials masked and its webhooks cut to their hosts."""
     here = f"{API_PREFIX}/gamedays/{gameday.id}"
     return {
         "id": gameday.id,
@@ -184,7 +185,7 @@ def gameday_view(gameday: Gameday) -> dict[str, Any]:
         "reason": gameday.reason,
         "experiments": [e.to_dict() for e in gameday.experiments],
         "notifications": [dict(n) for n in gameday.notifications],
-        "suite": dict(gameday.suite),
+        "suite": shown_suite(gameday.suite),
         "links": {"self": here, "report": f"{here}/report"},
     }
 

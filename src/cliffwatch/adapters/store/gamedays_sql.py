@@ -46,9 +46,14 @@ class SqlGamedays:
             row = (await conn.execute(select(gamedays).where(gamedays.c.id == gameday_id))).mappings().first()
         return None if row is None else gameday_of(row)
 
-    async def list_gamedays(self, *, limit: int) -> list[Gameday]:
+    async def list_gamedays(self, *, limit: int, schedule_id: str | None = None,
+                            status: GamedayStatus | None = None) -> list[Gameday]:  # fmt: skip
         check_limit(limit)
         newest = select(gamedays).order_by(gamedays.c.created_at.desc(), gamedays.c.id.desc()).limit(limit)
+        if schedule_id is not None:
+            newest = newest.where(gamedays.c.schedule_id == schedule_id)
+        if status is not None:
+            newest = newest.where(gamedays.c.status == status.value)
         async with self._db.read() as conn:
             return [gameday_of(row) for row in (await conn.execute(newest)).mappings()]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from urllib.parse import urlsplit
 
 MASK = "***"
 # Query parameters that carry a credential: API keys (Google's ``key``), OAuth tokens, signed URLs (S3's
@@ -95,3 +96,11 @@ def mask_query(text: str, pattern: re.Pattern[str]) -> str:
 def query_credentials(text: str, pattern: re.Pattern[str]) -> list[str]:
     """The values of the sensitive query parameters in ``text``, masked ones included (as ``MASK``)."""
     return [m["value"] for m in pattern.finditer(text)] if "=" in text else []
+
+
+def origin_only(url: str) -> str:
+    """``url`` as its scheme and host (and port) only, ``/…`` standing for any path or query: what a webhook's URL
+    is shown and kept as, since its path is often its secret (a Slack incoming webhook's is)."""
+    parts = urlsplit(mask_url(url))
+    origin = f"{parts.scheme}://{parts.netloc}"
+    return f"{origin}/…" if parts.path not in ("", "/") or parts.query else f"{origin}/"
