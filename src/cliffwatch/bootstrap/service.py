@@ -53,6 +53,7 @@ from cliffwatch.domain.scenario.scenario import Scenario
 from cliffwatch.domain.service.runs import Run, Schedule, Trigger
 from cliffwatch.services.catalog import ScenarioCatalog
 from cliffwatch.services.gamedays import GamedaysService
+from cliffwatch.services.notifications import RunNotices
 from cliffwatch.services.ports import SweepObserver
 from cliffwatch.services.reconcile import reconcile_faults
 from cliffwatch.services.runs import RunRequest, RunsService
@@ -124,8 +125,10 @@ async def open_service(settings: Settings) -> AsyncIterator[Service]:
             return prepare_sweep(settings, scenario, spec, observer=LogProgress(), sweep_id=run_id,
                                  sweep_observer=steps, descriptors=descriptors)  # fmt: skip
 
+        notifier = WebhookNotifier(Destinations(settings.allowed_webhooks), secret_resolver(settings).resolve)
+        notices = RunNotices(notify=notifier, deliveries=store)
         worker = RunWorker(runs=store, scenarios=store, prepare=prepare, prepare_sweep=prepare_a_sweep, now=utc_now,
-                        count_outcomes=metrics.count_outcomes,
+                        count_outcomes=metrics.count_outcomes, notices=notices,
                         settings=WorkerSettings(owner=settings.instance_id,
                                                 max_concurrent_runs=settings.max_concurrent_runs,
                                                 lease_s=settings.lease_s,
@@ -135,7 +138,6 @@ async def open_service(settings: Settings) -> AsyncIterator[Service]:
         policy = AllowlistPolicy(settings.allowlist, listen=settings.proxy_listen, toxiproxy_url=settings.toxiproxy_url)
         runs = RunsService(runs=store, control=store, catalog=catalog, policy=policy, caps=settings.caps,
                            quotas=settings.quotas, now=utc_now, local=worker)  # fmt: skip
-        notifier = WebhookNotifier(Destinations(settings.allowed_webhooks), secret_resolver(settings).resolve)
         gamedays = GamedaysService(store=store, runs=runs, run_store=store, scenarios=store, control=store,
                                    owner=settings.instance_id, lease_s=settings.lease_s, now=utc_now,
                                    notify=notifier)  # fmt: skip
@@ -170,7 +172,8 @@ async def open_service(settings: Settings) -> AsyncIterator[Service]:
 
         services = ApiServices(runs=runs, catalog=catalog, tokens=tokens, schedules=schedules,
                                trends=TrendsService(store, margin=settings.trend_regression_margin), run_store=store,
-                               readiness=readiness, metrics=metrics, gamedays=gamedays)  # fmt: skip
+                               readiness=readiness, metrics=metrics, gamedays=gamedays,
+                               deliveries=store)  # fmt: skip
         app = create_app(services, settings=settings)
         sessions = SessionService(SqlSessionStore(engine, now=utc_now), tokens, ttl_s=settings.ui_session_ttl_s,
                                   now=utc_now)  # fmt: skip
@@ -185,6 +188,7 @@ async def open_service(settings: Settings) -> AsyncIterator[Service]:
         async def stop_background() -> None:
             await gamedays.shutdown()  # first: no experiment is queued while the runs wind down
             await worker.shutdown(settings.shutdown_grace_s)
+            await notices.drain(settings.shutdown_grace_s)  # the webhooks of the runs that just ended
             for task in (worker_task, reaper_task):
                 task.cancel()
             await asyncio.gather(worker_task, reaper_task, return_exceptions=True)

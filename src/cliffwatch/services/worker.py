@@ -34,6 +34,7 @@ from cliffwatch.domain.scenario.scenario import Scenario, parse_scenario
 from cliffwatch.domain.security.redaction import restore
 from cliffwatch.domain.service.runs import Run, RunEnd, RunKind
 from cliffwatch.services.lease import LeaseKeeper, LeaseTiming
+from cliffwatch.services.notifications import RunNotices
 from cliffwatch.services.outcome_sink import BufferedStoreSink
 from cliffwatch.services.overrides import with_overrides
 from cliffwatch.services.ports import OutcomeCounter, Prepare, PrepareSweep, Stoppable, SweepOutcomeLike
@@ -101,6 +102,7 @@ class RunWorker:
         count_outcomes: OutcomeCounter | None = None,
         prepare_sweep: PrepareSweep | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        notices: RunNotices | None = None,
     ) -> None:
         self.runs = runs
         self.scenarios = scenarios
@@ -110,6 +112,7 @@ class RunWorker:
         self.now = now
         self.monotonic = monotonic
         self.count_outcomes = count_outcomes
+        self.notices = notices  # tells a run's webhooks once its end is stored
         self.lease_timing = LeaseTiming(lease_s=settings.lease_s)
         self._handles: dict[str, _RunHandle] = {}  # the runs in hand, from their claim to their recorded end
         self._claiming = True
@@ -199,6 +202,7 @@ class RunWorker:
         # while its worker still holds its result.
         keeper = asyncio.create_task(lease.keep(handle), name=f"lease-{run.id}")
         end: RunEnd
+        scenario: Scenario | None = None  # known once read: a run whose scenario cannot be read tells no one
         try:
             try:
                 scenario = await self._scenario(run)
@@ -220,7 +224,9 @@ class RunWorker:
                 bound.exception("run crashed")
                 end = RunEnd(status=RunStatus.FAILED, finished_at=self.now(),
                              reason=f"cliffwatch internal error: {type(exc).__name__}: {exc}")  # fmt: skip
-            await self._finish(run, _explained(end, lease, handle))
+            end = _explained(end, lease, handle)
+            if await self._finish(run, end) and self.notices is not None and scenario is not None:
+                self.notices.ended(run, scenario, end)  # after the end is stored, and never delaying it
         finally:
             keeper.cancel()
             await asyncio.gather(keeper, return_exceptions=True)
@@ -295,9 +301,9 @@ class RunWorker:
             watcher.cancel()
             await asyncio.gather(watcher, return_exceptions=True)
 
-    async def _finish(self, run: Run, end: RunEnd, *, attempts: int | None = None) -> None:
+    async def _finish(self, run: Run, end: RunEnd, *, attempts: int | None = None) -> bool:
         """Records how the run ended, retrying while the database is unavailable (``attempts`` None: until it
-        is back, or the worker is cancelled at shutdown)."""
+        is back, or the worker is cancelled at shutdown); whether it was recorded as this end."""
         delay, tried = FINISH_RETRY_FIRST_S, 0
         while True:
             tried += 1
@@ -306,14 +312,14 @@ class RunWorker:
             except StoreUnavailable as exc:
                 if attempts is not None and tried >= attempts:
                     log.error("could not record a run's end", run_id=run.id, status=end.status.value, error=str(exc))
-                    return
+                    return False
                 if tried == 1:
                     log.warning("could not record a run's end: retrying", run_id=run.id, error=str(exc))
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, FINISH_RETRY_MAX_S)
                 continue
             log.info("run ended", run_id=run.id, status=end.status.value, score=end.score, recorded=recorded)
-            return
+            return bool(recorded)
 
     async def _scenario(self, run: Run) -> Scenario:
         version = await self.scenarios.scenario_version(run.scenario_name, run.scenario_hash)

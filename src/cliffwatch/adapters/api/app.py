@@ -44,6 +44,7 @@ ROUTE_TABLE: tuple[Route, ...] = (
           expensive=True),
     Route(method="GET", path=f"{V1}/runs/{{run_id}}/report", handler=reports.run_report, role=VIEWER,
           expensive=True),
+    Route(method="GET", path=f"{V1}/runs/{{run_id}}/notifications", handler=runs.run_notifications, role=VIEWER),
     Route(method="POST", path=f"{V1}/runs/{{run_id}}/abort", handler=runs.abort_run, role=OPERATOR),
     Route(method="GET", path=f"{V1}/compare", handler=compare.compare_runs, role=VIEWER, expensive=True),
     Route(method="GET", path=f"{V1}/trends", handler=runs.trends, role=VIEWER, expensive=True),

@@ -15,7 +15,7 @@ from aiohttp import web
 
 from cliffwatch.adapters.api.metrics import ServiceMetrics
 from cliffwatch.config import Settings
-from cliffwatch.domain.ports import RunStore
+from cliffwatch.domain.ports import DeliveryStore, RunStore
 from cliffwatch.domain.service.runs import ApiToken, TokenRole
 from cliffwatch.domain.traffic.rate_limit import KeyedBuckets
 from cliffwatch.services.catalog import ScenarioCatalog
@@ -42,6 +42,7 @@ class ApiServices:
     readiness: Readiness  # the problems that make this instance unready (database, migrations); [] when ready
     metrics: ServiceMetrics
     gamedays: GamedaysService | None = None  # game days (None: an API without them, as some tests build)
+    deliveries: DeliveryStore | None = None  # webhook deliveries (None: an API that keeps none, as some tests build)
 
 
 @dataclass(frozen=True, kw_only=True)

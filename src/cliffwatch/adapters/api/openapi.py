@@ -94,6 +94,15 @@ def _runs_paths() -> dict[str, Any]:
                        ok={"200": _json(ref("Timeseries"), "Empty until the run ends.")}, errors=(404, 429),
                        description=EXPENSIVE),
         },
+        "/api/v1/runs/{run_id}/notifications": {
+            "get": _op("A run's webhook deliveries", tag="runs", role="viewer", params=(RUN_ID,),
+                       ok={"200": _json(ref("RunNotifications"), "In the order made; empty until the run ends, and "
+                                        "for a run whose scenario has no notify.")}, errors=(404,),
+                       description="Each delivery of the run's (or sweep's) end to its scenario's webhooks, "
+                       "delivered or not (docs/gamedays.md, Notifications): the webhook's scheme and host only, the "
+                       "event, the format, ok, the HTTP status, the attempts, the error and when the last attempt "
+                       "ended."),
+        },
         "/api/v1/runs/{run_id}/server-metrics": {
             "get": _op("The target's own metrics a run scraped", tag="runs", role="viewer", params=(RUN_ID,),
                        ok={"200": _json(ref("ServerMetrics"), "null until the run ends, and for a run that "
@@ -273,6 +282,7 @@ def _admin_and_ops_paths() -> dict[str, Any]:
 
 OPERATION_IDS = {
     "POST /api/v1/runs": "createRun", "GET /api/v1/runs": "listRuns", "GET /api/v1/runs/{run_id}": "getRun",
+    "GET /api/v1/runs/{run_id}/notifications": "getRunNotifications",
     "GET /api/v1/runs/{run_id}/timeseries": "getRunTimeseries", "GET /api/v1/runs/{run_id}/outcomes": "listRunOutcomes",
     "GET /api/v1/runs/{run_id}/report": "getRunReport",
     "GET /api/v1/runs/{run_id}/server-metrics": "getRunServerMetrics",
@@ -297,9 +307,17 @@ OPERATION_IDS = {
 LINKS: dict[tuple[str, tuple[str, ...]], tuple[str, tuple[str, ...]]] = {
     ("POST /api/v1/runs", ("202", "200")): (
         "run_id",
-        ("getRun", "getRunTimeseries", "listRunOutcomes", "getRunServerMetrics", "getRunReport", "abortRun"),
+        (
+            "getRun",
+            "getRunTimeseries",
+            "listRunOutcomes",
+            "getRunServerMetrics",
+            "getRunReport",
+            "getRunNotifications",
+            "abortRun",
+        ),
     ),
-    ("POST /api/v1/sweeps", ("202", "200")): ("run_id", ("getRun", "getRunReport", "abortRun")),
+    ("POST /api/v1/sweeps", ("202", "200")): ("run_id", ("getRun", "getRunReport", "getRunNotifications", "abortRun")),
     ("POST /api/v1/schedules", ("201",)): (
         "schedule_id",
         ("getSchedule", "replaceSchedule", "pauseSchedule", "resumeSchedule", "getNextFireTimes", "deleteSchedule"),

@@ -27,7 +27,10 @@ NOTIFICATION = obj(
         "attempts": {"type": "integer", "minimum": 0},
         "status": nullable({"type": "integer"}),
         "error": nullable({"type": "string"}),
+        "format": {"enum": ["generic", "slack"]},
+        "at": {**DATE_TIME, "description": "when its last attempt ended"},
     },
+    required=("url", "event", "ok", "attempts", "status", "error"),  # a game day stored before 0010 has no others
     closed=False,
 )
 EXPERIMENT = obj(
@@ -94,6 +97,9 @@ SCHEMAS: dict[str, Schema] = {
         "examples": [SUITE_EXAMPLE],
     },
     "Notification": NOTIFICATION,
+    "RunNotifications": obj(
+        {"run_id": {"type": "string"}, "notifications": {"type": "array", "items": ref("Notification")}}
+    ),
     "GamedayExperiment": EXPERIMENT,
     "Gameday": obj(GAMEDAY_PROPERTIES),
     "GamedayDetail": obj({**GAMEDAY_PROPERTIES, "result": COMBINED}),

@@ -116,6 +116,15 @@ async def get_run(request: web.Request) -> web.Response:
     return web.json_response(run_detail(run))
 
 
+async def run_notifications(request: web.Request) -> web.Response:
+    """Every webhook delivery of a run or sweep, in the order made (empty until it ends, and without notify:)."""
+    Query(request.query).close()
+    api = services(request)
+    run = await api.runs.get(request.match_info["run_id"])
+    found = [] if api.deliveries is None else await api.deliveries.list_deliveries(run_id=run.id)
+    return web.json_response({"run_id": run.id, "notifications": [d.to_dict() for d in found]})
+
+
 async def run_timeseries(request: web.Request) -> web.Response:
     Query(request.query).close()
     api = services(request)
