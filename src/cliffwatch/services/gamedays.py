@@ -148,7 +148,11 @@ class GamedaysService:
                         owner=gameday.owner)  # fmt: skip
             for record in gameday.experiments:
                 if record.state is ExperimentState.RUNNING and record.run_id is not None:
-                    await self.run_store.request_abort(record.run_id, f"its game day {gameday.id} was interrupted")
+                    try:  # each run on its own: one the store cannot reach now must not leave the rest running
+                        await self.run_store.request_abort(record.run_id, f"its game day {gameday.id} was interrupted")
+                    except CliffwatchError as exc:
+                        log.error("could not abort an interrupted game day's run", gameday_id=gameday.id,
+                                  run_id=record.run_id, error=str(exc))  # fmt: skip
         return expired
 
     async def shutdown(self) -> None:
