@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import email.utils
 import time
+from collections.abc import Iterable
 
 import aiohttp
 
@@ -74,9 +75,16 @@ class AnswerReader:
     ) -> Hop | None:
         """A 3xx answer: the next hop when followed and admitted; otherwise the attempt ends as a redirect
         (or, for a hop the allowlist refuses, as refused, naming the URL), and nothing more is sent."""
+        await _drain(response)  # a small body, read so the connection is reused
+        return await self._follow(response.status, response.headers.get("Location"), hop, hops, state, headers)
+
+    async def _follow(
+        self, code: int, location: str | None, hop: Hop, hops: int, state: AttemptState, headers: dict[str, str]
+    ) -> Hop | None:
+        """Whether a 3xx answer's ``location`` is the next hop: followed when the scenario follows redirects, the
+        hops are not used up, and the allowlist and the attempt cap admit it; else the attempt's failure says why."""
         client = self.scenario.client
-        location = response.headers.get("Location")
-        status = f"HTTP {response.status}"
+        status = f"HTTP {code}"
         following: Hop | str | None = None
         if not client.follow_redirects:
             where = f" to {shown_url(location)}" if location else ""
@@ -84,10 +92,9 @@ class AnswerReader:
         elif hops >= client.max_redirects:
             state.fail(FailureKind.REDIRECT, f"{status}: still redirected after {hops} hops (client.max_redirects)")
         else:
-            following = next_hop(hop, response.status, location, origin=self.url, headers=headers)
+            following = next_hop(hop, code, location, origin=self.url, headers=headers)
             if isinstance(following, str):
                 state.fail(FailureKind.REDIRECT, f"{status} not followed: {following}")
-        await _drain(response)  # a small body, read so the connection is reused
         if not isinstance(following, Hop):
             return None
         try:
@@ -106,14 +113,12 @@ class AnswerReader:
 
     async def _read_error(self, response: aiohttp.ClientResponse, state: AttemptState) -> None:
         # The status is the answer; the body only adds a message, so a slow or broken body cannot change it.
-        state.retry_after_s = parse_retry_after(response.headers.get("Retry-After"))
-        state.fail(FailureKind.STATUS, f"HTTP {response.status}: {response.reason or ''}".rstrip(": "))
+        error_status(state, response.status, response.reason, response.headers.get("Retry-After"))
         parts = bytearray()
         with contextlib.suppress(TimeoutError, aiohttp.ClientError):
             async with asyncio.timeout(DRAIN_TIMEOUT_S):
                 await _read_into(response, parts, MAX_ERROR_BODY)
-        message = error_message(bytes(parts)) or response.reason or ""
-        state.fail(FailureKind.STATUS, f"HTTP {response.status}: {message}".rstrip(": "))
+        error_body(state, response.status, response.reason, bytes(parts))
 
     async def _read_stream(self, response: aiohttp.ClientResponse, state: AttemptState) -> None:
         parser = state.stream = OpenAIStream(keep_text=state.reply is not None)
@@ -133,27 +138,42 @@ class AnswerReader:
     async def _read_body(self, response: aiohttp.ClientResponse, state: AttemptState) -> None:
         parts = bytearray()
         await _read_into(response, parts, MAX_BODY)
-        body = bytes(parts)
-        arrived = time.perf_counter_ns()
-        state.first_token = state.first_answer = arrived
-        if not self.openai:
-            return
-        completion = parse_completion(body)
-        if completion.error is not None:
-            state.fail(completion.failure or FailureKind.TRUNCATED, completion.error)
-            return
-        if completion.usage_tokens is not None:
-            state.tokens, state.token_source = completion.usage_tokens, TokenSource.USAGE
-        else:
-            state.tokens, state.token_source = completion.estimated_tokens, TokenSource.ESTIMATED
-        self.tokens += state.tokens
-        state.finish_reason = completion.finish_reason
-        state.empty = completion.empty
-        state.reasoning_tokens = completion.reasoning_tokens
-        state.prompt_tokens = completion.prompt_tokens
-        if state.reply is not None:
-            state.reply = completion.text
-        state.answered = True
+        self.tokens += whole_body(state, bytes(parts), time.perf_counter_ns(), openai=self.openai)
+
+
+def error_status(state: AttemptState, status: int, reason: str | None, retry_after: str | None) -> None:
+    """An answer with an error status, known from its head: its Retry-After, and the status as its failure."""
+    state.retry_after_s = parse_retry_after(retry_after)
+    state.fail(FailureKind.STATUS, f"HTTP {status}: {reason or ''}".rstrip(": "))
+
+
+def error_body(state: AttemptState, status: int, reason: str | None, body: bytes) -> None:
+    """The failure's message from the error's body (an OpenAI error's message), when it has one."""
+    message = error_message(body) or reason or ""
+    state.fail(FailureKind.STATUS, f"HTTP {status}: {message}".rstrip(": "))
+
+
+def whole_body(state: AttemptState, body: bytes, arrived: int, *, openai: bool) -> float:
+    """A successful answer read whole (not streamed): its completion taken into ``state``; the tokens it adds."""
+    state.first_token = state.first_answer = arrived
+    if not openai:
+        return 0.0
+    completion = parse_completion(body)
+    if completion.error is not None:
+        state.fail(completion.failure or FailureKind.TRUNCATED, completion.error)
+        return 0.0
+    if completion.usage_tokens is not None:
+        state.tokens, state.token_source = completion.usage_tokens, TokenSource.USAGE
+    else:
+        state.tokens, state.token_source = completion.estimated_tokens, TokenSource.ESTIMATED
+    state.finish_reason = completion.finish_reason
+    state.empty = completion.empty
+    state.reasoning_tokens = completion.reasoning_tokens
+    state.prompt_tokens = completion.prompt_tokens
+    if state.reply is not None:
+        state.reply = completion.text
+    state.answered = True
+    return float(state.tokens)
 
 
 async def _read_into(response: aiohttp.ClientResponse, parts: bytearray, limit: int) -> None:
@@ -177,10 +197,14 @@ async def _drain(response: aiohttp.ClientResponse) -> None:
 
 def server_state(response: aiohttp.ClientResponse) -> tuple[tuple[str, float], ...]:
     """The readings of the answer's server-state headers (queue time, rate limits, back-off, load); () without."""
-    found = [(lower, value) for name, value in response.headers.items() if watched(lower := name.lower())]
+    return server_state_of(response.headers.items(), response.headers.get("Date"))
+
+
+def server_state_of(headers: Iterable[tuple[str, str]], date: str | None) -> tuple[tuple[str, float], ...]:
+    """``server_state`` from an answer's headers as (name, value) pairs and its Date header."""
+    found = [(lower, value) for name, value in headers if watched(lower := name.lower())]
     if not found:
         return ()
-    date = response.headers.get("Date")
     try:
         when = None if date is None else email.utils.parsedate_to_datetime(date)
     except (TypeError, ValueError, IndexError):
