@@ -94,3 +94,15 @@ def test_a_service_runs_deliveries_are_made_after_its_end_and_answered_by_the_ap
 
         status, missing = call(base, admin, "GET", "/api/v1/runs/no-such-run/notifications")
         assert status == 404, missing
+        status, _ = call(base, admin, "PUT", "/api/v1/scenarios/told", scenario)
+        assert status in (200, 201)
+        status, kept = call(base, admin, "GET", "/api/v1/scenarios/told")
+        assert status == 200, kept
+        assert "secret-path" not in json.dumps(kept)  # a webhook's path is its secret: kept apart, put back to run
+        status, again = call(base, admin, "POST", "/api/v1/runs", {"scenario": "told"})
+        assert status == 202, again
+        finished(base, admin, again["id"])
+        deadline = time.monotonic() + 30
+        while [path for path, _, _ in received].count("/hooks/secret-path") < 2:  # the stored run told the real URL
+            assert time.monotonic() < deadline, received
+            time.sleep(0.3)

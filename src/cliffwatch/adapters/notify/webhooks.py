@@ -23,7 +23,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -32,7 +31,7 @@ from cliffwatch.adapters.loadgen.pinned_resolver import PinnedResolver
 from cliffwatch.adapters.network.target_access import Destinations
 from cliffwatch.domain.errors import CliffwatchError
 from cliffwatch.domain.scenario.notify_spec import Delivery, WebhookFormat, WebhookSpec, listening
-from cliffwatch.domain.security.masking import mask_url
+from cliffwatch.domain.security.masking import origin_only
 from cliffwatch.domain.security.secrets import SecretRef
 
 ATTEMPTS = 3
@@ -45,12 +44,7 @@ TIMESTAMP = "X-Cliffwatch-Timestamp"
 def shown_url(url: str) -> str:
     """A webhook's URL as printed and kept: its scheme and host only. A webhook's path is often its secret (a
     Slack incoming webhook's is), and a delivery record must not hand it to whoever reads the result."""
-    parts = urlsplit(mask_url(url))
-    return (
-        f"{parts.scheme}://{parts.netloc}/…"
-        if parts.path not in ("", "/") or parts.query
-        else f"{parts.scheme}://{parts.netloc}/"
-    )
+    return origin_only(url)
 
 
 def signature(key: str, timestamp: str, body: bytes) -> str:

@@ -32,6 +32,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from cliffwatch.domain.errors import CliffwatchError, Problem
 from cliffwatch.domain.security.masking import (
@@ -47,6 +48,7 @@ from cliffwatch.domain.security.masking import (
 DEFAULT_SENSITIVE_HEADERS = ("authorization", "proxy-authorization", "cookie", "api-key", "x-api-key")
 HEADERS_KEY = "headers"
 QUERY_KEY = "query"
+NOTIFY_KEY, WEBHOOK_KEY = "notify", "webhook"  # notify[i].webhook: a URL whose path is often its secret
 BODY_KEYS = ("body", "extra_body")
 # Body keys that name a credential. Fewer than the query's names: in a body, "key" and "sig" are mostly not secrets.
 DEFAULT_SENSITIVE_BODY_KEYS = ("api_key", "apikey", "access_token", "refresh_token", "id_token", "client_secret",
@@ -159,6 +161,14 @@ def redact_document(document: Mapping[str, Any], rules: RedactionRules = DEFAULT
             return [walk(v, (*path, i), False) for i, v in enumerate(value)]
         if not isinstance(value, str):
             return value
+        if sensitive and path and path[-1] == WEBHOOK_KEY:
+            if value.endswith("/" + MASK):
+                problems.append(Problem(path=_dotted(path), message=_MASK_SENT))
+                return value
+            shown = masked_webhook(value)
+            if shown != value:
+                credentials.append(Credential(path=path, value=value))
+            return shown
         if sensitive:
             if value == MASK:
                 problems.append(Problem(path=_dotted(path), message=_MASK_SENT))
@@ -176,6 +186,16 @@ def redact_document(document: Mapping[str, Any], rules: RedactionRules = DEFAULT
     masked = walk(document, (), False)
     assert isinstance(masked, Mapping)
     return Redaction(document=masked, credentials=tuple(credentials), problems=tuple(problems))
+
+
+def masked_webhook(url: str) -> str:
+    """A webhook's URL with everything past its host masked (``https://hooks.slack.com/***``): where it goes stays
+    readable, and the document still parses; a URL with no path, query or user part has nothing to mask."""
+    parts = urlsplit(url)
+    if parts.path in ("", "/") and not parts.query and not parts.fragment and "@" not in parts.netloc:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return f"{parts.scheme}://{host}/{MASK}"
 
 
 def restore(document: Mapping[str, Any], credentials: Iterable[Credential]) -> dict[str, Any]:
@@ -199,9 +219,12 @@ def restore(document: Mapping[str, Any], credentials: Iterable[Credential]) -> d
 
 def _sensitive(path: Path, key: object, rules: RedactionRules) -> bool:
     """Whether the string under ``key`` of the mapping at ``path`` is a credential by its name: a sensitive header,
-    a sensitive query parameter, or a credential's name as a key of a request body."""
+    a sensitive query parameter, a credential's name as a key of a request body, or a webhook's URL (its path is
+    often its secret: a Slack incoming webhook's is)."""
     if not isinstance(key, str) or not path:
         return False
+    if key == WEBHOOK_KEY and len(path) >= 2 and path[-2] == NOTIFY_KEY:
+        return True
     if path[-1] == HEADERS_KEY:
         return rules.is_sensitive(key)
     if path[-1] == QUERY_KEY:

@@ -249,3 +249,18 @@ def test_a_body_masks_what_names_a_credential_and_leaves_keys_that_mostly_do_not
         "x-api-key": MASK,
         "tenant_secret": MASK,
     }
+
+
+def test_a_webhooks_url_is_a_credential_kept_apart_and_put_back() -> None:
+    """A Slack incoming webhook's path is its secret: a scenario's (or a suite's inline scenario's) webhook URL is
+    masked where documents are shown and put back where they are run."""
+    slack = {"webhook": "https://hooks.slack.com/services/T0/B0/XYZ", "format": "slack"}
+    inline = {"notify": [{"webhook": "http://127.0.0.1:9/hook?token=abc"}]}
+    document = {"name": "s", "notify": [slack], "experiments": [{"scenario": inline}]}
+    redacted = redact_document(document)
+    assert redacted.document["notify"] == [{"webhook": f"https://hooks.slack.com/{MASK}", "format": "slack"}]
+    assert redacted.document["experiments"][0]["scenario"]["notify"][0]["webhook"] == f"http://127.0.0.1:9/{MASK}"
+    assert restore(redacted.document, redacted.credentials) == document
+    assert redact_document({"notify": [{"webhook": "http://127.0.0.1:9/"}]}).credentials == ()  # nothing secret
+    sent_back = redact_document(redacted.document)
+    assert [p.path for p in sent_back.problems] == ["notify[0].webhook", "experiments[0].scenario.notify[0].webhook"]
