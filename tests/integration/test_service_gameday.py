@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -23,18 +24,21 @@ from test_service_api import SMALL, call, served_instance
 
 pytestmark = pytest.mark.slow
 KEY = "service-gameday-key"
+arrivals: list[float] = []  # when each webhook call arrived (wall clock, as the service's finished_at)
 SETTINGS = {"TARGET_GAMEDAY_KEY": KEY}
 
 
 @contextmanager
 def receiver() -> Iterator[tuple[str, list[tuple[dict[str, str], bytes]]]]:
-    """A loopback webhook receiver: its URL, and every (headers, body) it was sent."""
+    """A loopback webhook receiver: its URL, and every (headers, body) it was sent (when: ``arrivals``)."""
     received: list[tuple[dict[str, str], bytes]] = []
+    arrivals.clear()
 
     class Hook(BaseHTTPRequestHandler):
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
             received.append((dict(self.headers.items()), body))
+            arrivals.append(time.time())
             self.send_response(204)
             self.end_headers()
 
@@ -95,15 +99,25 @@ def two_experiments(database_url: str, tmp_path: Path) -> None:
         assert 'id="gameday-summary"' in page
         assert page.count('class="experiment-report"') == 2
 
+        deadline = time.monotonic() + 30  # told once the end is recorded: the deliveries follow it
+        while len(told := call(base, admin, "GET", f"/api/v1/gamedays/{started['id']}/notifications")[1][
+                "notifications"]) < 2:  # fmt: skip
+            assert time.monotonic() < deadline, told
+            time.sleep(0.3)
         assert sorted(json.loads(body)["event"] for _, body in received) == ["finished", "hypothesis_broken"]
+        ended_at = datetime.fromisoformat(done["finished_at"]).timestamp()
+        assert all(at >= ended_at for at in arrivals)  # the verdict was recorded before any webhook heard of it
         for headers, body in received:
             stamp = headers["X-Cliffwatch-Timestamp"]
             expected = hmac.new(KEY.encode(), stamp.encode() + b"." + body, hashlib.sha256).hexdigest()
             assert headers["X-Cliffwatch-Signature"] == f"sha256={expected}"
             assert json.loads(body)["name"] == "service-gameday"
-        shown = {(n["url"], n["event"], n["ok"], n["status"]) for n in done["notifications"]}
+        shown = {(n["url"], n["event"], n["ok"], n["status"]) for n in told}
         origin = hook.split("/hooks")[0]
         assert shown == {(f"{origin}/…", "finished", True, 204), (f"{origin}/…", "hypothesis_broken", True, 204)}
+        again = call(base, admin, "GET", f"/api/v1/gamedays/{started['id']}")[1]
+        assert [n["event"] for n in again["notifications"]] == [n["event"] for n in told]
+        assert "secret-path" not in json.dumps(again)  # the suite kept and shown: its webhook cut to its host
 
         # a suite whose experiment would be refused as a run is refused whole, naming the field
         bad = {

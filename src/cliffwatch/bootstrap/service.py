@@ -30,7 +30,6 @@ from cliffwatch.adapters.dashboard.context import DashboardServices
 from cliffwatch.adapters.documents import off_loop
 from cliffwatch.adapters.documents.scenario_files import BUNDLED_DIR, load_document
 from cliffwatch.adapters.faults.toxiproxy import ToxiproxyClient
-from cliffwatch.adapters.network.target_access import Destinations
 from cliffwatch.adapters.network.target_policies import AllowlistPolicy
 from cliffwatch.adapters.notify.webhooks import WebhookNotifier
 from cliffwatch.adapters.runtime.descriptors import settle_descriptors
@@ -125,7 +124,7 @@ async def open_service(settings: Settings) -> AsyncIterator[Service]:
             return prepare_sweep(settings, scenario, spec, observer=LogProgress(), sweep_id=run_id,
                                  sweep_observer=steps, descriptors=descriptors)  # fmt: skip
 
-        notifier = WebhookNotifier(Destinations(settings.allowed_webhooks), secret_resolver(settings).resolve)
+        notifier = WebhookNotifier(settings.allowed_webhooks, secret_resolver(settings).resolve)
         notices = RunNotices(notify=notifier, deliveries=store)
         worker = RunWorker(runs=store, scenarios=store, prepare=prepare, prepare_sweep=prepare_a_sweep, now=utc_now,
                         count_outcomes=metrics.count_outcomes, notices=notices,
@@ -140,7 +139,7 @@ async def open_service(settings: Settings) -> AsyncIterator[Service]:
                            quotas=settings.quotas, now=utc_now, local=worker)  # fmt: skip
         gamedays = GamedaysService(store=store, runs=runs, run_store=store, scenarios=store, control=store,
                                    owner=settings.instance_id, lease_s=settings.lease_s, now=utc_now,
-                                   notify=notifier)  # fmt: skip
+                                   notify=notifier, deliveries=store)  # fmt: skip
         await recover(store, ledger, settings, gamedays)
 
         async def make_run(schedule: Schedule, fire_time: datetime) -> Run:

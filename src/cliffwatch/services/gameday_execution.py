@@ -36,8 +36,9 @@ from cliffwatch.domain.errors import CliffwatchError, EmergencyStopActive, Emerg
 from cliffwatch.domain.gameday.hypothesis import JudgedRun, judge
 from cliffwatch.domain.gameday.stored_result import StoredResult
 from cliffwatch.domain.gameday.suite_spec import ExperimentSpec, SuiteSpec
-from cliffwatch.domain.ports import ControlStore, GamedayStore, RunStore
+from cliffwatch.domain.ports import ControlStore, DeliveryStore, GamedayStore, RunStore
 from cliffwatch.domain.results.result import RunStatus
+from cliffwatch.domain.scenario.notify_spec import Delivery
 from cliffwatch.domain.service.gamedays import ExperimentRecord, ExperimentState, Gameday, GamedayEnd, GamedayStatus
 from cliffwatch.services.gameday import GamedayService, SuiteOutcome
 from cliffwatch.services.ports import Notifier
@@ -58,7 +59,8 @@ class GamedayExecution:
 
     def __init__(self, *, gameday: Gameday, suite: SuiteSpec, requests: Mapping[str, RunRequest], store: GamedayStore,
                  runs: RunsService, run_store: RunStore, control: ControlStore, owner: str, lease_s: float,
-                 now: Callable[[], datetime], notify: Notifier | None = None) -> None:  # fmt: skip
+                 now: Callable[[], datetime], notify: Notifier | None = None,
+                 deliveries: DeliveryStore | None = None) -> None:  # fmt: skip
         self.gameday = gameday
         self.suite = suite
         self.requests = requests
@@ -71,6 +73,7 @@ class GamedayExecution:
         self.tick_s = max(0.2, min(1.0, lease_s / 3))
         self.now = now
         self.notify = notify
+        self.deliveries = deliveries
         self.records = {r.name: r for r in gameday.experiments}
         self.service = GamedayService(suite, _Runner(self), pause=self._pause)
         self.stop_reason: str | None = None
@@ -99,9 +102,10 @@ class GamedayExecution:
                 await asyncio.shield(self._finish(end))
                 await asyncio.shield(self._abort_current("the service stopped before its game day could finish"))
                 raise
-            end = await self._ended(outcome)
-            await self._finish(end)
+            end = self._ended(outcome)
+            await asyncio.shield(self._finish(end))  # the verdict is recorded first: webhooks may read it back
             bound.info("game day ended", verdict=end.verdict, status=end.status.value)
+            await self._tell(outcome)
         finally:
             keeper.cancel()
             await asyncio.gather(keeper, return_exceptions=True)
@@ -208,22 +212,33 @@ class GamedayExecution:
         return tuple(replace(r, state=ExperimentState.NOT_RUN) if r.state is ExperimentState.PENDING else r
                      for r in self.records.values())  # fmt: skip
 
-    async def _ended(self, outcome: SuiteOutcome) -> GamedayEnd:
+    def _ended(self, outcome: SuiteOutcome) -> GamedayEnd:
         records = []
         for done in outcome.experiments:
             record = self.records[done.experiment.name]
             broken = () if done.judgement is None else done.judgement.broken_because
             records.append(replace(record, state=ExperimentState(done.state), broken_because=broken,
                                    error=done.error))  # fmt: skip
-        notifications: list[Mapping[str, Any]] = []
-        # fenced: another instance recorded this game day as interrupted, and its record is the one people read
-        if self.notify is not None and self.suite.notify and self.fenced is None:
-            for event in outcome.events():
-                notifications += [d.to_dict() for d in await self.notify(self.suite.notify, event, outcome.notice())]
         reason = self.fenced or (self.stop_reason if outcome.verdict.value == "stopped" else None)
         return GamedayEnd(status=GamedayStatus.FINISHED, finished_at=self.now(), experiments=tuple(records),
-                          verdict=outcome.verdict.value, summary=outcome.summary(), reason=reason,
-                          notifications=tuple(notifications))  # fmt: skip
+                          verdict=outcome.verdict.value, summary=outcome.summary(), reason=reason)  # fmt: skip
+
+    async def _tell(self, outcome: SuiteOutcome) -> None:
+        """The suite's webhooks told how it ended, once its end is recorded, and each delivery recorded in turn (a
+        shutdown meanwhile loses the rest, as a run's does). A fenced game day tells nothing: another instance
+        recorded it as interrupted, and that record is the one people read."""
+        if self.notify is None or not self.suite.notify or self.fenced is not None:
+            return
+        found: list[Delivery] = []
+        for event in outcome.events():
+            found += await self.notify(self.suite.notify, event, outcome.notice())
+        if self.deliveries is None:
+            return
+        try:
+            await self.deliveries.add_deliveries(found, gameday_id=self.gameday.id)
+        except CliffwatchError as exc:
+            log.warning("could not record a game day's webhook deliveries", gameday_id=self.gameday.id,
+                        error=str(exc))  # fmt: skip
 
     async def _finish(self, end: GamedayEnd) -> None:
         try:

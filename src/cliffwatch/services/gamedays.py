@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -35,7 +36,7 @@ from cliffwatch.domain.errors import (
 )
 from cliffwatch.domain.gameday.shown_suite import shown_suite
 from cliffwatch.domain.gameday.suite_spec import ExperimentSpec, SuiteSpec, parse_suite, target_overrides, with_target
-from cliffwatch.domain.ports import ControlStore, GamedayStore, RunStore, ScenarioStore
+from cliffwatch.domain.ports import ControlStore, DeliveryStore, GamedayStore, RunStore, ScenarioStore
 from cliffwatch.domain.security.redaction import restore
 from cliffwatch.domain.service.gamedays import ExperimentRecord, ExperimentState, Gameday, GamedayStatus
 from cliffwatch.domain.service.runs import Overrides, Trigger
@@ -51,7 +52,7 @@ NO_FILES = "the service reads no files: name a bundled or registered scenario, o
 class GamedaysService:
     def __init__(self, *, store: GamedayStore, runs: RunsService, run_store: RunStore, scenarios: ScenarioStore,
                  control: ControlStore, owner: str, lease_s: float, now: Callable[[], datetime],
-                 notify: Notifier | None = None) -> None:  # fmt: skip
+                 notify: Notifier | None = None, deliveries: DeliveryStore | None = None) -> None:  # fmt: skip
         self.store = store
         self.runs = runs
         self.run_store = run_store
@@ -61,6 +62,7 @@ class GamedaysService:
         self.lease_s = lease_s
         self.now = now
         self.notify = notify
+        self.deliveries = deliveries
         self._driving: dict[str, tuple[GamedayExecution, asyncio.Task[None]]] = {}
         self._closing = False
 
@@ -108,7 +110,10 @@ class GamedaysService:
         gameday = await self.store.get_gameday(gameday_id)
         if gameday is None:
             raise GamedayNotFound(gameday_id)
-        return gameday
+        if self.deliveries is None:
+            return gameday
+        told = await self.deliveries.list_deliveries(gameday_id=gameday_id)  # after its end (older ones: on its row)
+        return replace(gameday, notifications=(*gameday.notifications, *(d.to_dict() for d in told)))
 
     async def latest(self, limit: int) -> list[Gameday]:
         return await self.store.list_gamedays(limit=limit)
@@ -167,7 +172,8 @@ class GamedaysService:
     def _drive(self, gameday: Gameday, suite: SuiteSpec, requests: Mapping[str, RunRequest]) -> None:
         execution = GamedayExecution(gameday=gameday, suite=suite, requests=requests, store=self.store,
                                      runs=self.runs, run_store=self.run_store, control=self.control, owner=self.owner,
-                                     lease_s=self.lease_s, now=self.now, notify=self.notify)  # fmt: skip
+                                     lease_s=self.lease_s, now=self.now, notify=self.notify,
+                                     deliveries=self.deliveries)  # fmt: skip
         task = asyncio.create_task(self._run(gameday.id, execution), name=f"gameday-{gameday.id}")
         self._driving[gameday.id] = (execution, task)
         task.add_done_callback(lambda _: self._driving.pop(gameday.id, None))

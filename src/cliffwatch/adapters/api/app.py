@@ -56,6 +56,8 @@ ROUTE_TABLE: tuple[Route, ...] = (
     Route(method="GET", path=f"{V1}/gamedays/{{gameday_id}}/report", handler=gamedays.gameday_report, role=VIEWER,
           expensive=True),
     Route(method="POST", path=f"{V1}/gamedays/{{gameday_id}}/abort", handler=gamedays.abort_gameday, role=OPERATOR),
+    Route(method="GET", path=f"{V1}/gamedays/{{gameday_id}}/notifications", handler=gamedays.gameday_notifications,
+          role=VIEWER),
     Route(method="GET", path=f"{V1}/scenarios", handler=scenarios.list_scenarios, role=VIEWER),
     Route(method="POST", path=f"{V1}/scenarios/validate", handler=scenarios.validate_scenario, role=VIEWER),
     Route(method="GET", path=f"{V1}/scenarios/{{name}}", handler=scenarios.get_scenario, role=VIEWER),

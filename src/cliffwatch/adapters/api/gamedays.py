@@ -57,6 +57,13 @@ async def get_gameday(request: web.Request) -> web.Response:
     return web.json_response({**gameday_view(gameday), "result": await gamedays.combined(gameday)})
 
 
+async def gameday_notifications(request: web.Request) -> web.Response:
+    """Every webhook delivery of a game day, in the order made (empty until it ends, and without notify:)."""
+    Query(request.query).close()
+    gameday = await _service(request).get(request.match_info["gameday_id"])  # GamedayNotFound: 404
+    return web.json_response({"gameday_id": gameday.id, "notifications": [dict(n) for n in gameday.notifications]})
+
+
 async def abort_gameday(request: web.Request) -> web.Response:
     Query(request.query).close()
     body = Body(await read_json(request, optional=True))

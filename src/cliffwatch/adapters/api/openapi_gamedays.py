@@ -100,6 +100,9 @@ SCHEMAS: dict[str, Schema] = {
     "RunNotifications": obj(
         {"run_id": {"type": "string"}, "notifications": {"type": "array", "items": ref("Notification")}}
     ),
+    "GamedayNotifications": obj(
+        {"gameday_id": {"type": "string"}, "notifications": {"type": "array", "items": ref("Notification")}}
+    ),
     "GamedayExperiment": EXPERIMENT,
     "Gameday": obj(GAMEDAY_PROPERTIES),
     "GamedayDetail": obj({**GAMEDAY_PROPERTIES, "result": COMBINED}),
@@ -144,6 +147,13 @@ def gameday_paths(report_headers: dict[str, Any], expensive: str) -> dict[str, A
                 description="Served with the run report's Content-Security-Policy. " + expensive,
             ),
         },
+        "/api/v1/gamedays/{gameday_id}/notifications": {
+            "get": _op("A game day's webhook deliveries", tag="gamedays", role="viewer", params=one, errors=(404,),
+                       ok={"200": _json(ref("GamedayNotifications"), "In the order made; empty until the game day "
+                                        "ends, and for a suite without notify.")},
+                       description="Each delivery of the suite's end to its webhooks, delivered or not "
+                                   "(docs/gamedays.md, Notifications), as the game day's own view lists them."),
+        },
         "/api/v1/gamedays/{gameday_id}/abort": {
             "post": _op("Stop a game day", tag="gamedays", role="operator", params=one, body=ref("ReasonBody"),
                         body_optional=True, errors=(404, 503),
@@ -160,7 +170,11 @@ OPERATION_IDS = {
     "GET /api/v1/gamedays/{gameday_id}": "getGameday",
     "GET /api/v1/gamedays/{gameday_id}/report": "getGamedayReport",
     "POST /api/v1/gamedays/{gameday_id}/abort": "abortGameday",
+    "GET /api/v1/gamedays/{gameday_id}/notifications": "getGamedayNotifications",
 }
 LINKS: dict[tuple[str, tuple[str, ...]], tuple[str, tuple[str, ...]]] = {
-    ("POST /api/v1/gamedays", ("202",)): ("gameday_id", ("getGameday", "getGamedayReport", "abortGameday")),
+    ("POST /api/v1/gamedays", ("202",)): (
+        "gameday_id",
+        ("getGameday", "getGamedayReport", "getGamedayNotifications", "abortGameday"),
+    ),
 }

@@ -31,6 +31,7 @@ from cliffwatch.adapters.loadgen.pinned_resolver import PinnedResolver
 from cliffwatch.adapters.network.target_access import Destinations
 from cliffwatch.domain.errors import CliffwatchError
 from cliffwatch.domain.scenario.notify_spec import Delivery, WebhookFormat, WebhookSpec, listening
+from cliffwatch.domain.security.allowlist import Allowlist
 from cliffwatch.domain.security.masking import origin_only
 from cliffwatch.domain.security.secrets import SecretRef
 
@@ -118,16 +119,21 @@ async def _deliver(session: aiohttp.ClientSession, webhook: WebhookSpec, event: 
 
 
 class WebhookNotifier:
-    """``services.ports.Notifier``: ``notify`` with this service's destinations and secrets."""
+    """``services.ports.Notifier``: ``notify`` with this service's allowlist of webhooks and its secrets.
 
-    def __init__(self, destinations: Destinations, resolve: Callable[[SecretRef], str]) -> None:
-        self.destinations = destinations
+    Each telling admits its webhooks afresh (its own ``Destinations``): a long-lived service must not pin a
+    webhook's address for its whole life (a Slack or CDN address changes), keep a lookup that failed once as a
+    refusal for ever, or run out of places after a thousand webhooks, as one set of destinations shared by every
+    run would."""
+
+    def __init__(self, allowlist: Allowlist, resolve: Callable[[SecretRef], str]) -> None:
+        self.allowlist = allowlist
         self.resolve = resolve
 
     async def __call__(
         self, webhooks: Sequence[WebhookSpec], event: str, payload: Mapping[str, Any], *, defaults: Sequence[str] = ()
     ) -> list[Delivery]:
-        return await notify(webhooks, event, payload, destinations=self.destinations, resolve=self.resolve,
+        return await notify(webhooks, event, payload, destinations=Destinations(self.allowlist), resolve=self.resolve,
                             defaults=defaults)  # fmt: skip
 
 
