@@ -122,3 +122,12 @@ async def test_a_lapsed_lease_interrupts_the_game_day_and_its_owner_can_no_longe
     stored = await backend.store.get_gameday("g2")
     assert stored is not None
     assert stored.status is GamedayStatus.RUNNING
+
+
+async def test_one_idempotency_key_starts_one_game_day(backend: Backend) -> None:
+    first, created = await backend.store.create_gameday(gameday("g1", idempotency_key="t:k"))
+    again, created_again = await backend.store.create_gameday(gameday("g2", at=1, idempotency_key="t:k"))
+    assert (created, created_again, again.id) == (True, False, "g1")
+    assert (await backend.store.gameday_with_key("t:k")) == first
+    assert await backend.store.gameday_with_key("t:other") is None
+    assert [g.id for g in await backend.store.list_gamedays(limit=10)] == ["g1"]

@@ -169,9 +169,10 @@ class StoreUnavailable(CliffwatchError):
 class IdempotencyKeyReused(CliffwatchError):
     """An idempotency key already named another request (another kind, scenario, overrides or sweep)."""
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(self, run_id: str, *, what: str = "run") -> None:
         self.run_id = run_id
-        super().__init__(f"this Idempotency-Key already queued run {run_id} for another request; use a new key")
+        verb = "queued" if what == "run" else "started"
+        super().__init__(f"this Idempotency-Key already {verb} {what} {run_id} for another request; use a new key")
 
 
 class EmergencyStopNotRecorded(CliffwatchError):

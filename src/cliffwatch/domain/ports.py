@@ -325,6 +325,9 @@ class GamedayStore(Protocol):
 
     async def get_gameday(self, gameday_id: str) -> Gameday | None: ...
 
+    async def gameday_with_key(self, key: str) -> Gameday | None:
+        """The game day a request with this idempotency key started, if any."""
+
     async def list_gamedays(self, *, limit: int, schedule_id: str | None = None,
                             status: GamedayStatus | None = None) -> list[Gameday]:  # fmt: skip
         """The latest ``limit`` game days (of one schedule, in one status, when given), newest first."""

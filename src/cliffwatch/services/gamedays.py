@@ -26,6 +26,7 @@ from cliffwatch.domain.errors import (
     CliffwatchError,
     GamedayNotFound,
     GamedayOverlap,
+    IdempotencyKeyReused,
     Problem,
     RunRefused,
     ScenarioInvalid,
@@ -74,10 +75,12 @@ class GamedaysService:
         triggered_by: str,
         schedule_id: str | None = None,
         fire_time: datetime | None = None,
+        idempotency_key: str | None = None,
     ) -> tuple[Gameday, bool]:
-        """Checks the suite whole, stores it and starts it here (True); for a schedule's fire handled already,
-        the game day it started (False). Raises ``SuiteInvalid`` naming each bad field, ``EmergencyStopActive``,
-        ``StoreUnavailable``."""
+        """Checks the suite whole, stores it and starts it here (True); for a schedule's fire handled already, or a
+        request repeating an earlier one's idempotency key, the game day it started (False). Raises ``SuiteInvalid``
+        naming each bad field, ``IdempotencyKeyReused`` for a key an other suite used, ``QuotaExceeded`` (an API
+        caller at its queued runs or documents), ``EmergencyStopActive``, ``StoreUnavailable``."""
         try:
             suite = parse_suite(document)
         except ScenarioInvalid as exc:
@@ -85,6 +88,12 @@ class GamedaysService:
         assert isinstance(document, Mapping)  # parse_suite refused anything else
         if self._closing:
             raise ServiceStopping("this instance is shutting down: it starts no game day")
+        if idempotency_key is not None:  # a repeat is answered before anything is checked again, as a run's is
+            earlier = await self.store.gameday_with_key(idempotency_key)
+            if earlier is not None:
+                if earlier.suite != shown_suite(document):
+                    raise IdempotencyKeyReused(earlier.id, what="game day")
+                return earlier, False
         if schedule_id is not None:
             running = await self.store.list_gamedays(limit=1, schedule_id=schedule_id, status=GamedayStatus.RUNNING)
             if running and running[0].fire_time != fire_time:
@@ -92,13 +101,13 @@ class GamedaysService:
         requests = {}
         for index, experiment in enumerate(suite.experiments):
             request = await self._request(suite, index, experiment, trigger=trigger, triggered_by=triggered_by)
-            await self._check(index, request, _url_field(suite, index, experiment))
+            await self._check(index, request, _url_field(suite, index, experiment), quotas=trigger is Trigger.API)
             requests[experiment.name] = request
         now = self.now()
         gameday = Gameday(id=uuid.uuid4().hex[:12], name=suite.name, suite=shown_suite(document),
                           status=GamedayStatus.RUNNING, trigger=trigger, triggered_by=triggered_by, created_at=now,
                           experiments=tuple(_record(e) for e in suite.experiments), schedule_id=schedule_id,
-                          fire_time=fire_time, owner=self.owner,
+                          fire_time=fire_time, owner=self.owner, idempotency_key=idempotency_key,
                           lease_until=now + timedelta(seconds=self.lease_s))  # fmt: skip
         stored, created = await self.store.create_gameday(gameday)
         if created:
@@ -209,12 +218,13 @@ class GamedaysService:
         document = restore(version.document, credentials)
         return RunRequest(document=with_target(document, suite, experiment), trigger=trigger, triggered_by=triggered_by)
 
-    async def _check(self, index: int, request: RunRequest, url_field: str | None) -> None:
+    async def _check(self, index: int, request: RunRequest, url_field: str | None, *, quotas: bool) -> None:
         """Raises ``SuiteInvalid`` naming the experiment's field when its run would be refused (``url_field``: where
-        the suite sets the target's URL, when it does)."""
+        the suite sets the target's URL, when it does); with ``quotas``, ``QuotaExceeded`` when the caller could
+        not queue it now (one experiment is queued at a time, so each is judged alone)."""
         at = f"experiments[{index}]"
         try:
-            await self.runs.check(request)
+            await self.runs.check(request, quotas=quotas)
         except ScenarioNotFound as exc:
             raise SuiteInvalid([Problem(path=f"{at}.scenario", message=str(exc))]) from exc
         except TargetNotAllowed as exc:

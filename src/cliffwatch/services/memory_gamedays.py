@@ -27,6 +27,10 @@ class InMemoryGamedays:
             same = next((g for g in self._gamedays.values() if (g.schedule_id, g.fire_time) == fire), None)
             if same is not None:
                 return same, False
+        if gameday.idempotency_key is not None:
+            keyed = await self.gameday_with_key(gameday.idempotency_key)
+            if keyed is not None:
+                return keyed, False
         if gameday.id in self._gamedays:
             raise ValueError(f"game day id {gameday.id!r} is already taken")
         self._gamedays[gameday.id] = gameday
@@ -34,6 +38,9 @@ class InMemoryGamedays:
 
     async def get_gameday(self, gameday_id: str) -> Gameday | None:
         return self._gamedays.get(gameday_id)
+
+    async def gameday_with_key(self, key: str) -> Gameday | None:
+        return next((g for g in self._gamedays.values() if g.idempotency_key == key), None)
 
     async def list_gamedays(self, *, limit: int, schedule_id: str | None = None,
                             status: GamedayStatus | None = None) -> list[Gameday]:  # fmt: skip

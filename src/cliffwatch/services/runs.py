@@ -116,10 +116,13 @@ class RunsService:
         await self._keep(inline)
         return run
 
-    async def check(self, request: RunRequest) -> Run:
-        """The queued run a request would make, every check but the quotas passed, nothing stored (a game day
-        checks each experiment before any runs). Raises as ``submit`` does."""
-        return (await self._checked(request))[0]
+    async def check(self, request: RunRequest, *, quotas: bool = False) -> Run:
+        """The queued run a request would make, every check passed (the caller's quotas only with ``quotas``),
+        nothing stored (a game day checks each experiment before any runs). Raises as ``submit`` does."""
+        run, inline = await self._checked(request)
+        if quotas and request.trigger is Trigger.API:
+            await self._check_quotas(request.triggered_by, run, inline)
+        return run
 
     async def _checked(self, request: RunRequest) -> tuple[Run, Identified | None]:
         """The run a request would make and the inline document it carries (identified, to be kept), every

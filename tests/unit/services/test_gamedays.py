@@ -14,12 +14,18 @@ import pytest
 from cliffwatch.adapters.network.target_policies import AllowlistPolicy
 from cliffwatch.adapters.scheduler.cron import ApschedulerCron
 from cliffwatch.config import Settings
-from cliffwatch.domain.errors import ScheduleInvalid, ServiceStopping, SuiteInvalid
+from cliffwatch.domain.errors import (
+    IdempotencyKeyReused,
+    QuotaExceeded,
+    ScheduleInvalid,
+    ServiceStopping,
+    SuiteInvalid,
+)
 from cliffwatch.domain.results.result import RunStatus
 from cliffwatch.domain.scenario.scenario import content_hash
 from cliffwatch.domain.security.allowlist import DEFAULT_ALLOWLIST, parse_allowlist
 from cliffwatch.domain.service.gamedays import ExperimentState, Gameday, GamedayStatus
-from cliffwatch.domain.service.runs import RunEnd, ScenarioSource, Schedule, Trigger
+from cliffwatch.domain.service.runs import Quotas, RunEnd, ScenarioSource, Schedule, Trigger
 from cliffwatch.services.catalog import ScenarioCatalog
 from cliffwatch.services.gamedays import GamedaysService
 from cliffwatch.services.memory_store import InMemoryStore
@@ -263,4 +269,24 @@ async def test_a_target_url_with_a_password_is_refused_before_anything_runs(part
     with pytest.raises(SuiteInvalid) as caught:
         await parts.gamedays.start(suite, trigger=Trigger.API, triggered_by="ci")
     assert [p.path for p in caught.value.problems] == ["experiments[0].target.url"]
+    assert await parts.gamedays.latest(10) == []
+
+
+async def test_a_repeat_with_its_idempotency_key_gets_the_game_day_it_started(parts: Parts) -> None:
+    first, created = await parts.gamedays.start(SUITE, trigger=Trigger.API, triggered_by="ci", idempotency_key="t:k1")
+    again, created_again = await parts.gamedays.start(SUITE, trigger=Trigger.API, triggered_by="ci",
+                                                      idempotency_key="t:k1")  # fmt: skip
+    assert (created, created_again, again.id) == (True, False, first.id)
+    assert len(await parts.gamedays.latest(10)) == 1  # a CI job retried after a timeout starts no second suite
+    other = {**SUITE, "name": "another"}
+    with pytest.raises(IdempotencyKeyReused, match=f"already started game day {first.id}"):
+        await parts.gamedays.start(other, trigger=Trigger.API, triggered_by="ci", idempotency_key="t:k1")
+    await parts.gamedays.shutdown()
+
+
+async def test_a_caller_at_its_quota_is_refused_before_the_suite_starts(parts: Parts) -> None:
+    parts.runs.quotas = Quotas(max_queued_runs=1)
+    await parts.runs.submit(RunRequest(scenario="minimal", trigger=Trigger.API, triggered_by="ci"))
+    with pytest.raises(QuotaExceeded, match="queued runs"):
+        await parts.gamedays.start(SUITE, trigger=Trigger.API, triggered_by="ci")
     assert await parts.gamedays.latest(10) == []

@@ -14,7 +14,7 @@ from aiohttp import web
 from cliffwatch.adapters.api.context import caller, services
 from cliffwatch.adapters.api.problems import ApiError
 from cliffwatch.adapters.api.reports import report_headers
-from cliffwatch.adapters.api.requests import Body, Query, read_json
+from cliffwatch.adapters.api.requests import Body, Query, idempotency_key, read_json
 from cliffwatch.adapters.api.views import API_PREFIX, gameday_view
 from cliffwatch.adapters.report.gameday_report import render_gameday_report
 from cliffwatch.domain.service.runs import Trigger
@@ -38,8 +38,12 @@ def location(gameday_id: str) -> str:
 async def create_gameday(request: web.Request) -> web.Response:
     Query(request.query).close()
     document = await read_json(request)
-    gameday, _ = await _service(request).start(document, trigger=Trigger.API, triggered_by=caller(request).name)
-    return web.json_response(gameday_view(gameday), status=202, headers={"Location": location(gameday.id)})
+    token = caller(request)
+    gameday, created = await _service(request).start(document, trigger=Trigger.API, triggered_by=token.name,
+                                                     idempotency_key=idempotency_key(request, token.id))  # fmt: skip
+    # 200: a repeat with the first request's Idempotency-Key, answered with the game day it started
+    return web.json_response(gameday_view(gameday), status=202 if created else 200,
+                             headers={"Location": location(gameday.id)})  # fmt: skip
 
 
 async def list_gamedays(request: web.Request) -> web.Response:

@@ -14,6 +14,12 @@ from cliffwatch.domain.service.gamedays import ExperimentState, GamedayStatus
 from cliffwatch.domain.service.runs import Trigger
 from cliffwatch.services.gameday import SuiteVerdict
 
+IDEMPOTENCY = _param(
+    "Idempotency-Key",
+    "header",
+    {"type": "string", "pattern": "^[\\x21-\\x7e]{1,200}$"},
+    "repeat a request safely: the same key (per token) returns the game day the first request started",
+)
 GAMEDAY_ID = _param("gameday_id", "path", {"type": "string"}, "the game day's id")
 LOCATION = {"Location": {"description": "the game day's URL", "schema": {"type": "string"}, "required": True}}
 VERDICT: Schema = nullable({"enum": [v.value for v in SuiteVerdict],
@@ -116,8 +122,11 @@ def gameday_paths(report_headers: dict[str, Any], expensive: str) -> dict[str, A
         "/api/v1/gamedays": {
             "post": _op(
                 "Start a game day", tag="gamedays", role="operator", body=ref("SuiteDocument"), errors=(503,),
+                params=(IDEMPOTENCY,),
                 ok={"202": _json(ref("Gameday"), "Started: this instance drives it, one experiment at a time.",
-                                 LOCATION)},
+                                 LOCATION),
+                    "200": _json(ref("Gameday"), "A repeat with the first request's Idempotency-Key: the game day "
+                                 "it started.", LOCATION)},
                 description="The body is the suite itself (the YAML of cliffwatch gameday, as JSON). Every "
                 "experiment is checked as the run it will be before anything is stored: 422 suite-invalid names "
                 "each bad field in the suite (experiments[1].scenario.target.url, experiments[0].expect.…), its "
@@ -125,7 +134,10 @@ def gameday_paths(report_headers: dict[str, Any], expensive: str) -> dict[str, A
                 "runs bundled and registered scenarios by name, and inline ones; it reads no file. Each "
                 "experiment then runs as an ordinary run queued by the caller (its quotas, the emergency stop, "
                 "leases and fencing as for any run); the emergency stop ends the whole suite (verdict stopped); "
-                "503 while it is on.",
+                "503 while it is on. An API caller at its quota of queued runs or new documents is refused "
+                "(429) before the suite starts; a repeat with the same Idempotency-Key (per token) answers 200 "
+                "with the game day the first request started, and a key another suite used is 422 "
+                "idempotency-key-reused.",
             ),
             "get": _op("The latest game days, newest first", tag="gamedays", role="viewer",
                        params=(_param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 200,
@@ -173,7 +185,7 @@ OPERATION_IDS = {
     "GET /api/v1/gamedays/{gameday_id}/notifications": "getGamedayNotifications",
 }
 LINKS: dict[tuple[str, tuple[str, ...]], tuple[str, tuple[str, ...]]] = {
-    ("POST /api/v1/gamedays", ("202",)): (
+    ("POST /api/v1/gamedays", ("202", "200")): (
         "gameday_id",
         ("getGameday", "getGamedayReport", "getGamedayNotifications", "abortGameday"),
     ),

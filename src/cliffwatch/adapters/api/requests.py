@@ -199,6 +199,20 @@ def read_overrides(body: Body | None) -> Overrides | None:
     return Overrides(target_url=target_url, seed=seed, threshold=threshold)
 
 
+IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,200}")  # visible ASCII: it is stored and compared as it is
+
+
+def idempotency_key(request: web.Request, token_id: str) -> str | None:
+    """The request's ``Idempotency-Key``, scoped to the calling token (two tokens' keys never meet); None without
+    one; a 400 problem for one that is not 1 to 200 visible ASCII characters."""
+    key = request.headers.get("Idempotency-Key")
+    if key is None:
+        return None
+    if not IDEMPOTENCY_KEY.fullmatch(key):
+        raise ApiError(400, "header-invalid", "Invalid header", "Idempotency-Key must be 1 to 200 visible ASCII")
+    return f"{token_id}:{key}"
+
+
 class Query:
     """Query parameters, read like a body: each at most once, unknown ones refused (400)."""
 

@@ -10,13 +10,11 @@ adds the sweep's ``warnings`` (``sweep_plan.sweep_warnings``: steps too short fo
 
 from __future__ import annotations
 
-import re
-
 from aiohttp import web
 
 from cliffwatch.adapters.api.context import caller, services
 from cliffwatch.adapters.api.problems import ApiError
-from cliffwatch.adapters.api.requests import Body, Query, read_json, read_overrides
+from cliffwatch.adapters.api.requests import Body, Query, idempotency_key, read_json, read_overrides
 from cliffwatch.adapters.api.views import outcome_view, run_detail, run_location, run_view
 from cliffwatch.domain.capacity.sweep_spec import parse_sweep_spec
 from cliffwatch.domain.errors import Problem
@@ -29,7 +27,6 @@ MAX_PAGE = 200
 DEFAULT_PAGE = 50
 MAX_OUTCOME_PAGE = 1_000
 DEFAULT_OUTCOME_PAGE = 100
-_IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,200}")  # visible ASCII: it is stored and compared as it is
 
 
 async def create_run(request: web.Request) -> web.Response:
@@ -57,15 +54,12 @@ async def _create(request: web.Request, *, sweep_endpoint: bool) -> web.Response
     body.close()
     spec = None if sweep is None else parse_sweep_spec(sweep, "sweep")  # SweepInvalid: 422 sweep-invalid
     token = caller(request)
-    key = request.headers.get("Idempotency-Key")
-    if key is not None and not _IDEMPOTENCY_KEY.fullmatch(key):
-        raise ApiError(400, "header-invalid", "Invalid header", "Idempotency-Key must be 1 to 200 visible ASCII")
     run, created = await services(request).runs.submit(
         RunRequest(
             scenario=scenario,
             document=document,
             overrides=overrides or Overrides(),
-            idempotency_key=None if key is None else f"{token.id}:{key}",
+            idempotency_key=idempotency_key(request, token.id),
             trigger=Trigger.API,
             triggered_by=token.name,
             sweep=spec,

@@ -34,12 +34,20 @@ class SqlGamedays:
             row = inserted.mappings().first()
             if row is not None:
                 return gameday_of(row), True
-            same = select(gamedays).where(gamedays.c.schedule_id == gameday.schedule_id,
-                                          gamedays.c.fire_time == gameday.fire_time)  # fmt: skip
+            if gameday.idempotency_key is not None:  # a repeat that raced its first: the insert found it
+                same = select(gamedays).where(gamedays.c.idempotency_key == gameday.idempotency_key)
+            else:
+                same = select(gamedays).where(gamedays.c.schedule_id == gameday.schedule_id,
+                                              gamedays.c.fire_time == gameday.fire_time)  # fmt: skip
             existing = (await conn.execute(same)).mappings().first()
-        if existing is None or gameday.schedule_id is None:
+        if existing is None or (gameday.schedule_id is None and gameday.idempotency_key is None):
             raise ValueError(f"game day id {gameday.id!r} is already taken")
         return gameday_of(existing), False
+
+    async def gameday_with_key(self, key: str) -> Gameday | None:
+        async with self._db.read() as conn:
+            row = (await conn.execute(select(gamedays).where(gamedays.c.idempotency_key == key))).mappings().first()
+        return None if row is None else gameday_of(row)
 
     async def get_gameday(self, gameday_id: str) -> Gameday | None:
         async with self._db.read() as conn:
@@ -136,6 +144,7 @@ def gameday_row(gameday: Gameday) -> dict[str, Any]:
         "verdict": gameday.verdict,
         "summary": gameday.summary,
         "notifications": plain_json(list(gameday.notifications)),
+        "idempotency_key": gameday.idempotency_key,
     }
 
 
@@ -159,4 +168,5 @@ def gameday_of(row: RowMapping) -> Gameday:
         verdict=row["verdict"],
         summary=row["summary"],
         notifications=tuple(row["notifications"]),
+        idempotency_key=row["idempotency_key"],
     )

@@ -310,6 +310,7 @@ gamedays = sa.Table(
     sa.Column("verdict", sa.Text),
     sa.Column("summary", FreeText),
     sa.Column("notifications", _json(), nullable=False),
+    sa.Column("idempotency_key", sa.Text, unique=True),  # migration 0011: one game day a client's key
     sa.UniqueConstraint("schedule_id", "fire_time"),  # one game day a schedule's fire, as for runs
     sa.Index(None, "created_at", "id"),
     sa.Index(None, "status"),

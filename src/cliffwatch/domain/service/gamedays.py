@@ -83,6 +83,7 @@ class Gameday:
     verdict: str | None = None  # held, broken, failed or stopped once finished (``SuiteVerdict``)
     summary: str | None = None  # the suite's one line ("weekly: held (2 held)")
     notifications: tuple[Mapping[str, Any], ...] = ()  # each webhook delivery, as ``Delivery.to_dict``
+    idempotency_key: str | None = None  # the caller's Idempotency-Key (prefixed by its token's id), if it gave one
 
 
 @dataclass(frozen=True, kw_only=True)
