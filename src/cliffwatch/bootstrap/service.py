@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -136,7 +136,7 @@ async def open_service(settings: Settings) -> AsyncIterator[Service]:
         # even while the database cannot be reached.
         policy = AllowlistPolicy(settings.allowlist, listen=settings.proxy_listen, toxiproxy_url=settings.toxiproxy_url)
         runs = RunsService(runs=store, control=store, catalog=catalog, policy=policy, caps=settings.caps,
-                           quotas=settings.quotas, now=utc_now, local=worker)  # fmt: skip
+                           quotas=settings.quotas, now=utc_now, local=worker, webhooks=notifier)  # fmt: skip
         gamedays = GamedaysService(store=store, runs=runs, run_store=store, scenarios=store, control=store,
                                    owner=settings.instance_id, lease_s=settings.lease_s, now=utc_now,
                                    notify=notifier, deliveries=store)  # fmt: skip
@@ -148,6 +148,9 @@ async def open_service(settings: Settings) -> AsyncIterator[Service]:
                                                schedule_id=schedule.id, fire_time=fire_time,
                                                sweep=schedule.sweep))  # fmt: skip
 
+        async def check_suite(suite: Mapping[str, Any]) -> None:
+            await gamedays.check(suite, trigger=Trigger.SCHEDULE, triggered_by="schedule")
+
         async def start_gameday(schedule: Schedule, fire_time: datetime) -> tuple[str, bool]:
             assert schedule.suite is not None  # the schedule service asks only for a suite's schedule
             gameday, created = await gamedays.start(schedule.suite, trigger=Trigger.SCHEDULE, triggered_by=schedule.id,
@@ -155,7 +158,8 @@ async def open_service(settings: Settings) -> AsyncIterator[Service]:
             return gameday.id, created
 
         schedules = ScheduleService(schedules=store, runs=store, scenarios=store, calendar=ApschedulerCron(),
-                                    make_run=make_run, now=utc_now, start_gameday=start_gameday)  # fmt: skip
+                                    make_run=make_run, now=utc_now, start_gameday=start_gameday,
+                                    check_suite=check_suite)  # fmt: skip
         tokens = TokenService(store, now=utc_now)
 
         async def readiness() -> list[str]:

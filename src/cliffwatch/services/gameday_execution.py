@@ -139,7 +139,12 @@ class GamedayExecution:
                 why += " (ended from outside the game day, so it says nothing of the target)"
             self._record(experiment.name, state=ExperimentState.FAILED, error=why)
             raise CliffwatchError(why)
-        result = StoredResult.of(ended.result)
+        try:
+            result = StoredResult.of(ended.result)
+        except ValueError as exc:  # a stored document this version cannot read: no verdict on the target either
+            why = f"run {run.id}'s stored result cannot be read: {exc}"
+            self._record(experiment.name, state=ExperimentState.FAILED, error=why)
+            raise CliffwatchError(why) from exc
         judgement = judge(experiment.expect, result)
         self._record(experiment.name, state=ExperimentState.HELD if judgement.held else ExperimentState.BROKEN,
                      broken_because=judgement.broken_because)  # fmt: skip

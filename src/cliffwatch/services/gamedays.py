@@ -98,11 +98,7 @@ class GamedaysService:
             running = await self.store.list_gamedays(limit=1, schedule_id=schedule_id, status=GamedayStatus.RUNNING)
             if running and running[0].fire_time != fire_time:
                 raise GamedayOverlap(schedule_id, running[0].id)
-        requests = {}
-        for index, experiment in enumerate(suite.experiments):
-            request = await self._request(suite, index, experiment, trigger=trigger, triggered_by=triggered_by)
-            await self._check(index, request, _url_field(suite, index, experiment), quotas=trigger is Trigger.API)
-            requests[experiment.name] = request
+        requests = await self._prepared(suite, trigger=trigger, triggered_by=triggered_by)
         now = self.now()
         gameday = Gameday(id=uuid.uuid4().hex[:12], name=suite.name, suite=shown_suite(document),
                           status=GamedayStatus.RUNNING, trigger=trigger, triggered_by=triggered_by, created_at=now,
@@ -114,6 +110,27 @@ class GamedaysService:
             self._drive(stored, suite, requests)
             log.info("game day started", gameday_id=stored.id, suite=suite.name, trigger=trigger.value)
         return stored, created
+
+    async def check(self, document: Mapping[str, Any], *, trigger: Trigger, triggered_by: str) -> None:
+        """Raises ``SuiteInvalid`` naming each bad field of ``document`` as ``start`` would, storing and starting
+        nothing (a schedule's suite is judged so when the schedule is stored, not first at its fire)."""
+        try:
+            suite = parse_suite(document)
+        except ScenarioInvalid as exc:
+            raise SuiteInvalid(exc.problems) from exc
+        await self._prepared(suite, trigger=trigger, triggered_by=triggered_by)
+
+    async def _prepared(self, suite: SuiteSpec, *, trigger: Trigger, triggered_by: str) -> dict[str, RunRequest]:
+        """Each experiment's run request, every one checked as the run it will be, and the suite's webhooks judged
+        (found now, not when the suite ends hours later); ``SuiteInvalid`` naming each bad field otherwise."""
+        if self.notify is not None and suite.notify and (problems := await self.notify.problems(suite.notify)):
+            raise SuiteInvalid(problems)
+        requests = {}
+        for index, experiment in enumerate(suite.experiments):
+            request = await self._request(suite, index, experiment, trigger=trigger, triggered_by=triggered_by)
+            await self._check(index, request, _url_field(suite, index, experiment), quotas=trigger is Trigger.API)
+            requests[experiment.name] = request
+        return requests
 
     async def get(self, gameday_id: str) -> Gameday:
         gameday = await self.store.get_gameday(gameday_id)

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from cliffwatch.domain.capacity.capacity import StepStats, StepVerdict
 from cliffwatch.domain.capacity.sweep_spec import SweepSpec
+from cliffwatch.domain.errors import Problem
 from cliffwatch.domain.ports import RecordSink
 from cliffwatch.domain.results.result import RunStatus
 from cliffwatch.domain.scenario.notify_spec import Delivery, WebhookSpec
@@ -120,6 +121,11 @@ class RunFactory(Protocol):
         Whatever the run says, it is stored with this schedule, fire time and trigger, and as queued."""
 
 
+class SuiteCheck(Protocol):
+    async def __call__(self, suite: Mapping[str, Any]) -> None:
+        """Raises ``SuiteInvalid`` naming each bad field of a schedule's suite, as starting it would."""
+
+
 class GamedayFactory(Protocol):
     async def __call__(self, schedule: Schedule, fire_time: datetime) -> tuple[str, bool]:
         """Starts the game day of the schedule's suite for one fire: its id, and whether it is new (False: this
@@ -133,6 +139,9 @@ class Notifier(Protocol):
     ) -> Sequence[Delivery]:
         """Posts ``event`` to the webhooks listening for it (their own ``on``, else ``defaults``); each delivery
         as recorded. A failed delivery is a record, never an error."""
+
+    async def problems(self, webhooks: Sequence[WebhookSpec], at: str = "notify") -> list[Problem]:
+        """Why each webhook could not be told (its URL not allowed, its secret unreadable), named ``{at}[i].…``."""
 
 
 class Interruptible(Protocol):

@@ -38,7 +38,7 @@ from cliffwatch.domain.service.caps import Caps, cap_violations, sweep_cap_viola
 from cliffwatch.domain.service.runs import Overrides, Quotas, Run, RunKind, RunPage, RunQuery, ScenarioVersion, Trigger
 from cliffwatch.services.catalog import Identified, ScenarioCatalog
 from cliffwatch.services.overrides import with_overrides
-from cliffwatch.services.ports import LocalRuns, TargetPolicy
+from cliffwatch.services.ports import LocalRuns, Notifier, TargetPolicy
 from cliffwatch.services.store_values import stop_reason
 
 log = structlog.get_logger(__name__)
@@ -74,8 +74,10 @@ class RunsService:
         now: Callable[[], datetime],
         quotas: Quotas | None = None,
         local: LocalRuns | None = None,
+        webhooks: Notifier | None = None,
     ) -> None:
         self.local = local
+        self.webhooks = webhooks  # judges a scenario's notify: before the run is queued
         self.runs = runs
         self.control = control
         self.catalog = catalog
@@ -150,6 +152,13 @@ class RunsService:
             name, digest = version.name, version.content_hash
             scenario = _resolved(version, request.overrides)
         await self._check_targets(scenario)
+        # told hours later, a typo would only show as a failed delivery: the webhooks are judged now
+        if (
+            self.webhooks is not None
+            and scenario.notify
+            and (problems := await self.webhooks.problems(scenario.notify))
+        ):
+            raise ScenarioInvalid(problems)
         # A sweep replaces the phases with its own steps: its caps are the sweep's highest step and length.
         problems = cap_violations(scenario, self.caps) if request.sweep is None else (
             sweep_cap_violations(scenario, request.sweep, self.caps))  # fmt: skip

@@ -26,11 +26,12 @@ from cliffwatch.domain.errors import (
     ScheduleNotFound,
     ServiceStopping,
     StoreUnavailable,
+    SuiteInvalid,
 )
 from cliffwatch.domain.ports import CronCalendar, RunStore, ScenarioStore, ScheduleStore
 from cliffwatch.domain.results.result import RunStatus
 from cliffwatch.domain.service.runs import CatchUp, Run, Schedule, Trigger
-from cliffwatch.services.ports import GamedayFactory, RunFactory
+from cliffwatch.services.ports import GamedayFactory, RunFactory, SuiteCheck
 from cliffwatch.services.schedule_specs import MAX_NAME_LENGTH, ScheduleSpec, spec_problems
 
 __all__ = ["MAX_NAME_LENGTH", "FireOutcome", "FireStatus", "ScheduleService", "ScheduleSpec"]
@@ -82,6 +83,7 @@ class ScheduleService:
         late_grace: timedelta = DEFAULT_LATE_GRACE,
         new_id: Callable[[], str] = _new_id,
         start_gameday: GamedayFactory | None = None,
+        check_suite: SuiteCheck | None = None,
     ) -> None:
         self.schedules = schedules
         self.runs = runs
@@ -92,6 +94,7 @@ class ScheduleService:
         self.late_grace = late_grace
         self.new_id = new_id
         self.start_gameday = start_gameday
+        self.check_suite = check_suite  # judges a schedule's suite when it is stored (``GamedaysService.check``)
         self._listeners: list[Callable[[], None]] = []
 
     def on_change(self, listener: Callable[[], None]) -> Callable[[], None]:
@@ -297,6 +300,12 @@ class ScheduleService:
 
     async def _check(self, spec: ScheduleSpec) -> None:
         problems = await spec_problems(spec, self.calendar, self.scenarios)
+        if not problems and spec.suite is not None and self.check_suite is not None:
+            try:  # each experiment as the run it will be, and the webhooks: refused now, not silently at every fire
+                await self.check_suite(spec.suite)
+            except SuiteInvalid as exc:
+                problems = [Problem(path=f"suite.{p.path}" if p.path else "suite", message=p.message)
+                            for p in exc.problems]  # fmt: skip
         if problems:
             raise ScheduleInvalid(problems)
 

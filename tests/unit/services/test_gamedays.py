@@ -5,6 +5,7 @@ schedule's fire starting one game day, and a stop ending the suite with nothing 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 from cliffwatch.adapters.network.target_policies import AllowlistPolicy
+from cliffwatch.adapters.notify.webhooks import WebhookNotifier
 from cliffwatch.adapters.scheduler.cron import ApschedulerCron
 from cliffwatch.config import Settings
 from cliffwatch.domain.errors import (
@@ -290,3 +292,36 @@ async def test_a_caller_at_its_quota_is_refused_before_the_suite_starts(parts: P
     with pytest.raises(QuotaExceeded, match="queued runs"):
         await parts.gamedays.start(SUITE, trigger=Trigger.API, triggered_by="ci")
     assert await parts.gamedays.latest(10) == []
+
+
+async def test_webhooks_and_a_schedules_suite_are_judged_when_given_not_when_told(parts: Parts) -> None:
+    allowlist, _ = parse_allowlist(DEFAULT_ALLOWLIST)
+    assert allowlist is not None
+    notifier = WebhookNotifier(allowlist, lambda ref: "key")
+    parts.gamedays.notify = notifier
+    parts.runs.webhooks = notifier
+    outside = {**SUITE, "notify": [{"webhook": "http://203.0.113.9/hook"}]}
+    with pytest.raises(SuiteInvalid) as caught:
+        await parts.gamedays.start(outside, trigger=Trigger.API, triggered_by="ci")
+    assert [p.path for p in caught.value.problems] == ["notify[0].webhook"]
+    inline = {**SCENARIO, "name": "told", "notify": [{"webhook": "http://203.0.113.9/hook"}]}
+    with pytest.raises(SuiteInvalid) as caught:
+        await parts.gamedays.start({"name": "x", "experiments": [{"scenario": inline}]}, trigger=Trigger.API,
+                                   triggered_by="ci")  # fmt: skip
+    assert [p.path for p in caught.value.problems] == ["experiments[0].scenario.notify[0].webhook"]
+    assert await parts.gamedays.latest(10) == []
+
+    async def check(suite: Mapping[str, Any]) -> None:
+        await parts.gamedays.check(suite, trigger=Trigger.SCHEDULE, triggered_by="schedule")
+
+    async def no_runs(schedule: Schedule, fire_time: datetime) -> Any:
+        raise AssertionError("nothing fires here")
+
+    schedules = ScheduleService(schedules=parts.store, runs=parts.store, scenarios=parts.store,
+                                calendar=ApschedulerCron(), make_run=no_runs, now=lambda: datetime.now(UTC),
+                                check_suite=check)  # fmt: skip
+    missing = {"name": "weekly", "experiments": [{"scenario": "no-such-scenario"}]}
+    with pytest.raises(ScheduleInvalid) as refused:
+        await schedules.create(ScheduleSpec(name="weekly", cron="0 9 * * 1", timezone="UTC", scenario_name="weekly",
+                                            suite=missing))  # fmt: skip
+    assert [p.path for p in refused.value.problems] == ["suite.experiments[0].scenario"]

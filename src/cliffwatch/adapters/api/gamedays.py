@@ -51,7 +51,7 @@ async def list_gamedays(request: web.Request) -> web.Response:
     limit = query.integer("limit", minimum=1, maximum=MAX_PAGE, default=DEFAULT_PAGE) or DEFAULT_PAGE
     query.close()
     found = await _service(request).latest(limit)
-    return web.json_response({"gamedays": [gameday_view(g) for g in found]})
+    return web.json_response({"gamedays": [gameday_view(g, with_suite=False) for g in found]})
 
 
 async def get_gameday(request: web.Request) -> web.Response:

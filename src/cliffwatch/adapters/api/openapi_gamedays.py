@@ -85,7 +85,10 @@ GAMEDAY_PROPERTIES: dict[str, Schema] = {
     "reason": nullable({"type": "string"}),
     "experiments": {"type": "array", "items": ref("GamedayExperiment")},
     "notifications": {"type": "array", "items": ref("Notification")},
-    "suite": {**ANY_OBJECT, "description": "the suite as it was sent"},
+    "suite": {
+        **ANY_OBJECT,
+        "description": "the suite as it was sent (credentials masked, webhooks cut to their hosts); not in lists",
+    },
     "links": obj({"self": {"type": "string"}, "report": {"type": "string"}}),
 }
 SUITE_EXAMPLE = {
@@ -110,7 +113,7 @@ SCHEMAS: dict[str, Schema] = {
         {"gameday_id": {"type": "string"}, "notifications": {"type": "array", "items": ref("Notification")}}
     ),
     "GamedayExperiment": EXPERIMENT,
-    "Gameday": obj(GAMEDAY_PROPERTIES),
+    "Gameday": obj(GAMEDAY_PROPERTIES, required=tuple(k for k in GAMEDAY_PROPERTIES if k != "suite")),
     "GamedayDetail": obj({**GAMEDAY_PROPERTIES, "result": COMBINED}),
     "GamedayList": obj({"gamedays": {"type": "array", "items": ref("Gameday")}}),
 }

@@ -46,6 +46,9 @@ async def _read_spec(request: web.Request) -> ScheduleSpec:
     assert timezone is not None
     if suite is not None and scenario is not None:
         raise body_invalid([Problem(path="scenario", message="a schedule fires a scenario or a suite, not both")])
+    if suite is not None and overrides is not None:
+        raise body_invalid([Problem(path="overrides", message="a suite sets each experiment's target itself (its own "
+                                    "target:): give no overrides with a suite")])  # fmt: skip
     named = suite.get("name") if suite is not None else scenario
     return ScheduleSpec(
         name=name,

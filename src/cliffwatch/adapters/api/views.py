@@ -165,11 +165,12 @@ def schedule_view(schedule: Schedule) -> dict[str, Any]:
     }
 
 
-def gameday_view(gameday: Gameday) -> dict[str, Any]:
-    """A game day as lists show it: where it stands, each experiment's run and hypothesis, its verdict once it
-    has one; the suite as it was sent, its credentials masked and its webhooks cut to their hosts."""
+def gameday_view(gameday: Gameday, *, with_suite: bool = True) -> dict[str, Any]:
+    """A game day: where it stands, each experiment's run and hypothesis, its verdict once it has one; with
+    ``with_suite`` (not in lists, where a page of whole suites could weigh hundreds of megabytes) the suite as it
+    was sent, its credentials masked and its webhooks cut to their hosts."""
     here = f"{API_PREFIX}/gamedays/{gameday.id}"
-    return {
+    shown = {
         "id": gameday.id,
         "name": gameday.name,
         "status": gameday.status.value,
@@ -185,9 +186,9 @@ def gameday_view(gameday: Gameday) -> dict[str, Any]:
         "reason": gameday.reason,
         "experiments": [e.to_dict() for e in gameday.experiments],
         "notifications": [dict(n) for n in gameday.notifications],
-        "suite": shown_suite(gameday.suite),
         "links": {"self": here, "report": f"{here}/report"},
     }
+    return {**shown, "suite": shown_suite(gameday.suite)} if with_suite else shown
 
 
 def token_view(token: ApiToken) -> dict[str, Any]:

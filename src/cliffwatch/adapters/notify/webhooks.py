@@ -29,7 +29,7 @@ import aiohttp
 from cliffwatch import __version__
 from cliffwatch.adapters.loadgen.pinned_resolver import PinnedResolver
 from cliffwatch.adapters.network.target_access import Destinations
-from cliffwatch.domain.errors import CliffwatchError
+from cliffwatch.domain.errors import CliffwatchError, Problem
 from cliffwatch.domain.scenario.notify_spec import Delivery, WebhookFormat, WebhookSpec, listening
 from cliffwatch.domain.security.allowlist import Allowlist
 from cliffwatch.domain.security.masking import origin_only
@@ -135,6 +135,25 @@ class WebhookNotifier:
     ) -> list[Delivery]:
         return await notify(webhooks, event, payload, destinations=Destinations(self.allowlist), resolve=self.resolve,
                             defaults=defaults)  # fmt: skip
+
+    async def problems(self, webhooks: Sequence[WebhookSpec], at: str = "notify") -> list[Problem]:
+        """Why each webhook could not be told, judged now, before anything runs: a URL outside
+        ``CLIFFWATCH_ALLOWED_WEBHOOKS`` or on the deny list (or whose name does not resolve), a secret reference that
+        cannot be read. The same checks a delivery makes, so a typo surfaces at the request, not hours later."""
+        destinations = Destinations(self.allowlist)
+        found = []
+        for index, webhook in enumerate(webhooks):
+            try:
+                await destinations.admit(webhook.url)
+            except CliffwatchError as exc:
+                reason = getattr(exc, "reason", str(exc))
+                found.append(Problem(path=f"{at}[{index}].webhook", message=f"{shown_url(webhook.url)}: {reason}"))
+            if webhook.secret is not None:
+                try:
+                    self.resolve(webhook.secret)
+                except CliffwatchError as exc:
+                    found.append(Problem(path=f"{at}[{index}].secret", message=str(exc)))
+        return found
 
 
 def _request(webhook: WebhookSpec, event: str, payload: Mapping[str, Any],

@@ -35,7 +35,7 @@ from cliffwatch.domain.scenario.retry import FailureKind
 from cliffwatch.domain.scenario.scenario import parse_scenario
 from cliffwatch.domain.security.allowlist import DEFAULT_ALLOWLIST, parse_allowlist
 from cliffwatch.domain.server.server_view import ServerView
-from cliffwatch.domain.service.runs import Run, Schedule, TokenRole
+from cliffwatch.domain.service.runs import Run, Schedule, TokenRole, Trigger
 from cliffwatch.domain.traffic.generator_health import GeneratorLimits, judge_generator
 from cliffwatch.domain.traffic.plan import iter_plan, phase_windows
 from cliffwatch.services.catalog import ScenarioCatalog
@@ -286,14 +286,19 @@ async def build_parts(settings: Settings) -> Parts:
                        policy=AllowlistPolicy(settings.allowlist, listen=settings.proxy_listen,
                                               toxiproxy_url=settings.toxiproxy_url),
                        caps=settings.caps, quotas=settings.quotas, now=clock)  # fmt: skip
+    gamedays = GamedaysService(store=store, runs=runs, run_store=store, scenarios=store, control=store,
+                               owner="api-harness", lease_s=settings.lease_s, now=clock)  # fmt: skip
+
+    async def check_suite(suite: Mapping[str, Any]) -> None:
+        await gamedays.check(suite, trigger=Trigger.SCHEDULE, triggered_by="schedule")
+
     services = ApiServices(
         runs=runs,
-        gamedays=GamedaysService(store=store, runs=runs, run_store=store, scenarios=store, control=store,
-                                 owner="api-harness", lease_s=settings.lease_s, now=clock),
+        gamedays=gamedays,
         catalog=catalog,
         tokens=tokens,
         schedules=ScheduleService(schedules=store, runs=store, scenarios=store, calendar=ApschedulerCron(),
-                                  make_run=_never_fires, now=clock),
+                                  make_run=_never_fires, now=clock, check_suite=check_suite),
         trends=TrendsService(store, margin=settings.trend_regression_margin),
         run_store=store,
         readiness=readiness,

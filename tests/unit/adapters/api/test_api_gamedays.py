@@ -19,6 +19,9 @@ async def test_a_repeat_with_its_key_gets_the_game_day_the_first_started(api: Ap
     assert again.body["id"] == first.body["id"]
     listed = await api.call("GET", "/api/v1/gamedays", role=TokenRole.VIEWER)
     assert [g["id"] for g in listed.body["gamedays"]] == [first.body["id"]]
+    assert "suite" not in listed.body["gamedays"][0]  # a list of whole suites could weigh hundreds of megabytes
+    detail = await api.call("GET", f"/api/v1/gamedays/{first.body['id']}", role=TokenRole.VIEWER)
+    assert detail.body["suite"]["name"] == "retried"
     other = {**suite, "name": "other"}
     reused = await api.call("POST", "/api/v1/gamedays", role=TokenRole.OPERATOR, json=other, headers=headers)
     assert reused.status == 422

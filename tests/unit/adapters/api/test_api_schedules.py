@@ -118,3 +118,19 @@ async def test_a_malformed_schedule_body_is_422_before_the_service_sees_it(
     assert reply.status == 422
     assert reply.body["type"].endswith(":body-invalid")
     assert [p["path"] for p in reply.body["problems"]] == paths
+
+
+async def test_a_suites_schedule_is_judged_when_stored_and_takes_no_overrides(api: Api) -> None:
+    """A suite's experiments are checked as runs when the schedule is stored (not refused silently at every fire),
+    and overrides, which a suite would ignore, are refused."""
+    suite = {"name": "nightly", "experiments": [{"scenario": "no-such-scenario"}]}
+    body = {"name": "nightly", "cron": "0 3 * * *", "timezone": "UTC", "suite": suite}
+    missing = await api.call("POST", "/api/v1/schedules", json=body)
+    assert missing.status == 422, missing.body
+    assert [p["path"] for p in missing.body["problems"]] == ["suite.experiments[0].scenario"]
+    good = {**body, "suite": {"name": "nightly", "experiments": [{"scenario": "burst-storm"}]}}
+    overridden = await api.call("POST", "/api/v1/schedules", json={**good, "overrides": {"seed": 3}})
+    assert overridden.status == 422
+    assert [p["path"] for p in overridden.body["problems"]] == ["overrides"]
+    created = await api.call("POST", "/api/v1/schedules", json=good)
+    assert created.status == 201, created.body
