@@ -57,6 +57,7 @@ SECRETS = {
     "inline_api_key": "sk-inline-8e1f",
     "cli_password": "pw-cli-6c4a",
     "cli_key": "sk-cli-0f5b",
+    "webhook_path": "hooks-walk-5d2c",  # a Slack incoming webhook's path is its secret
 }
 REFERENCE_VARIABLE = "TARGET_WALK_KEY"
 CSRF = re.compile(r'name="csrf" value="([0-9a-f]{64})"')
@@ -169,6 +170,15 @@ class Served:
                     return run
                 await asyncio.sleep(0.2)
 
+    async def gameday_ended(self, gameday_id: str) -> dict[str, Any]:
+        async with asyncio.timeout(90):
+            while True:
+                _, text = await self.get(f"/api/v1/gamedays/{gameday_id}")
+                gameday: dict[str, Any] = json.loads(text)
+                if gameday["status"] != "running" and len(gameday["notifications"]) >= 1:
+                    return gameday
+                await asyncio.sleep(0.2)
+
     async def session(self) -> str:
         """A dashboard session of the admin (who sees every page a viewer does, and more): its Cookie header."""
         async with self.client.get("/ui/login", allow_redirects=False) as response:
@@ -231,9 +241,16 @@ async def test_no_secret_reaches_any_surface_while_every_run_sends_the_real_ones
             assert "target.request.headers.Authorization: env:TARGET_WALK_UNSET is not set" in by_missing["reason"]
             assert recorder.headers_of("missing") == []
 
+            # A game day of the inline scenario, its webhook's path a secret (nothing listens there).
+            suite = {"name": "walk-day", "experiments": [{"scenario": inline(address)}],
+                     "notify": [{"webhook": f"http://127.0.0.1:9/{SECRETS['webhook_path']}"}]}  # fmt: skip
+            status, gameday = await served.send("POST", "/api/v1/gamedays", suite, role=TokenRole.OPERATOR)
+            assert status == 202, gameday
+            await served.gameday_ended(gameday["id"])
+
             # Every GET route of the API, as a viewer and as an admin.
             values = {"run_id": [r["id"] for r in runs], "name": ["walk-url", "walk-missing"],
-                      "schedule_id": [schedule["id"]]}  # fmt: skip
+                      "schedule_id": [schedule["id"]], "gameday_id": [gameday["id"]]}  # fmt: skip
             read = 0
             for route in ROUTE_TABLE:
                 if route.method != "GET":
@@ -303,6 +320,9 @@ def _filled(path: str, values: dict[str, list[str]], inline_run: dict[str, Any])
     scenario by the hash of the inline run's version, and trends of each scenario."""
     names = re.findall(r"{(\w+)}", path)
     if not names:
+        if path.endswith("/compare"):  # a run against itself: both sides' documents shown
+            yield f"{path}?a={inline_run['id']}&b={inline_run['id']}"
+            return
         yield path
         if path.endswith("/trends"):
             yield f"{path}?scenario=walk-url"
