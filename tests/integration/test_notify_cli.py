@@ -175,3 +175,23 @@ async def test_a_sweep_tells_its_scenarios_webhooks_of_its_end_by_the_sweeps_def
     assert [v["verdict"] for v in notice["variants"]] == [v["result"]["verdict"] for v in document["variants"]]
     (delivery,) = document["notifications"]
     assert (delivery["event"], delivery["ok"], delivery["attempts"]) == ("finished", True, 1)
+
+
+async def test_a_webhook_that_could_not_be_told_refuses_the_run_before_any_load(tmp_path: Path) -> None:
+    """Outside CLIFFWATCH_ALLOWED_WEBHOOKS (loopback by default), or with a secret reference that cannot be read:
+    exit 2 naming the field, and no result (no load) rather than a failed delivery found out at the end."""
+    scenario = {
+        **CALM,
+        "notify": [
+            {"webhook": "http://203.0.113.9/hook"},
+            {"webhook": "http://127.0.0.1:9/hook", "secret": {"secret": "env:TARGET_NOT_SET"}},
+        ],
+    }
+    path = tmp_path / "outside.yaml"
+    path.write_text(yaml.safe_dump(scenario))
+    result = tmp_path / "result.json"
+    code, output = await cliffwatch("run", str(path), "--json", str(result))
+    assert code == 2, output
+    assert "notify[0].webhook: http://203.0.113.9/…" in output
+    assert "notify[1].secret" in output
+    assert not result.exists()

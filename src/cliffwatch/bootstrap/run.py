@@ -29,6 +29,7 @@ from cliffwatch.adapters.loadgen.engine import OpenLoopGenerator
 from cliffwatch.adapters.loadgen.http_client import HttpExecutor
 from cliffwatch.adapters.network.target_access import Destinations, Place, first_reachable
 from cliffwatch.adapters.network.target_policies import upstream_problem
+from cliffwatch.adapters.notify.webhooks import WebhookNotifier
 from cliffwatch.adapters.runtime.builtin_target import BuiltinTarget
 from cliffwatch.adapters.runtime.clock import MonotonicClock
 from cliffwatch.adapters.runtime.descriptors import DescriptorBudget, descriptor_budget, within_budget
@@ -37,7 +38,7 @@ from cliffwatch.adapters.runtime.secret_sources import LocalSecrets
 from cliffwatch.adapters.server_metrics.scraper import PrometheusWatcher
 from cliffwatch.adapters.workload.preparation import prepare_off_loop
 from cliffwatch.config import Settings
-from cliffwatch.domain.errors import CliffwatchError, FaultInjectionFailed, TargetNotAllowed
+from cliffwatch.domain.errors import CliffwatchError, FaultInjectionFailed, ScenarioInvalid, TargetNotAllowed
 from cliffwatch.domain.ports import (
     Clock,
     FaultInjector,
@@ -175,6 +176,16 @@ def _address(ip: str, port: int) -> str:
     return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
 
 
+async def check_webhooks(settings: Settings, scenario: Scenario) -> None:
+    """Raises ``ScenarioInvalid`` naming ``notify[i].webhook`` / ``.secret`` for a webhook that could not be told
+    (outside ``CLIFFWATCH_ALLOWED_WEBHOOKS``, denied, a secret unreadable): refused before the load, not found out
+    as a failed delivery when the run ends."""
+    if scenario.notify:
+        notifier = WebhookNotifier(settings.allowed_webhooks, secret_resolver(settings).resolve)
+        if problems := await notifier.problems(scenario.notify):
+            raise ScenarioInvalid(problems, source=scenario.name)
+
+
 @asynccontextmanager
 async def prepare_run(
     settings: Settings,
@@ -200,6 +211,7 @@ async def prepare_run(
     run's connection pool is cut to its share of ``descriptors`` (the process's budget settled at start; by
     default, one run's share of the limit as it is), and the run says so.
     """
+    await check_webhooks(settings, scenario)
     if prepared is None:
         prepared = await prepare_off_loop(scenario, caps=settings.caps, limits=settings.preparation,
                                           data_dirs=settings.data_dirs)  # fmt: skip

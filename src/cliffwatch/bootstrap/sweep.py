@@ -20,6 +20,7 @@ from cliffwatch.adapters.runtime.descriptors import DescriptorBudget, descriptor
 from cliffwatch.adapters.workload.preparation import prepare_off_loop
 from cliffwatch.bootstrap.run import (
     attempt_cap,
+    check_webhooks,
     new_run_id,
     pool_within,
     server_watcher,
@@ -120,6 +121,7 @@ async def prepare_sweep(
     and does not draw from a dataset yet: a scenario with ``request.dataset`` is refused, rather than swept with
     synthetic prompts it did not ask for.
     """
+    await check_webhooks(settings, scenario)
     if scenario.target.request.dataset is not None:
         raise ScenarioInvalid(
             [Problem(path="target.request.dataset", message="sweeps do not draw from datasets yet: sweep a copy "

@@ -22,11 +22,11 @@ from rich.text import Text
 
 from cliffwatch.adapters.documents.suite_files import experiment_scenarios, load_suite
 from cliffwatch.adapters.network.target_access import Destinations
-from cliffwatch.adapters.notify.webhooks import notify
+from cliffwatch.adapters.notify.webhooks import WebhookNotifier, notify
 from cliffwatch.adapters.report.gameday_report import render_gameday_report
 from cliffwatch.adapters.terminal.console import scorecard
 from cliffwatch.adapters.workload.preparation import prepare
-from cliffwatch.bootstrap.run import secret_resolver
+from cliffwatch.bootstrap.run import check_webhooks, secret_resolver
 from cliffwatch.cli.ci import add_junit_option, publish
 from cliffwatch.cli.notify import print_deliveries
 from cliffwatch.cli.output import stdout
@@ -63,8 +63,12 @@ def run_gameday(args: argparse.Namespace, settings: Settings, *, execute: Execut
     for name, scenario in scenarios.items():  # every file each names read and every cap judged, before any load
         try:
             prepare(scenario, caps=settings.caps, limits=settings.preparation, data_dirs=settings.data_dirs)
+            asyncio.run(check_webhooks(settings, scenario))
         except ScenarioInvalid as exc:
             raise ScenarioInvalid(exc.problems, source=f"{suite.name}: experiment {name}") from exc
+    notifier = WebhookNotifier(settings.allowed_webhooks, secret_resolver(settings).resolve)
+    if suite.notify and (problems := asyncio.run(notifier.problems(suite.notify))):
+        raise ScenarioInvalid(problems, source=suite.name)  # refused before the load, not found out at its end
     console = stdout()
     results: dict[str, RunResult] = {}  # each experiment's result as run, for its JUnit checks
 
