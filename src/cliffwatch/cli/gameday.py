@@ -122,7 +122,12 @@ async def _notify(outcome: SuiteOutcome, settings: Settings) -> list[Delivery]:
     return found
 
 
+STOPPED = "stopped: the game day was stopped while its run went on, so it has no verdict"
+
+
 def _state_line(experiment: ExperimentOutcome) -> str:
+    if experiment.stopped:
+        return STOPPED
     if experiment.judgement is not None:
         return f"hypothesis {experiment.judgement.summary()}"
     return f"could not run: {experiment.error}" if experiment.error is not None else "not run"
@@ -135,7 +140,8 @@ def _suite(experiment: ExperimentOutcome, result: RunResult | None) -> CheckSuit
     if result is None or experiment.judgement is None:
         status = CheckStatus.FAILED if experiment.error is not None else CheckStatus.SKIPPED
         check = Check(name=hypothesis, status=status, kind="experiment_failed" if experiment.error else "",
-                      message=experiment.error or "not run: the game day stopped before it")  # fmt: skip
+                      message=experiment.error or (STOPPED if experiment.stopped else "not run: the game day "
+                                                   "stopped before it"))  # fmt: skip
         return CheckSuite(name=name, classname=f"cliffwatch.gameday.{name}", duration_s=0.0, checks=(check,))
     held = experiment.judgement.held
     check = Check(name=hypothesis, status=CheckStatus.PASSED if held else CheckStatus.FAILED,

@@ -29,6 +29,10 @@ class ExperimentRunner(Protocol):
         """Runs one experiment's scenario to its result; raises ``CliffwatchError`` when it cannot run."""
 
 
+class ExperimentNotStarted(CliffwatchError):
+    """An experiment's run was never started: the suite was stopped, or the emergency stop refused it, first."""
+
+
 class SuiteVerdict(StrEnum):
     HELD = "held"
     BROKEN = "broken"
@@ -45,9 +49,12 @@ class ExperimentOutcome:
     result: JudgedRun | None = None  # None: it did not run (failed to start, or the suite stopped before it)
     judgement: Judgement | None = None
     error: str | None = None  # why it could not run
+    stopped: bool = False  # the suite was stopped while it ran: what its run showed is no verdict either way
 
     @property
     def state(self) -> str:
+        if self.stopped:
+            return "stopped"
         if self.judgement is not None:
             return "held" if self.judgement.held else "broken"
         return "failed" if self.error is not None else "not run"
@@ -76,7 +83,7 @@ class SuiteOutcome:
 
     def summary(self) -> str:
         counts = {state: sum(1 for e in self.experiments if e.state == state)
-                  for state in ("held", "broken", "failed", "not run")}  # fmt: skip
+                  for state in ("held", "broken", "failed", "stopped", "not run")}  # fmt: skip
         said = ", ".join(f"{n} {state}" for state, n in counts.items() if n)
         return f"{self.suite.name}: {self.verdict.value} ({said})"
 
@@ -138,12 +145,18 @@ class GamedayService:
                     continue
             try:
                 result = await self.runner.run(experiment)
+            except ExperimentNotStarted:  # the stop came as it started (the emergency stop refused its run)
+                done.append(ExperimentOutcome(experiment=experiment))
+                continue
             except CliffwatchError as exc:
-                if self._halted():  # the stop came as it started (the emergency stop refused its run): it did not run
-                    done.append(ExperimentOutcome(experiment=experiment))
+                if self._halted():  # stopped while its run was queued or running: it ended without a result
+                    done.append(ExperimentOutcome(experiment=experiment, stopped=True))
                     continue
                 done.append(ExperimentOutcome(experiment=experiment, error=str(exc)))
                 verdict = SuiteVerdict.FAILED
+                continue
+            if self._halted():  # stopped while it ran (Ctrl-C, the emergency stop): its partial result is kept
+                done.append(ExperimentOutcome(experiment=experiment, result=result, stopped=True))
                 continue
             # a run its own abort guard stopped breaks its hypothesis (judge says so); a stop of the whole suite
             # comes through ``stop``

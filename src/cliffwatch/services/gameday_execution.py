@@ -40,7 +40,7 @@ from cliffwatch.domain.ports import ControlStore, DeliveryStore, GamedayStore, R
 from cliffwatch.domain.results.result import RunStatus
 from cliffwatch.domain.scenario.notify_spec import Delivery
 from cliffwatch.domain.service.gamedays import ExperimentRecord, ExperimentState, Gameday, GamedayEnd, GamedayStatus
-from cliffwatch.services.gameday import GamedayService, SuiteOutcome
+from cliffwatch.services.gameday import ExperimentNotStarted, GamedayService, SuiteOutcome
 from cliffwatch.services.ports import Notifier
 from cliffwatch.services.runs import RunRequest, RunsService
 from cliffwatch.services.store_values import stop_reason
@@ -50,7 +50,7 @@ RUN_POLL_S = 0.5
 EMERGENCY = stop_reason("")  # how the reason of a run the emergency stop ended begins
 
 
-class _Stopped(CliffwatchError):
+class _Stopped(ExperimentNotStarted):
     """The suite was stopped while an experiment was starting: it did not run."""
 
 
@@ -117,7 +117,7 @@ class GamedayExecution:
             run, _ = await self.runs.submit(self.requests[experiment.name])
         except (EmergencyStopActive, EmergencyStopNotRecorded) as exc:
             self.stop(str(exc))
-            raise
+            raise ExperimentNotStarted(str(exc)) from exc
         self._current = run.id
         self._record(experiment.name, state=ExperimentState.RUNNING, run_id=run.id)
         try:

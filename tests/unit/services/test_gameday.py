@@ -97,7 +97,10 @@ async def test_a_stop_during_an_experiment_ends_the_whole_suite() -> None:
     assert outcome.verdict is SuiteVerdict.STOPPED
     assert outcome.exit_code == 130
     assert runner.ran == ["a"]
-    assert [e.state for e in outcome.experiments] == ["held", "not run"]
+    # stopped while it ran: what its run showed is no verdict either way, and its result is kept
+    assert [e.state for e in outcome.experiments] == ["stopped", "not run"]
+    assert outcome.experiments[0].result is HEALTHY
+    assert outcome.summary() == "gd: stopped (1 stopped, 1 not run)"
 
 
 async def test_the_combined_document_holds_each_experiments_full_result() -> None:

@@ -153,7 +153,8 @@ async def test_a_stop_ends_the_suite_with_no_experiment_queued_after_it(parts: P
     await parts.gamedays.abort(gameday.id, "drill")
     done = await parts.ended(gameday.id)
     assert (done.verdict, done.reason, done.abort_requested) == ("stopped", "drill", "drill")
-    assert [e.state for e in done.experiments] == [ExperimentState.NOT_RUN, ExperimentState.NOT_RUN]
+    # its run was queued when the stop came (and aborted at once): stopped, not judged; the next one never ran
+    assert [e.state for e in done.experiments] == [ExperimentState.STOPPED, ExperimentState.NOT_RUN]
     run = await parts.store.get_run(done.experiments[0].run_id or "")
     assert run is not None
     assert run.status is RunStatus.ABORTED  # queued when it was stopped: aborted at once, never run

@@ -14,7 +14,7 @@ from typing import Any
 
 from cliffwatch.adapters.report.render import page, render_run_report
 
-_STATE_CLASS = {"held": "ok", "broken": "warn", "failed": "warn", "not run": "muted"}
+_STATE_CLASS = {"held": "ok", "broken": "warn", "failed": "warn", "stopped": "muted", "not run": "muted"}
 
 
 def render_gameday_report(document: Mapping[str, Any]) -> str:

@@ -33,6 +33,7 @@ class ExperimentState(StrEnum):
     HELD = "held"
     BROKEN = "broken"
     FAILED = "failed"  # its run could not run (or ended without a result)
+    STOPPED = "stopped"  # the suite was stopped while its run was queued or running: no verdict on it
     NOT_RUN = "not run"  # the suite ended before it
 
 
