@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from loadgen_testkit import Handler, Seen, Serve, Served
+from loadgen_testkit import TRANSPORT, Handler, Seen, Serve, Served
 
 
 @pytest.fixture
@@ -41,3 +41,13 @@ async def serve() -> AsyncIterator[Serve]:
     for server, served in servers:
         served.release.set()
         await server.close()
+
+
+@pytest.fixture(params=["aiohttp", "lean"])
+def over_each_transport(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Runs a test once a transport (``client.transport``), its scenarios made by ``scenario_for``."""
+    TRANSPORT["value"] = request.param
+    try:
+        yield request.param
+    finally:
+        TRANSPORT["value"] = "aiohttp"

@@ -133,6 +133,11 @@ async def send_events(request: web.Request, events: Iterable[bytes], *, gap_s: f
     return response
 
 
+# The transport ``scenario_for`` gives a scenario's client unless the test names one: a module's tests run over
+# each transport by setting it (``over_each_transport``), so aiohttp and the lean client are held to one suite.
+TRANSPORT = {"value": "aiohttp"}
+
+
 def scenario_for(
     url: str,
     *,
@@ -150,7 +155,7 @@ def scenario_for(
             "seed": 3,
             "slo": slo or {"e2e_ms": 1000, "timeout_ms": 3000},
             "target": {"url": url, "api": api, "request": {**template, **(request or {})}},
-            "client": client or {},
+            "client": {"transport": TRANSPORT["value"], **(client or {})},
             "phases": phases
             or [{"name": "only", "role": "baseline", "duration_s": 1, "arrival": {"process": "constant", "rate": 1}}],
         }

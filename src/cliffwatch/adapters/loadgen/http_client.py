@@ -21,16 +21,19 @@ from urllib.parse import quote
 import aiohttp
 
 from cliffwatch import __version__
-from cliffwatch.adapters.loadgen.answer_reader import MAX_ERROR_BODY, AnswerReader
+from cliffwatch.adapters.loadgen.answer_reader import MAX_ERROR_BODY
 from cliffwatch.adapters.loadgen.attempt_state import AttemptState
 from cliffwatch.adapters.loadgen.attempt_trace import AttemptTrace, attempt_trace_config
 from cliffwatch.adapters.loadgen.bodies import RequestBodies
 from cliffwatch.adapters.loadgen.pinned_resolver import PinnedResolver, PinRefused
 from cliffwatch.adapters.loadgen.prompt_fitting import fit_prompts
 from cliffwatch.adapters.loadgen.redirects import Hop
+from cliffwatch.adapters.loadgen.wire.pool import WirePool
+from cliffwatch.adapters.loadgen.wire.reader import WireReader
 from cliffwatch.adapters.network.target_access import Destinations
 from cliffwatch.domain.errors import TargetUnreachable
 from cliffwatch.domain.outcomes import Attempt
+from cliffwatch.domain.scenario.client_spec import Transport
 from cliffwatch.domain.scenario.dataset import LoadedDataset
 from cliffwatch.domain.scenario.retry import FailureKind
 from cliffwatch.domain.scenario.scenario import Scenario
@@ -54,8 +57,10 @@ MIN_QUOTED = 4  # shorter query values are not masked in error texts (they would
 PROMPT_ROUND = 1 << 28
 
 
-class HttpExecutor(AnswerReader):
-    """Implements ``AttemptExecutor`` over HTTP for the scenario's API (OpenAI chat/completions or plain)."""
+class HttpExecutor(WireReader):
+    """Implements ``AttemptExecutor`` over HTTP for the scenario's API (OpenAI chat/completions or plain): the
+    attempts over the scenario's ``client.transport`` (aiohttp, or the lean client of ``wire``); the preflight and
+    the prompt calibration over aiohttp in either case."""
 
     def __init__(
         self,
@@ -103,6 +108,7 @@ class HttpExecutor(AnswerReader):
         self._calibrate = calibrate and self.openai
         self._server_lengths = server_lengths  # request.tokenizer: server: fit these with the target's /tokenize
         self._session: aiohttp.ClientSession | None = None
+        self._heads = {}
         # Each conversation's turns so far (the user's prompts and the server's real replies, as JSON-ready
         # pieces), for the next turn to resend; forgotten when the conversation ends.
         self._histories: dict[int, list[bytes]] = {}
@@ -138,9 +144,17 @@ class HttpExecutor(AnswerReader):
             connector=connector, trace_configs=[trace], timeout=self._timeout, trust_env=False,
             cookie_jar=aiohttp.DummyCookieJar(),
         )  # fmt: skip
+        if client.transport is Transport.LEAN:
+            read_s = None if client.read_timeout_ms is None else client.read_timeout_ms / 1000.0
+            connect_s = client.connect_timeout_ms / 1000.0
+            self._wire = WirePool(self.destinations, limit=client.pool_size, connect_timeout_s=connect_s,
+                                  read_timeout_s=read_s)  # fmt: skip
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        if self._wire is not None:
+            await self._wire.close()
+            self._wire = None
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -209,7 +223,10 @@ class HttpExecutor(AnswerReader):
                 hop: Hop | None = Hop(method=self.method, url=self.url, body=body, headers=headers)
                 hops = 0
                 while hop is not None:
-                    hop = await self._exchange(session, hop, hops, state, timing, headers)
+                    if self._wire is not None:
+                        hop = await self._wire_exchange(hop, hops, state, timing, headers)
+                    else:
+                        hop = await self._exchange(session, hop, hops, state, timing, headers)
                     hops += 1
         except aiohttp.ServerTimeoutError as exc:
             # aiohttp's own limits (connect, read gap) are TimeoutErrors too, but not the attempt's limit.

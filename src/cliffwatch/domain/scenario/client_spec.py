@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from cliffwatch.domain.outcomes import Slo
 from cliffwatch.domain.scenario.retry import RetryPolicy, parse_retry
@@ -11,6 +12,14 @@ from cliffwatch.domain.validation import Reader, short_repr
 MAX_REDIRECTS = 20  # hops a followed redirect chain may take (browsers stop at 20)
 AUTO_WORKERS = 0  # client.workers: auto (resolved to the machine's cores by the composition root)
 MAX_WORKERS = 256
+
+
+class Transport(StrEnum):
+    """What carries the load: aiohttp's client, or the lean HTTP/1.1 client on asyncio Protocols
+    (``adapters/loadgen/wire``: a fraction of aiohttp's CPU a request, measured in docs/design.md)."""
+
+    AIOHTTP = "aiohttp"
+    LEAN = "lean"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -28,6 +37,7 @@ class ClientSpec:
     # None: the generator runs in the run's own process. N: in N worker processes, each sending its share of
     # the plan (``domain.traffic.shards``); ``AUTO_WORKERS``: one a usable core (``worker_count``).
     workers: int | None = None
+    transport: Transport = Transport.AIOHTTP
 
 
 def parse_client(reader: Reader, slo: Slo | None) -> ClientSpec | None:
@@ -40,6 +50,7 @@ def parse_client(reader: Reader, slo: Slo | None) -> ClientSpec | None:
     follow = reader.boolean("follow_redirects", False)
     hops = reader.number("max_redirects", 5, ge=1, le=MAX_REDIRECTS, integer=True)
     workers = parse_workers(reader)
+    transport = reader.string("transport", Transport.AIOHTTP.value, choices=tuple(t.value for t in Transport))
     reader.done()
     if reader.has("max_redirects") and follow is False:
         reader.error("max_redirects", "only applies with follow_redirects: true")
@@ -52,6 +63,7 @@ def parse_client(reader: Reader, slo: Slo | None) -> ClientSpec | None:
         or (reader.has("read_timeout_ms") and read is None)
         or (reader.has("attempt_timeout_ms") and attempt is None)
         or (reader.has("workers") and workers is None)
+        or transport is None
     ):
         return None
     assert retry is not None
@@ -65,6 +77,7 @@ def parse_client(reader: Reader, slo: Slo | None) -> ClientSpec | None:
         follow_redirects=bool(follow),
         max_redirects=hops,
         workers=workers,
+        transport=Transport(transport),
     )
 
 

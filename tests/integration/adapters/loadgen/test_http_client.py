@@ -36,6 +36,7 @@ from cliffwatch.domain.scenario.scenario import Scenario
 from cliffwatch.domain.traffic.plan import PlannedRequest
 
 GAP_S = 0.05  # the servers' pause between writes, where a test needs the client to see them apart
+pytestmark = pytest.mark.usefixtures("over_each_transport")  # aiohttp and the lean client, held to one suite
 
 
 async def one_attempt(

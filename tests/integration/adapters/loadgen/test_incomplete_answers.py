@@ -26,6 +26,8 @@ from cliffwatch.domain.scenario.retry import FailureKind
 from cliffwatch.domain.scenario.scenario import Scenario
 from cliffwatch.services.memory import CollectingObserver
 
+pytestmark = pytest.mark.usefixtures("over_each_transport")  # aiohttp and the lean client alike
+
 FIXTURES = Path(__file__).parents[3] / "fixtures" / "sse"
 INTERRUPTED = (FIXTURES / "llama-cpp-python-chat-stream-interrupted.txt").read_bytes()
 DONE = b"data: [DONE]\n\n"

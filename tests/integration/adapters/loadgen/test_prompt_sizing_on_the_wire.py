@@ -30,6 +30,8 @@ from cliffwatch.services.memory import CollectingObserver
 from engines.unsized_server import refuses_probes
 from tokenizer_kit import CHAT_TEMPLATE, train_tokenizer
 
+pytestmark = pytest.mark.usefixtures("over_each_transport")  # aiohttp and the lean client alike
+
 DONE = b"data: [DONE]\n\n"
 PHASES = [{"name": "only", "role": "baseline", "duration_s": 1, "arrival": {"process": "constant", "rate": 40}}]
 

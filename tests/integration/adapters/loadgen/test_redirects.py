@@ -19,6 +19,8 @@ from cliffwatch.domain.scenario.scenario import Scenario
 from cliffwatch.domain.security.allowlist import Allowlist, parse_allowlist
 from cliffwatch.domain.traffic.rate_limit import RateLimit, TokenBucket
 
+pytestmark = pytest.mark.usefixtures("over_each_transport")  # aiohttp and the lean client alike
+
 CREDENTIALS = {
     "Authorization": "Bearer sk-target",
     "Proxy-Authorization": "Basic cHJveHk=",

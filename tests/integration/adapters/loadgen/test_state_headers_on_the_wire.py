@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from aiohttp import web
 from loadgen_testkit import CHAT_NONSTREAM, Serve, planned, scenario_for
 
@@ -13,6 +14,8 @@ from cliffwatch.domain.outcomes import Attempt
 from cliffwatch.domain.results.metrics import RunAggregator
 from cliffwatch.domain.results.result import state_headers_summary as state_summary
 from cliffwatch.domain.traffic.plan import phase_windows
+
+pytestmark = pytest.mark.usefixtures("over_each_transport")  # aiohttp and the lean client alike
 
 TGI_HEADERS = {  # what TGI's generate_internal sets on a whole answer (router/src/server.rs)
     "x-compute-type": "1-nvidia-a10g", "x-compute-time": "0.111191439", "x-compute-characters": "23",

@@ -396,6 +396,8 @@ _INVALID: list[tuple[dict[str, Any], list[str]]] = [
         {"client.follow_redirects": True, "client.max_redirects": 21},
         ["client.max_redirects: must be <= 20"],
     ),
+    # what carries the load
+    ({"client.transport": "curl"}, ["client.transport: must be one of aiohttp, lean; got 'curl'"]),
     # which request keys belong to which api
     ({"target.request.body": {"x": 1}}, ["target.request.body: unknown key"]),
     (

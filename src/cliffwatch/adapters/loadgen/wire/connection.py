@@ -48,6 +48,7 @@ class WireConnection(asyncio.Protocol):
         self._sink: Sink | None = None
         self._done: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._deadline: asyncio.TimerHandle | None = None  # ``finish_within``'s
         self._status = 0
         self._reason = ""
         self._headers: list[Header] = []
@@ -132,6 +133,19 @@ class WireConnection(asyncio.Protocol):
             self._arm_timer()
         return self._done
 
+    def finish_within(self, seconds: float) -> None:
+        """Ends the exchange after ``seconds`` unless its answer ended by then: for what follows an answer already
+        known (an error's body, the end of a stream after its [DONE]), which a server could keep open. Ended so,
+        the connection is closed, not reused."""
+        if self._done is not None and not self._done.done() and self._deadline is None:
+            self._deadline = asyncio.get_running_loop().call_later(seconds, self._end_early)
+
+    def _end_early(self) -> None:
+        self._deadline = None
+        self._wanted = False
+        self._complete()
+        self.close()
+
     def close(self) -> None:
         self.reusable = False
         if self.transport is not None and not self.closed:
@@ -145,12 +159,18 @@ class WireConnection(asyncio.Protocol):
 
     def _complete(self) -> None:
         self._cancel_timer()
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
         done, self._sink = self._done, None
         if done is not None and not done.done():
             done.set_result(None)
 
     def _fail(self, exc: Exception) -> None:
         self._cancel_timer()
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
         self._sink = None
         self._wanted = False
         if self._done is not None and not self._done.done():

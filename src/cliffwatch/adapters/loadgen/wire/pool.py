@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import time
 from collections import deque
 from dataclasses import dataclass
 
+from cliffwatch.adapters.loadgen.attempt_trace import AttemptTrace
 from cliffwatch.adapters.loadgen.pinned_resolver import PinRefused
 from cliffwatch.adapters.loadgen.wire.connection import WireConnection
 from cliffwatch.adapters.loadgen.wire.failures import ConnectFailed, ConnectTimedOut, WireFailure
@@ -45,8 +47,9 @@ class WirePool:
         self._tls: ssl.SSLContext | None = None
         self._closed = False
 
-    async def acquire(self, origin: Origin) -> WireConnection:
-        """An idle connection to ``origin``, or a new one when the pool has room; else waits its turn."""
+    async def acquire(self, origin: Origin, trace: AttemptTrace | None = None) -> WireConnection:
+        """An idle connection to ``origin``, or a new one when the pool has room; else waits its turn. ``trace``
+        hears how long it waited and whether a connection was being opened for it (whose a timeout is)."""
         while True:
             if self._closed:
                 raise ConnectFailed("the run's connection pool is closed")
@@ -56,10 +59,18 @@ class WirePool:
                 if not connection.closed:
                     return connection
             if self._open < self.limit:
-                return await self._connect(origin)
+                if trace is None:
+                    return await self._connect(origin)
+                trace.connecting = True
+                try:
+                    return await self._connect(origin)
+                finally:
+                    trace.connecting = False
             self._close_idle_elsewhere(origin)  # its room frees when it has closed: wait for that, as for any
             waiter = asyncio.get_running_loop().create_future()
             self._waiters.append(waiter)
+            if trace is not None and not trace.queued_start:
+                trace.queued_start = time.perf_counter_ns()
             try:
                 await waiter
             except BaseException:
@@ -69,6 +80,8 @@ class WirePool:
             finally:
                 if waiter in self._waiters:
                     self._waiters.remove(waiter)
+                if trace is not None:
+                    trace.close(time.perf_counter_ns())  # the wait so far counted; another begins if it waits again
 
     def release(self, connection: WireConnection, origin: Origin) -> None:
         """Back to the pool after an exchange: kept idle when reusable, closed otherwise."""
