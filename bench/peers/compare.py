@@ -238,7 +238,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not (REPO / ".venv/bin/cliffwatch").exists():
         raise SystemExit("run `make check` first: the benchmark runs the repository's .venv/bin/cliffwatch")
-    known: dict[str, Tool] = {t.name: t for t in (Cliffwatch(), Cliffwatch(workers=2), Vegeta(), GuideLLM(), AIPerf())}
+    cliffwatches = (
+        Cliffwatch(),
+        Cliffwatch(workers=2),
+        Cliffwatch(transport="lean"),
+        Cliffwatch(workers=2, transport="lean"),
+    )
+    known: dict[str, Tool] = {t.name: t for t in (*cliffwatches, Vegeta(), GuideLLM(), AIPerf())}
     wanted = [known[name.strip()] for name in args.tools.split(",")]
     versions = {"vegeta": install.VEGETA, **{t.name: install.PYTHON_PEERS[t.name] for t in wanted
                                             if t.name in install.PYTHON_PEERS}}  # fmt: skip

@@ -90,14 +90,17 @@ class Vegeta:
 
 
 class Cliffwatch:
-    """``cliffwatch run`` as a user runs it; ``workers`` > 1 runs ``client.workers`` processes, unpinned."""
+    """``cliffwatch run`` as a user runs it; ``workers`` > 1 runs ``client.workers`` processes, unpinned;
+    ``transport`` is its ``client.transport`` (``cliffwatch-lean``: the lean HTTP/1.1 client)."""
 
     streams = True
     plain = True
 
-    def __init__(self, workers: int = 1) -> None:
+    def __init__(self, workers: int = 1, transport: str = "aiohttp") -> None:
         self.workers = workers
-        self.name = "cliffwatch" if workers == 1 else f"cliffwatch-w{workers}"
+        self.transport = transport
+        self.name = ("cliffwatch" if workers == 1 else f"cliffwatch-w{workers}") + (
+            "" if transport == "aiohttp" else f"-{transport}")  # fmt: skip
         self.pinned = workers == 1
         self.exit_ok = frozenset({0, 1})  # 1: the scorecard failed (a one-phase scenario has no recovery)
 
@@ -106,7 +109,7 @@ class Cliffwatch:
         if load.streams:
             target = {"url": load.base_url, "api": "openai-chat",
                       "request": {"model": "bench", "prompt_tokens": 64, "max_tokens": load.chunks}}  # fmt: skip
-        client: dict[str, Any] = {"pool_size": 1000, "max_in_flight": 10_000}
+        client: dict[str, Any] = {"pool_size": 1000, "max_in_flight": 10_000, "transport": self.transport}
         if self.workers > 1:
             client["workers"] = self.workers
         document = {
