@@ -13,6 +13,7 @@ resolver answers only the run's pins, aiohttp never follows a redirect, and a 3x
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -132,6 +133,9 @@ class HttpExecutor(WireReader):
             limit_per_host=client.pool_size,
             resolver=PinnedResolver(self.destinations),
             use_dns_cache=False,
+            # The system's roots as they are when the run starts (SSL_CERT_FILE included), as the lean pool reads
+            # them: aiohttp's own default context is made once, when it is imported.
+            ssl=ssl.create_default_context(),
         )
         self._timeout = aiohttp.ClientTimeout(
             total=None,
