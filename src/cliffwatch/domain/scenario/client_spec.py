@@ -37,7 +37,7 @@ class ClientSpec:
     # None: the generator runs in the run's own process. N: in N worker processes, each sending its share of
     # the plan (``domain.traffic.shards``); ``AUTO_WORKERS``: one a usable core (``worker_count``).
     workers: int | None = None
-    transport: Transport = Transport.AIOHTTP
+    transport: Transport = Transport.LEAN
 
 
 def parse_client(reader: Reader, slo: Slo | None) -> ClientSpec | None:
@@ -50,7 +50,7 @@ def parse_client(reader: Reader, slo: Slo | None) -> ClientSpec | None:
     follow = reader.boolean("follow_redirects", False)
     hops = reader.number("max_redirects", 5, ge=1, le=MAX_REDIRECTS, integer=True)
     workers = parse_workers(reader)
-    transport = reader.string("transport", Transport.AIOHTTP.value, choices=tuple(t.value for t in Transport))
+    transport = reader.string("transport", Transport.LEAN.value, choices=tuple(t.value for t in Transport))
     reader.done()
     if reader.has("max_redirects") and follow is False:
         reader.error("max_redirects", "only applies with follow_redirects: true")
