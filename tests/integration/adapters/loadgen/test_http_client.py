@@ -298,6 +298,25 @@ async def test_a_plain_http_target_gets_a_get_and_any_2xx_succeeds_whatever_the_
     assert (seen.method, seen.path, seen.body) == ("GET", "/health", b"")
 
 
+async def test_a_head_request_ends_at_its_answers_head_whatever_length_it_announces(serve: Serve) -> None:
+    """A HEAD's answer announces the length of a body it never sends: the attempt ends with the head, promptly,
+    and the next request is answered in full."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        return web.Response(text="x" * 1000)  # aiohttp sends its Content-Length, and no body to a HEAD
+
+    served = await serve(handler)
+    scenario = scenario_for(served.url, api="http", request={"method": "HEAD", "path": "/probe"})
+    async with HttpExecutor(scenario, served.url) as executor:
+        for number in (1, 2):
+            began = time.perf_counter()
+            attempt = await executor.attempt(planned(number), 1, 3.0, origin_ns=0, deadline_bound=False)
+            assert attempt.succeeded, attempt.error
+            assert attempt.status == 200
+            assert time.perf_counter() - began < 1.0  # not held until the attempt's timeout
+    assert [(r.method, r.path) for r in served.requests] == [("HEAD", "/probe")] * 2
+
+
 async def test_a_cookie_the_target_sets_is_never_sent_with_later_requests(serve: Serve) -> None:
     # Each planned request is another user: one user's session cookie must not ride on everyone's requests.
     async def handler(request: web.Request) -> web.StreamResponse:

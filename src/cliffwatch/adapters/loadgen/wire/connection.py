@@ -54,6 +54,7 @@ class WireConnection(asyncio.Protocol):
         self._headers: list[Header] = []
         self._delimited = False  # the answer says where its body ends (Content-Length or chunked)
         self._wanted = True
+        self._bodiless = False  # the answer to a HEAD: its length describes a body that never comes
 
     # asyncio.Protocol
 
@@ -102,10 +103,19 @@ class WireConnection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         self._status = self._parser.get_status_code()
+        if 100 <= self._status < 200:  # an interim answer (103 Early Hints): the real one follows on this connection
+            self._status, self._headers, self._delimited = 0, [], False
+            return
         if self._sink is not None:
             self._sink.head(self._status, self._reason, self._headers, time.perf_counter_ns())
         if self._status in (204, 304):
             self._delimited = True  # no body, whatever the headers say
+        if self._bodiless and self._wanted:
+            # llhttp cannot be told the request was a HEAD, so it would wait for the body the length announces:
+            # the answer ends here, and the connection with it (its parser would misread what comes next)
+            self._wanted = False
+            self._complete()
+            self.close()
 
     def on_body(self, body: bytes) -> None:
         if self._wanted and self._sink is not None and not self._sink.body(body, time.perf_counter_ns()):
@@ -114,20 +124,24 @@ class WireConnection(asyncio.Protocol):
             self.close()
 
     def on_message_complete(self) -> None:
+        if not self._status:
+            return  # the end of an interim answer
         if self._wanted:
             self.reusable = self._parser.should_keep_alive()
             self._complete()
 
     # the exchange
 
-    def send(self, request: bytes, sink: Sink) -> asyncio.Future[None]:
-        """Writes ``request`` and returns the future of its answer; the sink hears it as it arrives."""
+    def send(self, request: bytes, sink: Sink, *, bodiless: bool = False) -> asyncio.Future[None]:
+        """Writes ``request`` and returns the future of its answer; the sink hears it as it arrives. ``bodiless``:
+        the request was a HEAD, whose answer has no body whatever its headers say."""
         if self.transport is None or self.closed:
             raise ConnectionClosed("the connection closed before the request was written", answered=False)
         loop = asyncio.get_running_loop()
         self._sink, self._done = sink, loop.create_future()
         self._status, self._reason, self._headers = 0, "", []
         self._delimited, self._wanted, self.answered, self.reusable = False, True, False, False
+        self._bodiless = bodiless
         self.transport.write(request)
         if self._read_timeout_s is not None:
             self._arm_timer()

@@ -70,7 +70,7 @@ class WireReader(AnswerReader):
             return None
         answer = WireAnswer(state, self, connection, stream=self.stream, openai=self.openai)
         try:
-            done = connection.send(request, answer)
+            done = connection.send(request, answer, bodiless=hop.method == "HEAD")
             timing.sent = True
             await done
         except WireFailure as exc:

@@ -174,6 +174,32 @@ async def test_a_body_without_a_length_ends_when_the_server_closes() -> None:
     server.close()
 
 
+async def test_an_interim_answer_is_skipped_for_the_real_one_that_follows() -> None:
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+        await reader.read()  # keeps the connection open: the answer's length ends it
+        writer.close()
+        await writer.wait_closed()
+        finished.set()
+
+    finished = asyncio.Event()
+    server = await raw_server(answer)
+    base, origin = raw_origin(server)
+    pool, sink = await pool_for(base), Collected()
+    connection = await pool.acquire(origin)
+    await connection.send(request("/"), sink)
+    assert (sink.status, sink.text) == (200, b"ok")
+    assert sink.headers == [(b"Content-Length", b"2")]  # the interim answer's Link is not the answer's
+    assert connection.reusable
+    pool.release(connection, origin)
+    await pool.close()
+    await asyncio.wait_for(finished.wait(), 5)
+    server.close()
+
+
 @pytest.mark.parametrize(
     ("answer_bytes", "failure", "message"),
     [
