@@ -11,13 +11,12 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from cliffwatch.adapters.store import SqlStore, create_engine
+from cliffwatch.domain.gameday_ports import DeliveryStore, GamedayStore
 from cliffwatch.domain.histogram import Histogram
 from cliffwatch.domain.outcomes import NS_PER_MS, Attempt, Outcome, RequestRecord, TokenSource
 from cliffwatch.domain.ports import (
     ControlStore,
-    DeliveryStore,
     FaultLedger,
-    GamedayStore,
     LeaderLock,
     RunStore,
     ScenarioStore,

@@ -36,7 +36,8 @@ from cliffwatch.domain.errors import CliffwatchError, EmergencyStopActive, Emerg
 from cliffwatch.domain.gameday.hypothesis import JudgedRun, judge
 from cliffwatch.domain.gameday.stored_result import StoredResult
 from cliffwatch.domain.gameday.suite_spec import ExperimentSpec, SuiteSpec
-from cliffwatch.domain.ports import ControlStore, DeliveryStore, GamedayStore, RunStore
+from cliffwatch.domain.gameday_ports import DeliveryStore, GamedayStore
+from cliffwatch.domain.ports import ControlStore, RunStore
 from cliffwatch.domain.results.result import RunStatus
 from cliffwatch.domain.scenario.notify_spec import Delivery
 from cliffwatch.domain.service.gamedays import ExperimentRecord, ExperimentState, Gameday, GamedayEnd, GamedayStatus

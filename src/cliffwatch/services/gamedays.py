@@ -37,7 +37,8 @@ from cliffwatch.domain.errors import (
 )
 from cliffwatch.domain.gameday.shown_suite import shown_suite
 from cliffwatch.domain.gameday.suite_spec import ExperimentSpec, SuiteSpec, parse_suite, target_overrides, with_target
-from cliffwatch.domain.ports import ControlStore, DeliveryStore, GamedayStore, RunStore, ScenarioStore
+from cliffwatch.domain.gameday_ports import DeliveryStore, GamedayStore
+from cliffwatch.domain.ports import ControlStore, RunStore, ScenarioStore
 from cliffwatch.domain.security.redaction import restore
 from cliffwatch.domain.service.gamedays import ExperimentRecord, ExperimentState, Gameday, GamedayStatus
 from cliffwatch.domain.service.runs import Overrides, Trigger

@@ -18,7 +18,7 @@ from typing import Any
 import structlog
 
 from cliffwatch.domain.errors import CliffwatchError
-from cliffwatch.domain.ports import DeliveryStore
+from cliffwatch.domain.gameday_ports import DeliveryStore
 from cliffwatch.domain.results.notices import run_events, run_notice, stored_summary, sweep_events, sweep_notice
 from cliffwatch.domain.scenario.notify_spec import RUN_DEFAULTS, SWEEP_DEFAULTS, Delivery
 from cliffwatch.domain.scenario.scenario import Scenario

@@ -15,7 +15,8 @@ from aiohttp import web
 
 from cliffwatch.adapters.api.metrics import ServiceMetrics
 from cliffwatch.config import Settings
-from cliffwatch.domain.ports import DeliveryStore, RunStore
+from cliffwatch.domain.gameday_ports import DeliveryStore
+from cliffwatch.domain.ports import RunStore
 from cliffwatch.domain.service.runs import ApiToken, TokenRole
 from cliffwatch.domain.traffic.rate_limit import KeyedBuckets
 from cliffwatch.services.catalog import ScenarioCatalog
