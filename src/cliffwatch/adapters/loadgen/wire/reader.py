@@ -40,7 +40,7 @@ class WireReader(AnswerReader):
     """``AnswerReader`` with the lean transport's exchange; ``_wire`` is the run's pool, opened by the executor."""
 
     _wire: WirePool | None = None
-    _heads: dict[tuple[str, str, int], tuple[Origin, bytes]]
+    _heads: dict[tuple[str, str, tuple[tuple[str, str], ...]], tuple[Origin, bytes]]
 
     async def _wire_exchange(self, hop: Hop, hops: int, state: AttemptState, timing: AttemptTrace,
                              headers: dict[str, str]) -> Hop | None:  # fmt: skip
@@ -88,7 +88,9 @@ class WireReader(AnswerReader):
     def _head(self, hop: Hop) -> tuple[Origin, bytes]:
         """The hop's origin and its request head up to (not including) its length and the blank line."""
         heads = self._heads
-        key = (hop.method, hop.url, id(hop.headers))
+        # by the headers' content, not their dict's id: a redirect's headers are a dict of their own, freed after
+        # the hop, and a later one at the same address must not be written with an earlier hop's headers
+        key = (hop.method, hop.url, tuple(hop.headers.items()))
         found = heads.get(key)
         if found is not None:
             return found

@@ -10,7 +10,7 @@ import pytest
 
 from cliffwatch.adapters.loadgen.redirects import Hop
 from cliffwatch.adapters.loadgen.wire.pool import Origin
-from cliffwatch.adapters.loadgen.wire.reader import _head
+from cliffwatch.adapters.loadgen.wire.reader import WireReader, _head
 
 
 def head(url: str, headers: dict[str, str] | None = None, method: str = "POST") -> tuple[Origin, list[str]]:
@@ -43,3 +43,17 @@ def test_a_header_with_a_line_break_or_a_url_without_a_host_is_refused() -> None
         head("http://127.0.0.1:8000/", {"X-Evil": "a\r\nX-Injected: 1"})
     with pytest.raises(ValueError, match="http"):
         head("ftp://127.0.0.1/")
+
+
+def test_a_kept_head_is_found_by_its_headers_content_never_by_another_dict_that_took_its_place() -> None:
+    """A redirect's headers are a dict of their own, freed after the hop: a later hop to the same URL with other
+    headers (its credentials dropped, say) must be written with its own."""
+    reader = WireReader.__new__(WireReader)
+    reader._heads = {}
+    url = "http://127.0.0.1:8000/v1"
+    _, first = reader._head(Hop(method="GET", url=url, body=None, headers={"Authorization": "Bearer t"}))
+    _, second = reader._head(Hop(method="GET", url=url, body=None, headers={}))
+    assert b"Bearer t" in first
+    assert b"Bearer t" not in second
+    _, again = reader._head(Hop(method="GET", url=url, body=None, headers={"Authorization": "Bearer t"}))
+    assert again is first  # the same content: the head made once is reused
