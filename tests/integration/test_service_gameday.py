@@ -9,51 +9,19 @@ import asyncio
 import hashlib
 import hmac
 import json
-import threading
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 from test_service_api import SMALL, call, served_instance
+from webhook_kit import webhook_receiver
 
 pytestmark = pytest.mark.slow
 KEY = "service-gameday-key"
-arrivals: list[float] = []  # when each webhook call arrived (wall clock, as the service's finished_at)
 SETTINGS = {"TARGET_GAMEDAY_KEY": KEY}
-
-
-@contextmanager
-def receiver() -> Iterator[tuple[str, list[tuple[dict[str, str], bytes]]]]:
-    """A loopback webhook receiver: its URL, and every (headers, body) it was sent (when: ``arrivals``)."""
-    received: list[tuple[dict[str, str], bytes]] = []
-    arrivals.clear()
-
-    class Hook(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-            received.append((dict(self.headers.items()), body))
-            arrivals.append(time.time())
-            self.send_response(204)
-            self.end_headers()
-
-        def log_message(self, *args: object) -> None:
-            return None
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Hook)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/hooks/T000/secret-path", received
-    finally:
-        server.shutdown()
-        thread.join(5)
-        server.server_close()
 
 
 def ended(base: str, token: str, gameday_id: str, *, within_s: float = 120) -> dict[str, Any]:
@@ -66,7 +34,10 @@ def ended(base: str, token: str, gameday_id: str, *, within_s: float = 120) -> d
 
 def two_experiments(database_url: str, tmp_path: Path) -> None:
     hopeless = {**SMALL, "name": "hopeless", "slo": {"e2e_ms": 1, "timeout_ms": 2000}}  # an SLO nothing can meet
-    with receiver() as (hook, received), served_instance(database_url, tmp_path, settings=SETTINGS) as (base, admin):
+    with (
+        webhook_receiver() as (origin, received),
+        served_instance(database_url, tmp_path, settings=SETTINGS) as (base, admin),
+    ):
         assert call(base, admin, "PUT", "/api/v1/scenarios/small", SMALL)[0] in (200, 201)
         suite = {
             "name": "service-gameday",
@@ -74,7 +45,7 @@ def two_experiments(database_url: str, tmp_path: Path) -> None:
                 {"scenario": "small", "expect": {"no_capped": True}},
                 {"scenario": hopeless, "expect": {"score_at_least": 90}, "pause_before_s": 1},
             ],
-            "notify": [{"webhook": hook, "secret": {"secret": "env:TARGET_GAMEDAY_KEY"}}],
+            "notify": [{"webhook": f"{origin}/hooks/T000/secret-path", "secret": {"secret": "env:TARGET_GAMEDAY_KEY"}}],
         }
         status, started = call(base, admin, "POST", "/api/v1/gamedays", suite)
         assert status == 202, started
@@ -104,16 +75,17 @@ def two_experiments(database_url: str, tmp_path: Path) -> None:
                 "notifications"]) < 2:  # fmt: skip
             assert time.monotonic() < deadline, told
             time.sleep(0.3)
-        assert sorted(json.loads(body)["event"] for _, body in received) == ["finished", "hypothesis_broken"]
+        assert sorted(json.loads(told_one.body)["event"] for told_one in received) == ["finished", "hypothesis_broken"]
         ended_at = datetime.fromisoformat(done["finished_at"]).timestamp()
-        assert all(at >= ended_at for at in arrivals)  # the verdict was recorded before any webhook heard of it
-        for headers, body in received:
+        # the verdict was recorded before any webhook heard of it
+        assert all(told_one.at >= ended_at for told_one in received)
+        for told_one in received:
+            headers, body = told_one.headers, told_one.body
             stamp = headers["X-Cliffwatch-Timestamp"]
             expected = hmac.new(KEY.encode(), stamp.encode() + b"." + body, hashlib.sha256).hexdigest()
             assert headers["X-Cliffwatch-Signature"] == f"sha256={expected}"
             assert json.loads(body)["name"] == "service-gameday"
         shown = {(n["url"], n["event"], n["ok"], n["status"]) for n in told}
-        origin = hook.split("/hooks")[0]
         assert shown == {(f"{origin}/…", "finished", True, 204), (f"{origin}/…", "hypothesis_broken", True, 204)}
         again = call(base, admin, "GET", f"/api/v1/gamedays/{started['id']}")[1]
         assert [n["event"] for n in again["notifications"]] == [n["event"] for n in told]

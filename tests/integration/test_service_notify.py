@@ -7,48 +7,18 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 from test_service_api import SMALL, call, served_instance
+from webhook_kit import webhook_receiver
 
 from api_examples_kit import schema_problems
 
 pytestmark = pytest.mark.slow
 KEY = "service-run-key"
-
-
-@contextmanager
-def receiver() -> Iterator[tuple[str, list[tuple[str, dict[str, str], bytes]]]]:
-    """A loopback webhook receiver answering 500 on /broken and 204 elsewhere: its origin, and every (path,
-    headers, body) it was sent."""
-    received: list[tuple[str, dict[str, str], bytes]] = []
-
-    class Hook(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-            received.append((self.path, dict(self.headers.items()), body))
-            self.send_response(500 if self.path == "/broken" else 204)
-            self.end_headers()
-
-        def log_message(self, *args: object) -> None:
-            return None
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Hook)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", received
-    finally:
-        server.shutdown()
-        thread.join(5)
-        server.server_close()
 
 
 def finished(base: str, token: str, run_id: str, *, within_s: float = 60) -> dict[str, Any]:
@@ -61,7 +31,8 @@ def finished(base: str, token: str, run_id: str, *, within_s: float = 60) -> dic
 
 def test_a_service_runs_deliveries_are_made_after_its_end_and_answered_by_the_api(tmp_path: Path) -> None:
     database = f"sqlite+aiosqlite:///{tmp_path / 'service.db'}"
-    with receiver() as (origin, received), served_instance(database, tmp_path, settings={"TARGET_RUN_KEY": KEY}) as (
+    settings = {"TARGET_RUN_KEY": KEY}
+    with webhook_receiver() as (origin, received), served_instance(database, tmp_path, settings=settings) as (
         base, admin):  # fmt: skip
         scenario = {**SMALL, "name": "told", "notify": [
             {"webhook": f"{origin}/hooks/secret-path", "on": ["finished", "failed"],
@@ -84,8 +55,8 @@ def test_a_service_runs_deliveries_are_made_after_its_end_and_answered_by_the_ap
         assert (good["url"], good["event"], good["format"], good["ok"], good["attempts"], good["status"]) == (
             f"{origin}/…", "finished", "generic", True, 1, 204)  # fmt: skip
         assert (broken["format"], broken["ok"], broken["attempts"], broken["status"]) == ("slack", False, 3, 500)
-        assert [path for path, _, _ in received].count("/broken") == 3  # a 5xx is tried again, three times in all
-        ((headers, body),) = [(h, b) for path, h, b in received if path == "/hooks/secret-path"]
+        assert [call.path for call in received].count("/broken") == 3  # a 5xx is tried again, three times in all
+        ((headers, body),) = [(c.headers, c.body) for c in received if c.path == "/hooks/secret-path"]
         expected = hmac.new(KEY.encode(), headers["X-Cliffwatch-Timestamp"].encode() + b"." + body, hashlib.sha256)
         assert headers["X-Cliffwatch-Signature"] == f"sha256={expected.hexdigest()}"
         notice = json.loads(body)
@@ -103,6 +74,6 @@ def test_a_service_runs_deliveries_are_made_after_its_end_and_answered_by_the_ap
         assert status == 202, again
         finished(base, admin, again["id"])
         deadline = time.monotonic() + 30
-        while [path for path, _, _ in received].count("/hooks/secret-path") < 2:  # the stored run told the real URL
+        while [call.path for call in received].count("/hooks/secret-path") < 2:  # the stored run told the real URL
             assert time.monotonic() < deadline, received
             time.sleep(0.3)
