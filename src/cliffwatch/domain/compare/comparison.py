@@ -31,6 +31,7 @@ _CAVEATS = {
     "capped": "its attempt cap held back load, so it offered less than the scenario",
     "interrupted": "it was stopped before its end",
     "aborted": "an abort guard stopped it",
+    "target_drift": "its target's speed drifted while it was swept, so its capacity is its slowest period's",
 }
 
 
@@ -146,6 +147,9 @@ def _caveats(document: Mapping[str, Any]) -> list[str]:
     names = [v.get("name") for v in document.get("verdicts") or [] if isinstance(v, Mapping)]
     if document.get("workload_mismatch") and "workload_mismatch" not in names:
         names.append("workload_mismatch")  # sweeps say it as a flag, not a verdict
+    variants = [v for v in document.get("variants") or [] if isinstance(v, Mapping)]
+    if any(isinstance(v.get("result"), Mapping) and v["result"].get("target_drift") for v in variants):
+        names.append("target_drift")  # a sweep's: its trials at one rate disagreed beyond their intervals
     return [_CAVEATS[n] for n in names if n in _CAVEATS]
 
 

@@ -57,3 +57,10 @@ def test_brackets_that_overlap_are_no_detectable_difference() -> None:
     b["variants"][0]["result"]["usable_rps"] = 13.0  # 13–14 against 13.5–14: B never fell short where A served
     found = compare(Side(label="a", document=sweep()), Side(label="b", document=b), rng=random.Random(0)).to_dict()
     assert by_name(found, "variant none", "usable_capacity")["change"] == "no detectable difference"
+
+
+def test_a_sweep_whose_target_drifted_is_said_to_have() -> None:
+    b = sweep()
+    b["variants"][0]["result"]["target_drift"] = {"rates": [13.5]}
+    found = compare(Side(label="a", document=sweep()), Side(label="b", document=b), rng=random.Random(0))
+    assert found.notes == ("B: its target's speed drifted while it was swept, so its capacity is its slowest period's",)
