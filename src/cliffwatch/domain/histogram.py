@@ -22,13 +22,14 @@ _MIN_VALUE = 1e-3  # values at or below this (ms) share the zero bucket
 
 
 class Histogram:
-    __slots__ = ("_bins", "_gamma_log", "accuracy", "count", "max", "min", "total", "zero")
+    __slots__ = ("_bins", "_gamma_log", "_per_log", "accuracy", "count", "max", "min", "total", "zero")
 
     def __init__(self, accuracy: float = DEFAULT_ACCURACY) -> None:
         if not 0 < accuracy < 1:
             raise ValueError(f"accuracy must be in (0, 1), got {accuracy}")
         self.accuracy = accuracy
         self._gamma_log = math.log((1 + accuracy) / (1 - accuracy))
+        self._per_log = 1.0 / self._gamma_log
         self._bins: dict[int, int] = {}
         self.zero = 0
         self.count = 0
@@ -50,7 +51,7 @@ class Histogram:
         if value <= _MIN_VALUE:
             self.zero += 1
             return
-        index = math.ceil(math.log(value) / self._gamma_log)
+        index = math.ceil(math.log(value) * self._per_log)
         bins = self._bins
         bins[index] = bins.get(index, 0) + 1
 

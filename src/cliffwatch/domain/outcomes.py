@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from cliffwatch.domain.quick_init import quick_init
 from cliffwatch.domain.scenario.retry import FailureKind
 
 NS_PER_MS = 1_000_000
@@ -89,6 +90,7 @@ class Slo:
     ttfa_ms: float | None = None  # to the first answer token (visible content, not reasoning)
 
 
+@quick_init
 @dataclass(frozen=True, kw_only=True)
 class Attempt:
     number: int  # 1 for the first try
@@ -115,6 +117,7 @@ class Attempt:
         return self.failure is None
 
 
+@quick_init
 @dataclass(frozen=True, kw_only=True)
 class RequestRecord:
     """One logical request as the user saw it, with every attempt made for it."""

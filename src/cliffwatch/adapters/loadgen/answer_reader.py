@@ -202,7 +202,11 @@ def server_state(response: aiohttp.ClientResponse) -> tuple[tuple[str, float], .
 
 def server_state_of(headers: Iterable[tuple[str, str]], date: str | None) -> tuple[tuple[str, float], ...]:
     """``server_state`` from an answer's headers as (name, value) pairs and its Date header."""
-    found = [(lower, value) for name, value in headers if watched(lower := name.lower())]
+    return state_of_found([(lower, value) for name, value in headers if watched(lower := name.lower())], date)
+
+
+def state_of_found(found: list[tuple[str, str]], date: str | None) -> tuple[tuple[str, float], ...]:
+    """``server_state_of`` from the watched headers alone, their names in lower case."""
     if not found:
         return ()
     try:

@@ -106,7 +106,7 @@ class AttemptState:
             first_byte_ns=since(self.first_byte),
             first_token_ns=since(self.first_token),
             first_answer_ns=since(self.first_answer),
-            chunk_times_ns=tuple(t - origin_ns for t in self.chunk_times),
+            chunk_times_ns=tuple([t - origin_ns for t in self.chunk_times]) if self.chunk_times else (),
             output_tokens=self.tokens,
             token_source=self.token_source,
             reasoning_tokens=self.reasoning_tokens,

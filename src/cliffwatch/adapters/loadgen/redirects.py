@@ -21,12 +21,15 @@ from dataclasses import dataclass
 
 from yarl import URL
 
+from cliffwatch.domain.quick_init import quick_init
+
 FOLLOWED = frozenset({301, 302, 303, 307, 308})
 CREDENTIALS = frozenset({"authorization", "proxy-authorization", "cookie", "api-key", "x-api-key"})
 _BODY_HEADERS = frozenset({"content-type", "content-length", "content-encoding"})
 _SHOWN = 200  # characters of a URL quoted in an error
 
 
+@quick_init
 @dataclass(frozen=True, kw_only=True)
 class Hop:
     """One request of an attempt: the first, or one a redirect led to."""

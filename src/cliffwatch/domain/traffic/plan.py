@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from cliffwatch.domain.outcomes import NS_PER_S, Attempt, Outcome, RequestRecord, Slo, classify
+from cliffwatch.domain.quick_init import quick_init
 from cliffwatch.domain.scenario.arrivals import Mix, mix_offsets, plan_offsets
 from cliffwatch.domain.scenario.conversations import PrefixChooser, Turn, later_turns
 from cliffwatch.domain.scenario.scenario import PhaseRole, Scenario
@@ -33,6 +34,7 @@ class PhaseWindow:
         return (self.end_ns - self.start_ns) / NS_PER_S
 
 
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PlannedRequest:
     id: int

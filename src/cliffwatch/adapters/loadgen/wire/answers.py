@@ -19,12 +19,13 @@ from cliffwatch.adapters.loadgen.answer_reader import (
     MAX_ERROR_BODY,
     error_body,
     error_status,
-    server_state_of,
+    state_of_found,
     whole_body,
 )
 from cliffwatch.adapters.loadgen.attempt_state import AttemptState
 from cliffwatch.adapters.loadgen.openai_stream import OpenAIStream
 from cliffwatch.adapters.loadgen.wire.connection import Header, WireConnection
+from cliffwatch.domain.server.state_headers import watched
 
 
 class Tally(Protocol):
@@ -68,16 +69,34 @@ class WireAnswer:
         state.first_byte = now
         state.status = status
         self._reason = reason
-        named = [(name.decode("latin-1"), value.decode("latin-1")) for name, value in headers]
-        state.state = server_state_of(named, _header(named, "date"))
+        # Every answer passes here: each header name is looked up once as the server wrote it, and only the
+        # few this reads are decoded.
+        date = location = retry_after = None
+        found: list[tuple[str, str]] = []
+        for name, value in headers:
+            role = _ROLES.get(name)
+            if role is None:
+                role = _role(name)
+            if role:
+                text = value.decode("latin-1")
+                lower, what = role
+                if what is _Read.DATE:
+                    date = date or text
+                elif what is _Read.LOCATION:
+                    location = location or text
+                elif what is _Read.RETRY_AFTER:
+                    retry_after = retry_after or text
+                if watched(lower):
+                    found.append((lower, text))
+        state.state = state_of_found(found, date)
         if 300 <= status < 400:
             self._kind = _Kind.REDIRECT
-            self.location = _header(named, "location")
+            self.location = location
             self._connection.finish_within(DRAIN_TIMEOUT_S)  # a small body, read so the connection is reused
         elif not 200 <= status < 300:
             # The status is the answer; the body only adds a message, so a slow or broken body cannot change it.
             self._kind = _Kind.ERROR
-            error_status(state, status, reason, _header(named, "retry-after"))
+            error_status(state, status, reason, retry_after)
             self._connection.finish_within(DRAIN_TIMEOUT_S)
         elif self._stream:
             self._kind = _Kind.STREAM
@@ -110,5 +129,24 @@ class WireAnswer:
             error_body(self.state, self.state.status, self._reason, bytes(self._parts))
 
 
-def _header(headers: list[tuple[str, str]], lower: str) -> str | None:
-    return next((value for name, value in headers if name.lower() == lower), None)
+class _Read(Enum):
+    OTHER = 0
+    DATE = 1
+    LOCATION = 2
+    RETRY_AFTER = 3
+
+
+_READ = {"date": _Read.DATE, "location": _Read.LOCATION, "retry-after": _Read.RETRY_AFTER}
+MAX_NAMES = 512  # header names remembered as servers spell them; a server inventing names is read uncached
+_ROLES: dict[bytes, tuple[str, _Read] | tuple[()]] = {}
+
+
+def _role(name: bytes) -> tuple[str, _Read] | tuple[()]:
+    """What a header name means to ``WireAnswer.head``: its lower-case text and what is read of it, or ``()``
+    for a header nothing reads. Remembered (up to ``MAX_NAMES`` names), as each server repeats its few."""
+    lower = name.decode("latin-1").lower()
+    what = _READ.get(lower, _Read.OTHER)
+    role: tuple[str, _Read] | tuple[()] = (lower, what) if what is not _Read.OTHER or watched(lower) else ()
+    if len(_ROLES) < MAX_NAMES:
+        _ROLES[name] = role
+    return role

@@ -58,7 +58,7 @@ class WireReader(AnswerReader):
         request = head + b"Content-Length: %d\r\n\r\n" % len(body) + body if body or hop.method in _BODY_METHODS else (
             head + b"\r\n")  # fmt: skip
         try:
-            connection = await pool.acquire(origin, timing)
+            connection = pool.idle(origin) or await pool.acquire(origin, timing)
         except PinRefused as exc:
             state.fail(FailureKind.REFUSED, str(exc))
             return None
