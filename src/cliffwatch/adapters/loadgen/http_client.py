@@ -26,6 +26,7 @@ from cliffwatch.adapters.loadgen.answer_reader import MAX_ERROR_BODY
 from cliffwatch.adapters.loadgen.attempt_state import AttemptState
 from cliffwatch.adapters.loadgen.attempt_trace import AttemptTrace, attempt_trace_config
 from cliffwatch.adapters.loadgen.bodies import RequestBodies
+from cliffwatch.adapters.loadgen.deadline import Deadline
 from cliffwatch.adapters.loadgen.pinned_resolver import PinnedResolver, PinRefused
 from cliffwatch.adapters.loadgen.prompt_fitting import fit_prompts
 from cliffwatch.adapters.loadgen.redirects import Hop
@@ -222,7 +223,7 @@ class HttpExecutor(WireReader):
         state.reply = "" if keeps else None  # a conversation that resends its history keeps the answer
         self.in_flight += 1
         try:
-            async with asyncio.timeout(timeout_s):
+            with Deadline(timeout_s):
                 headers = self._class_headers[request.klass]
                 hop: Hop | None = Hop(method=self.method, url=self.url, body=body, headers=headers)
                 hops = 0
