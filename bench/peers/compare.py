@@ -6,7 +6,8 @@ server is ``bench/arrivals_server`` (Go, ``GOMAXPROCS=1``, pinned to core 1): it
 
 Three loads, each at rising constant rates (a tool stops rising after two rates in a row it did not hold):
 
-- ``plain``: ``GET /load`` answered with a small JSON body: cliffwatch, ``cliffwatch-w2``, Vegeta;
+- ``plain``: ``GET /load`` answered with a small JSON body: cliffwatch, ``cliffwatch-w2``, Vegeta, and
+  ``asyncio-floor`` (``floor_client.py``: the least an asyncio process does to send it, as a yardstick);
 - ``short``: an OpenAI chat stream of 16 token chunks 2 ms apart (≈ 50 ms): cliffwatch, GuideLLM, AIPerf;
 - ``long``: 256 chunks (≈ 0.53 s, a real answer's length): the same tools.
 
@@ -43,7 +44,7 @@ from arrivals import ArrivalsServer, arrivals_server, judge_arrivals, pinned
 from peers import install
 from peers.aiperf import AIPerf
 from peers.process_cpu import CpuSampler, load_window
-from peers.tools import REPO, Cliffwatch, GuideLLM, Load, Tool, ToolView, Vegeta
+from peers.tools import REPO, AsyncioFloor, Cliffwatch, GuideLLM, Load, Tool, ToolView, Vegeta
 
 CLIENT_CORE = 0
 LOADS = {"plain": 0, "short": 16, "long": 256}  # token chunks per answer
@@ -211,18 +212,35 @@ def ratios(summary: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
             lines.append(f"{load_name}: {tool} {key} {mine} against {peer} {peer_key or key} {theirs}")
 
     ratio("plain", "cliffwatch", "highest_held", "vegeta")
+    ratio("plain", "cliffwatch", "highest_faithful_5ms", "vegeta")
     ratio("plain", "cliffwatch", "highest_faithful_10ms", "vegeta")
+    ratio("plain", "cliffwatch-aiohttp", "highest_faithful_5ms", "vegeta")
     ratio("plain", "cliffwatch-w2", "highest_held", "cliffwatch")
     for load_name in ("short", "long"):
         for peer in ("aiperf", "guidellm"):
+            ratio(load_name, "cliffwatch", "highest_faithful_5ms", peer)
             ratio(load_name, "cliffwatch", "highest_faithful_10ms", peer)
+    return lines
+
+
+def cpu_ratios(passes: list[Pass], peer: str = "vegeta") -> list[str]:
+    """Each tool's CPU per request over the peer's, at every rate both held (plain HTTP)."""
+    theirs = {p.rate: p for p in passes if p.load == "plain" and p.tool == peer and p.held}
+    lines = []
+    for tool in dict.fromkeys(p.tool for p in passes if p.load == "plain" and p.tool != peer):
+        shared = [(p, theirs[p.rate]) for p in passes if p.load == "plain" and p.tool == tool and p.held
+                  and p.rate in theirs and p.cpu_ms_per_request and theirs[p.rate].cpu_ms_per_request]  # fmt: skip
+        if shared:
+            each = ", ".join(f"{mine.rate:g}: {(mine.cpu_ms_per_request or 0) / (other.cpu_ms_per_request or 1):.2f}"
+                             for mine, other in shared)  # fmt: skip
+            lines.append(f"plain: {tool} CPU per request / {peer}'s, by rate: {each}")
     return lines
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--loads", default="plain,short,long")
-    parser.add_argument("--tools", default="cliffwatch,cliffwatch-w2,vegeta,guidellm,aiperf",
+    parser.add_argument("--tools", default="cliffwatch,cliffwatch-w2,vegeta,asyncio-floor,guidellm,aiperf",
                         help="each runs only on the loads it can send")  # fmt: skip
     for load_name, rates in DEFAULT_RATES.items():
         parser.add_argument(f"--rates-{load_name}", default=",".join(str(r) for r in rates))
@@ -241,10 +259,10 @@ def main(argv: list[str] | None = None) -> int:
     cliffwatches = (
         Cliffwatch(),
         Cliffwatch(workers=2),
-        Cliffwatch(transport="lean"),
-        Cliffwatch(workers=2, transport="lean"),
+        Cliffwatch(transport="aiohttp"),
+        Cliffwatch(workers=2, transport="aiohttp"),
     )
-    known: dict[str, Tool] = {t.name: t for t in (*cliffwatches, Vegeta(), GuideLLM(), AIPerf())}
+    known: dict[str, Tool] = {t.name: t for t in (*cliffwatches, Vegeta(), GuideLLM(), AIPerf(), AsyncioFloor())}
     wanted = [known[name.strip()] for name in args.tools.split(",")]
     versions = {"vegeta": install.VEGETA, **{t.name: install.PYTHON_PEERS[t.name] for t in wanted
                                             if t.name in install.PYTHON_PEERS}}  # fmt: skip
@@ -293,7 +311,7 @@ def report(passes: list[Pass], printed: bool = False) -> dict[str, dict[str, dic
             shown += "".join(f"; {k.replace('_', ' ')}: {', '.join(f'{r:g}' for r in v)}" for k, v in misses.items())
             print(f"{load_name:5} {tool_name:13} {shown}")
     print()
-    for text in ratios(summary):
+    for text in (*ratios(summary), *cpu_ratios(passes)):
         print(text)
     return summary
 

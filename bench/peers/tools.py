@@ -89,18 +89,44 @@ class Vegeta:
                         extra={"success": figures["success"]})  # fmt: skip
 
 
+class AsyncioFloor:
+    """``floor_client.py``: the least an asyncio process does to send the load (not a peer; a yardstick)."""
+
+    name = "asyncio-floor"
+    streams = False
+    plain = True
+    pinned = True
+    exit_ok = frozenset({0})
+
+    def command(self, load: Load) -> Command:
+        script = str(Path(__file__).resolve().parent / "floor_client.py")
+        argv = [
+            str(REPO / ".venv/bin/python"),
+            script,
+            f"{load.base_url}/load",
+            f"{load.rate:g}",
+            f"{load.duration_s:g}",
+        ]
+        return Command(argv)
+
+    def read(self, load: Load, done: subprocess.CompletedProcess[bytes]) -> ToolView:
+        figures = json.loads(done.stdout.decode().strip().splitlines()[-1])
+        return ToolView(p99_ms=figures["p99_ms"], errors=figures["errors"])
+
+
 class Cliffwatch:
     """``cliffwatch run`` as a user runs it; ``workers`` > 1 runs ``client.workers`` processes, unpinned;
-    ``transport`` is its ``client.transport`` (``cliffwatch-lean``: the lean HTTP/1.1 client)."""
+    ``transport`` is its ``client.transport``: ``lean`` by default (the tool ``cliffwatch``), ``aiohttp`` the
+    fallback (``cliffwatch-aiohttp``)."""
 
     streams = True
     plain = True
 
-    def __init__(self, workers: int = 1, transport: str = "aiohttp") -> None:
+    def __init__(self, workers: int = 1, transport: str = "lean") -> None:
         self.workers = workers
         self.transport = transport
         self.name = ("cliffwatch" if workers == 1 else f"cliffwatch-w{workers}") + (
-            "" if transport == "aiohttp" else f"-{transport}")  # fmt: skip
+            "" if transport == "lean" else f"-{transport}")  # fmt: skip
         self.pinned = workers == 1
         self.exit_ok = frozenset({0, 1})  # 1: the scorecard failed (a one-phase scenario has no recovery)
 
