@@ -5,39 +5,20 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cliffwatch.bootstrap.service import open_store
 from cliffwatch.cli import main
-from cliffwatch.config import Settings
-from cliffwatch.domain.results.result import RunStatus
-from cliffwatch.domain.service.runs import Run, RunEnd, Trigger
+from stored_run_kit import store_finished_run
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "reports" / "slow-backend.json"  # a real run's result
-T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
 def fixture(run_id: str) -> dict[str, Any]:
     document: dict[str, Any] = json.loads(FIXTURE.read_text(encoding="utf-8"))
     return {**document, "run_id": run_id}
-
-
-async def store_finished_run(document: dict[str, Any]) -> None:
-    async with open_store(Settings.from_env()) as store:
-        run = Run(
-            id=document["run_id"], scenario_name=document["scenario"]["name"], scenario_hash="h" * 64,
-            status=RunStatus.QUEUED, trigger=Trigger.CLI, triggered_by="test", created_at=T0,
-            target_url="builtin", seed=1, threshold=70.0,
-        )  # fmt: skip
-        await store.create_run(run)
-        claimed = await store.claim_run(owner="me", now=T0, lease_until=T0 + timedelta(minutes=5))
-        assert claimed is not None
-        end = RunEnd(status=RunStatus.SUCCEEDED, finished_at=T0 + timedelta(minutes=1), result=document)
-        assert await store.finish_run(run.id, owner="me", end=end)
 
 
 def test_two_stored_runs_are_compared_by_their_ids(
@@ -46,7 +27,7 @@ def test_two_stored_runs_are_compared_by_their_ids(
     monkeypatch.setenv("CLIFFWATCH_DATABASE_URL", f"sqlite+aiosqlite:///{tmp_path / 'service.db'}")
     monkeypatch.setenv("CLIFFWATCH_STATE_DIR", str(tmp_path / "state"))
     for run_id in ("first", "second"):
-        asyncio.run(store_finished_run(fixture(run_id)))
+        asyncio.run(store_finished_run(fixture(run_id), run_id=run_id))
     out = tmp_path / "compared.json"
     assert main(["compare", "first", "second", "--json", str(out)]) == 0
     document = json.loads(out.read_text())

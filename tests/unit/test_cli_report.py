@@ -4,21 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from cliffwatch.bootstrap.service import open_store
 from cliffwatch.cli import main
-from cliffwatch.config import Settings
-from cliffwatch.domain.results.result import RunStatus
-from cliffwatch.domain.service.runs import Run, RunEnd, Trigger
 from report_kit import report_data
+from stored_run_kit import store_finished_run
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "reports" / "slow-backend.json"
-T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
 @pytest.fixture
@@ -27,22 +21,6 @@ def database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setenv("CLIFFWATCH_DATABASE_URL", url)
     monkeypatch.setenv("CLIFFWATCH_STATE_DIR", str(tmp_path / "state"))
     return url
-
-
-async def store_finished_run(document: dict[str, Any]) -> None:
-    rows = document.pop("timeseries")
-    async with open_store(Settings.from_env()) as store:
-        run = Run(
-            id=document["run_id"], scenario_name=document["scenario"]["name"], scenario_hash="h" * 64,
-            status=RunStatus.QUEUED, trigger=Trigger.CLI, triggered_by="test", created_at=T0,
-            target_url="builtin", seed=1, threshold=70.0,
-        )  # fmt: skip
-        await store.create_run(run)
-        claimed = await store.claim_run(owner="me", now=T0, lease_until=T0 + timedelta(minutes=5))
-        assert claimed is not None
-        end = RunEnd(status=RunStatus.SUCCEEDED, finished_at=T0 + timedelta(minutes=1), result=document,
-                     timeseries=tuple(rows))  # fmt: skip
-        assert await store.finish_run(run.id, owner="me", end=end)
 
 
 def test_a_result_file_becomes_an_html_report(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -58,7 +36,8 @@ def test_a_stored_run_is_reported_with_the_time_series_kept_apart_from_its_resul
 ) -> None:
     document = json.loads(FIXTURE.read_text(encoding="utf-8"))
     count = len(document["timeseries"])
-    asyncio.run(store_finished_run(document))
+    rows = document.pop("timeseries")
+    asyncio.run(store_finished_run(document, run_id=document["run_id"], timeseries=rows))
     output = tmp_path / "stored.html"
     assert main(["report", document["run_id"], "-o", str(output)]) == 0
     data = report_data(output.read_text(encoding="utf-8"))
